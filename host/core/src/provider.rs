@@ -1,0 +1,262 @@
+//! The contract between the host and a provider: what it says about itself, what it
+//! is asked to run, and what comes back.
+//!
+//! A provider receives requests the host has already validated, floor-checked and
+//! bounded. It enforces the floor once more against the boundary it is about to use
+//! (defence in depth), and returns a result with the evidence it ran under, or an
+//! error that says whether anything may have run.
+
+use std::time::Duration;
+
+use crate::refusal::{Reason, Refusal};
+use crate::tier::{Floor, Tier};
+use crate::validate::Language;
+use crate::wire::{JavaScriptResult, ModuleResult, ModuleRun, PayloadEnvironment, ProjectResult, ProjectRun};
+
+/// What a run stood behind, as the host may state it: evidence, never attestation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Evidence {
+    /// The tier the run executed behind.
+    pub tier: Tier,
+    /// The outer artifact that ran, content-addressed (`quickjs-wasm:sha256:...`).
+    pub environment: String,
+    /// The selected executable manifest, when established.
+    pub software_identity: String,
+    /// A typed reference to the sandbox instance, when there is one.
+    pub instance: String,
+    /// The verified policy digest, when the provider has a policy object.
+    pub policy: String,
+}
+
+/// How one payload kind runs on a provider.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KindSupport {
+    /// The content-addressed artifact runs of this kind use, if any.
+    pub identity: String,
+    /// The selected executable manifest, if established.
+    pub software_identity: String,
+    /// The budget a request that states none gets.
+    pub default_timeout: Duration,
+    /// The longest run of this kind the provider allows.
+    pub max_timeout: Duration,
+    /// The languages its interpreters run.
+    pub languages: Vec<Language>,
+}
+
+impl KindSupport {
+    /// The budget for a request's `timeout_ms`: 0 or less takes the default, more
+    /// than the ceiling is clamped to it (the protocol's rule).
+    pub fn resolve_timeout(&self, requested_ms: i32) -> Duration {
+        if requested_ms <= 0 {
+            return self.default_timeout;
+        }
+        Duration::from_millis(requested_ms as u64).min(self.max_timeout)
+    }
+
+    /// Checks an explicit budget, as the CLI does: zero and anything over the ceiling
+    /// are refused instead of adjusted, since the caller asked for that number.
+    ///
+    /// # Errors
+    ///
+    /// A `request` refusal naming the bound.
+    pub fn check_explicit_timeout(&self, ms: u64) -> Result<Duration, Refusal> {
+        let max = self.max_timeout.as_millis() as u64;
+        if ms == 0 {
+            return Err(Refusal::request("invalid request: a timeout of 0 ms allows nothing to run; use 1 or more"));
+        }
+        if ms > max {
+            return Err(Refusal::request(format!(
+                "invalid request: a timeout of {ms} ms is over this provider's ceiling of {max} ms"
+            )));
+        }
+        Ok(Duration::from_millis(ms))
+    }
+
+    /// The wire form for `Describe`.
+    pub fn environment(&self) -> PayloadEnvironment {
+        PayloadEnvironment {
+            identity: self.identity.clone(),
+            max_timeout_ms: u32::try_from(self.max_timeout.as_millis()).unwrap_or(u32::MAX),
+            software_identity: self.software_identity.clone(),
+            languages: self.languages.iter().map(|l| l.as_str().to_string()).collect(),
+        }
+    }
+}
+
+/// What a provider states about itself.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Description {
+    /// The provider's wire name (`wasm`, `docker`).
+    pub name: String,
+    /// Snippets: always present for a provider that runs anything.
+    pub snippet: Option<KindSupport>,
+    /// Projects, when supported.
+    pub project: Option<KindSupport>,
+    /// Module tables, when supported.
+    pub module: Option<KindSupport>,
+    /// Memory per run, in MiB, as enforced.
+    pub memory_mb: u32,
+    /// The verified policy digest, if any.
+    pub policy: String,
+}
+
+/// A snippet to run, validated and bounded by the host.
+#[derive(Clone, Copy, Debug)]
+pub struct Snippet<'a> {
+    /// The language.
+    pub language: Language,
+    /// The source (validated: non-empty, no NUL, within limits).
+    pub code: &'a str,
+    /// The whole run's budget.
+    pub timeout: Duration,
+    /// The floor the request set; the provider checks it against its boundary too.
+    pub floor: Option<Floor>,
+}
+
+/// A result with the evidence it ran under.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Ran<T> {
+    /// The guest's result.
+    pub result: T,
+    /// What it ran behind.
+    pub evidence: Evidence,
+}
+
+/// Why a provider produced no result.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum RunError {
+    /// Nothing ran.
+    #[error("{0}")]
+    Refused(Refusal),
+    /// The code may have run; the detail is for the log, never the caller.
+    #[error("the run failed after it may have started: {0}")]
+    MayHaveRun(String),
+}
+
+impl From<Refusal> for RunError {
+    fn from(r: Refusal) -> RunError {
+        RunError::Refused(r)
+    }
+}
+
+/// The refusal for a floor above the boundary a provider would use.
+pub fn isolation_refusal(tier: Tier, floor: Floor) -> Refusal {
+    Refusal::new(
+        Reason::Isolation,
+        format!("sandbox isolation requirement not met: this provider runs at {tier}, the request requires {floor}"),
+    )
+}
+
+/// Checks a floor against a tier; `None` passes.
+///
+/// # Errors
+///
+/// An `isolation` refusal when the tier does not meet the floor.
+pub fn check_floor(tier: Tier, floor: Option<Floor>) -> Result<(), Refusal> {
+    match floor {
+        Some(f) if !tier.meets(f) => Err(isolation_refusal(tier, f)),
+        _ => Ok(()),
+    }
+}
+
+/// A backend that runs payloads. The built-in ones live in the host; plugin-backed
+/// ones adapt a wasm component to this trait.
+pub trait Provider: Send + Sync {
+    /// What the provider states about itself.
+    fn describe(&self) -> Description;
+
+    /// The tier the provider can justify now (it may drop at runtime).
+    fn tier(&self) -> Tier;
+
+    /// A cheap, repeatable readiness check.
+    ///
+    /// # Errors
+    ///
+    /// A refusal saying what is not ready.
+    fn preflight(&self) -> Result<(), Refusal>;
+
+    /// Runs a snippet in a fresh sandbox.
+    ///
+    /// # Errors
+    ///
+    /// [`RunError`]: refused (nothing ran) or may have run.
+    fn run_snippet(&self, snippet: &Snippet<'_>) -> Result<Ran<JavaScriptResult>, RunError>;
+
+    /// Runs a project in a fresh sandbox.
+    ///
+    /// # Errors
+    ///
+    /// Refused `unsupported` unless the provider runs projects.
+    fn run_project(
+        &self,
+        project: &ProjectRun,
+        timeout: Duration,
+        floor: Option<Floor>,
+    ) -> Result<Ran<ProjectResult>, RunError> {
+        let _ = (project, timeout, floor);
+        Err(Refusal::unsupported(format!("the {} provider does not run projects", self.describe().name)).into())
+    }
+
+    /// Runs a module table.
+    ///
+    /// # Errors
+    ///
+    /// Refused `unsupported` unless the provider runs modules.
+    fn run_module(
+        &self,
+        module: &ModuleRun,
+        timeout: Duration,
+        floor: Option<Floor>,
+    ) -> Result<Ran<ModuleResult>, RunError> {
+        let _ = (module, timeout, floor);
+        Err(Refusal::unsupported(format!("the {} provider does not run module tables", self.describe().name)).into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn support() -> KindSupport {
+        KindSupport {
+            identity: String::new(),
+            software_identity: String::new(),
+            default_timeout: Duration::from_secs(5),
+            max_timeout: Duration::from_secs(30),
+            languages: vec![Language::JavaScript],
+        }
+    }
+
+    #[test]
+    fn wire_timeouts_default_and_clamp() {
+        let s = support();
+        assert_eq!(s.resolve_timeout(0), Duration::from_secs(5));
+        assert_eq!(s.resolve_timeout(-7), Duration::from_secs(5));
+        assert_eq!(s.resolve_timeout(1500), Duration::from_millis(1500));
+        assert_eq!(s.resolve_timeout(i32::MAX), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn explicit_timeouts_are_refused_not_adjusted() {
+        let s = support();
+        let zero = s.check_explicit_timeout(0).expect_err("refused");
+        assert_eq!(zero.reason, Reason::Request);
+        assert_eq!(zero.message, "invalid request: a timeout of 0 ms allows nothing to run; use 1 or more");
+        let over = s.check_explicit_timeout(30_001).expect_err("refused");
+        assert_eq!(over.message, "invalid request: a timeout of 30001 ms is over this provider's ceiling of 30000 ms");
+        assert_eq!(s.check_explicit_timeout(30_000), Ok(Duration::from_secs(30)));
+    }
+
+    #[test]
+    fn floors_above_the_tier_are_refused_with_isolation() {
+        assert!(check_floor(Tier::Process, None).is_ok());
+        assert!(check_floor(Tier::Process, Some(Floor::Process)).is_ok());
+        let r = check_floor(Tier::Process, Some(Floor::Vm)).expect_err("refused");
+        assert_eq!(r.reason, Reason::Isolation);
+        assert_eq!(
+            r.message,
+            "sandbox isolation requirement not met: this provider runs at process, the request requires vm"
+        );
+        assert_eq!(check_floor(Tier::Unknown, Some(Floor::Process)).expect_err("refused").reason, Reason::Isolation);
+    }
+}
