@@ -1,0 +1,291 @@
+//! QuickJS (QuickJS-ng, through rquickjs) as a component exporting `plimsoll:engine`.
+//!
+//! The guest holds no policy: the host sets every limit (memory per store, an epoch
+//! deadline, output caps) and decides what a result means. This side only evaluates
+//! code, forwards console output to the `console` import, and drives promise jobs and
+//! timers until nothing is left to do.
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+
+use rquickjs::context::EvalOptions;
+use rquickjs::function::Opt;
+use rquickjs::{CatchResultExt, CaughtError, Context, Ctx, Function, Object, Persistent, Promise, Runtime, Value};
+
+wit_bindgen::generate!({
+    world: "engine",
+    path: "../../wit/engine",
+});
+
+use exports::plimsoll::engine::evaluate::{Grant, Guest, GuestInterpreter, Status};
+use plimsoll::engine::console::{Channel, write};
+use plimsoll::engine::host_api;
+
+/// The engine's own JavaScript: console, inspect, timers, the grant client.
+const PRELUDE: &str = include_str!("prelude.js");
+
+/// QuickJS's own stack limit, below the component's 1 MiB shadow stack, so deep
+/// recursion raises a `RangeError` the caller can read instead of a trap.
+const MAX_STACK_BYTES: usize = 512 << 10;
+
+struct Engine;
+
+export!(Engine);
+
+/// A session's in-memory work directory, shared with the `readFile` native.
+type Files = Rc<RefCell<BTreeMap<String, Vec<u8>>>>;
+
+/// Rejections nothing handled yet: (promise, reason), kept until a handler appears.
+type Unhandled = Rc<RefCell<Vec<(Persistent<Value<'static>>, Persistent<Value<'static>>)>>>;
+
+/// One runtime and context with the prelude installed.
+struct Js {
+    rt: Runtime,
+    ctx: Context,
+    helpers: Option<Persistent<Object<'static>>>,
+    unhandled: Unhandled,
+}
+
+impl Js {
+    /// A fresh context; `files` (a session's work directory) adds `readFile`.
+    fn new(files: Option<Files>) -> Result<Js, String> {
+        let rt = Runtime::new().map_err(|e| e.to_string())?;
+        rt.set_max_stack_size(MAX_STACK_BYTES);
+        let unhandled: Unhandled = Rc::default();
+        let tracked = unhandled.clone();
+        rt.set_host_promise_rejection_tracker(Some(Box::new(move |ctx, promise, reason, handled| {
+            let mut list = tracked.borrow_mut();
+            if handled {
+                list.retain(|(p, _)| p.clone().restore(&ctx).map(|p| p != promise).unwrap_or(true));
+            } else {
+                list.push((Persistent::save(&ctx, promise), Persistent::save(&ctx, reason)));
+            }
+        })));
+        let ctx = Context::full(&rt).map_err(|e| e.to_string())?;
+        let helpers = ctx.with(|ctx| -> rquickjs::Result<_> {
+            let native = Object::new(ctx.clone())?;
+            native.set(
+                "write",
+                Function::new(ctx.clone(), |channel: i32, text: rquickjs::String<'_>| {
+                    let text = text.to_string().unwrap_or_default();
+                    let channel = if channel == 1 { Channel::Stderr } else { Channel::Stdout };
+                    write(channel, text.as_bytes());
+                })?,
+            )?;
+            native.set("call", Function::new(ctx.clone(), host_call)?)?;
+            if let Some(files) = files {
+                native.set(
+                    "readFile",
+                    Function::new(ctx.clone(), move |path: String| -> Option<String> {
+                        files.borrow().get(&path).map(|b| String::from_utf8_lossy(b).into_owned())
+                    })?,
+                )?;
+            }
+            let setup: Function = ctx.eval_with_options(PRELUDE, options("<plimsoll prelude>", false))?;
+            let helpers: Object = setup.call((native,))?;
+            Ok(Persistent::save(&ctx, helpers))
+        });
+        let helpers = helpers.map_err(|e| format!("the engine could not install its prelude: {e}"))?;
+        Ok(Js { rt, ctx, helpers: Some(helpers), unhandled })
+    }
+
+    fn helper<'js>(&self, ctx: &Ctx<'js>, name: &str) -> rquickjs::Result<Function<'js>> {
+        let helpers = self.helpers.clone().ok_or(rquickjs::Error::Unknown)?.restore(ctx)?;
+        helpers.get(name)
+    }
+
+    /// Writes an uncaught error to stderr, as Node would before exiting 1.
+    fn report<'js>(&self, ctx: &Ctx<'js>, err: CaughtError<'js>, in_promise: bool) {
+        let thrown = match err {
+            CaughtError::Exception(e) => e.into_value(),
+            CaughtError::Value(v) => v,
+            CaughtError::Error(e) => {
+                write(Channel::Stderr, format!("Uncaught {e}\n").as_bytes());
+                return;
+            }
+        };
+        let text = self
+            .helper(ctx, "describe")
+            .and_then(|describe| describe.call::<_, String>((thrown, in_promise)))
+            .unwrap_or_else(|_| String::from("Uncaught exception (it could not be described)\n"));
+        write(Channel::Stderr, text.as_bytes());
+    }
+
+    /// Runs promise jobs and virtual-time timers until none is left, or something
+    /// throws that nothing catches.
+    fn settle(&self) -> Status {
+        loop {
+            loop {
+                match self.rt.execute_pending_job() {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(job) => {
+                        job.0.with(|ctx| {
+                            let thrown = ctx.catch();
+                            self.report(&ctx, CaughtError::Value(thrown), false);
+                        });
+                        return Status::Raised;
+                    }
+                }
+            }
+            let rejected = self.ctx.with(|ctx| {
+                let first = self.unhandled.borrow_mut().drain(..).next();
+                match first {
+                    Some((_, reason)) => {
+                        if let Ok(reason) = reason.restore(&ctx) {
+                            self.report(&ctx, CaughtError::Value(reason), true);
+                        }
+                        true
+                    }
+                    None => false,
+                }
+            });
+            if rejected {
+                return Status::Raised;
+            }
+            let fired = self.ctx.with(|ctx| {
+                self.helper(&ctx, "nextTimer")
+                    .and_then(|next| next.call::<_, bool>(()))
+                    .catch(&ctx)
+                    .map_err(|err| self.report(&ctx, err, false))
+            });
+            match fired {
+                Ok(true) => {}
+                Ok(false) => return Status::Completed,
+                Err(()) => return Status::Raised,
+            }
+        }
+    }
+}
+
+impl Drop for Js {
+    fn drop(&mut self) {
+        // Every value kept outside the context must go before the runtime does.
+        self.unhandled.borrow_mut().clear();
+        self.helpers = None;
+    }
+}
+
+fn options(filename: &str, promise: bool) -> EvalOptions {
+    let mut opts = EvalOptions::default();
+    opts.global = true;
+    opts.strict = false;
+    opts.promise = promise;
+    opts.filename = Some(filename.to_string());
+    opts
+}
+
+/// The native side of a grant's client: one brokered call through the host.
+fn host_call<'js>(ctx: Ctx<'js>, method: String, path: String, body: Opt<String>) -> rquickjs::Result<Object<'js>> {
+    let answer = host_api::call(&method, &path, body.0.as_ref().map(|b| b.as_bytes()));
+    let out = Object::new(ctx)?;
+    out.set("status", answer.status)?;
+    out.set("contentType", answer.content_type)?;
+    out.set("body", String::from_utf8_lossy(&answer.body).into_owned())?;
+    Ok(out)
+}
+
+fn fatal(message: &str) -> Status {
+    write(Channel::Stderr, format!("{message}\n").as_bytes());
+    Status::Raised
+}
+
+impl Guest for Engine {
+    type Interpreter = Interpreter;
+
+    fn run(code: String, grant: Option<Grant>) -> Status {
+        let js = match Js::new(None) {
+            Ok(js) => js,
+            Err(e) => return fatal(&e),
+        };
+        let ran = js.ctx.with(|ctx| {
+            if let Some(grant) = grant {
+                let installed = js
+                    .helper(&ctx, "installHost")
+                    .and_then(|install| install.call::<_, ()>((grant.global, grant.routes, grant.preamble)))
+                    .catch(&ctx);
+                if let Err(err) = installed {
+                    js.report(&ctx, err, false);
+                    return false;
+                }
+            }
+            match ctx.eval_with_options::<Value, _>(code, options("<snippet>", false)).catch(&ctx) {
+                Ok(_) => true,
+                Err(err) => {
+                    js.report(&ctx, err, false);
+                    false
+                }
+            }
+        });
+        if !ran {
+            return Status::Raised;
+        }
+        js.settle()
+    }
+}
+
+/// A session's JavaScript interpreter: one context kept across cells.
+pub struct Interpreter {
+    js: Js,
+    files: Files,
+}
+
+impl GuestInterpreter for Interpreter {
+    fn new() -> Self {
+        let files: Files = Rc::default();
+        match Js::new(Some(files.clone())) {
+            Ok(js) => Interpreter { js, files },
+            // The prelude is fixed and tested; failing here means memory ran out
+            // before any caller code, which the host reports as a trap.
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    fn write_file(&self, path: String, content: Vec<u8>) {
+        self.files.borrow_mut().insert(path, content);
+    }
+
+    fn cell(&self, code: String, number: u32) -> Status {
+        let js = &self.js;
+        let name = format!("<cell {number}>");
+        let shown = js.ctx.with(|ctx| {
+            let promise = match ctx.eval_with_options::<Promise, _>(code, options(&name, true)).catch(&ctx) {
+                Ok(p) => p,
+                Err(err) => {
+                    js.report(&ctx, err, false);
+                    return None;
+                }
+            };
+            Some(Persistent::save(&ctx, promise))
+        });
+        let Some(promise) = shown else {
+            return Status::Raised;
+        };
+        let status = js.settle();
+        js.ctx.with(|ctx| {
+            let Ok(promise) = promise.restore(&ctx) else {
+                return Status::Raised;
+            };
+            match promise.result::<Value>() {
+                Some(Ok(done)) => {
+                    let value = done.as_object().and_then(|o| o.get::<_, Value>("value").ok()).unwrap_or(done);
+                    if !value.is_undefined() {
+                        let text = js
+                            .helper(&ctx, "inspect")
+                            .and_then(|inspect| inspect.call::<_, String>((value,)))
+                            .unwrap_or_default();
+                        write(Channel::Stdout, format!("{text}\n").as_bytes());
+                    }
+                    status
+                }
+                Some(Err(_)) => {
+                    let err = ctx.catch();
+                    js.report(&ctx, CaughtError::Value(err), false);
+                    Status::Raised
+                }
+                None => status,
+            }
+        })
+    }
+}
