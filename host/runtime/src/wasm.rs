@@ -1,0 +1,335 @@
+//! The built-in `wasm` provider: the QuickJS guest component on wasmtime, in the
+//! host process, at the `process` tier.
+//!
+//! Each run gets a fresh store (instantiated from one `InstancePre` through the
+//! pooling allocator), a memory limit, an epoch deadline and capped output. Nothing
+//! a run does survives it.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use plimsoll_core::limits::OUTPUT_CAP_BYTES;
+use plimsoll_core::provider::{self, Description, Evidence, KindSupport, Provider, Ran, RunError, Snippet};
+use plimsoll_core::validate::Language;
+use plimsoll_core::wire::JavaScriptResult;
+use plimsoll_core::{Reason, Refusal, Tier};
+use sha2::{Digest, Sha256};
+use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime::{ResourceLimiter, Store, Trap};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use crate::RuntimeError;
+use crate::engine::{Engine, Loaded, Readiness};
+
+mod generated {
+    wasmtime::component::bindgen!({
+        world: "engine",
+        path: "../../wit/engine",
+    });
+}
+
+use generated::exports::plimsoll::engine::evaluate::Status;
+use generated::plimsoll::engine::{console, host_api};
+use generated::{Engine as EngineWorld, EnginePre};
+
+/// The QuickJS guest component, built by `guests/build.sh` and checked in.
+pub const QUICKJS_COMPONENT: &[u8] = include_bytes!("../../../guests/quickjs/quickjs.wasm");
+
+/// The component's identity: `quickjs-wasm:sha256:<hex>` of its bytes.
+pub fn quickjs_identity() -> &'static str {
+    static ID: OnceLock<String> = OnceLock::new();
+    ID.get_or_init(|| format!("quickjs-wasm:sha256:{}", hex::encode(Sha256::digest(QUICKJS_COMPONENT))))
+}
+
+/// Exit code of a run its deadline ended.
+pub const EXIT_TIMEOUT: i32 = 124;
+
+/// Exit code of a run the engine trapped out of (out of memory, stack overflow, abort).
+pub const EXIT_TRAP: i32 = 134;
+
+/// The wasm provider's limits.
+///
+/// Defaults: 256 MiB of linear memory per run, 64 KiB kept per output stream, a
+/// 5 s default budget and a 30 s ceiling (the original's wasm provider's).
+#[derive(Clone, Debug)]
+pub struct WasmConfig {
+    /// Linear memory per run (`SANDBOX_MEMORY_MB`).
+    pub memory_mb: u32,
+    /// Bytes kept per output stream.
+    pub output_cap: usize,
+    /// The budget of a run that states none.
+    pub default_timeout: Duration,
+    /// The longest run allowed.
+    pub max_timeout: Duration,
+}
+
+impl Default for WasmConfig {
+    fn default() -> WasmConfig {
+        WasmConfig {
+            memory_mb: 256,
+            output_cap: OUTPUT_CAP_BYTES,
+            default_timeout: Duration::from_secs(5),
+            max_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// One output stream as the host keeps it: a prefix up to the cap, and whether
+/// anything was dropped.
+#[derive(Debug, Default)]
+struct Captured {
+    bytes: Vec<u8>,
+    truncated: bool,
+}
+
+impl Captured {
+    fn push(&mut self, cap: usize, more: &[u8]) {
+        let room = cap.saturating_sub(self.bytes.len());
+        if more.len() > room {
+            self.truncated = true;
+        }
+        self.bytes.extend_from_slice(&more[..more.len().min(room)]);
+    }
+}
+
+/// Caps linear memory and remembers whether the guest asked past the cap.
+#[derive(Debug)]
+struct Limiter {
+    memory_bytes: usize,
+    denied: bool,
+}
+
+impl ResourceLimiter for Limiter {
+    fn memory_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        if desired > self.memory_bytes {
+            self.denied = true;
+            return Ok(false);
+        }
+        Ok(true)
+    }
+
+    fn table_growing(&mut self, _current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+        // Tables hold function references; a million is far past any real program.
+        Ok(desired <= 1 << 20)
+    }
+}
+
+/// Everything one run's store holds.
+struct RunState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    limiter: Limiter,
+    cap: usize,
+    stdout: Captured,
+    stderr: Captured,
+}
+
+impl WasiView for RunState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl console::Host for RunState {
+    fn write(&mut self, channel: console::Channel, bytes: Vec<u8>) {
+        let cap = self.cap;
+        match channel {
+            console::Channel::Stdout => self.stdout.push(cap, &bytes),
+            console::Channel::Stderr => self.stderr.push(cap, &bytes),
+        }
+    }
+}
+
+impl host_api::Host for RunState {
+    fn call(&mut self, method: String, path: String, _body: Option<Vec<u8>>) -> host_api::Response {
+        // A run without a grant reaches nothing; the broker answers every call 403.
+        let body = format!("{{\"error\":\"forbidden: this run holds no grant, so {method} {path} is not allowed\"}}");
+        host_api::Response { status: 403, content_type: "application/json".into(), body: body.into_bytes() }
+    }
+}
+
+/// The built-in wasm provider.
+pub struct WasmProvider {
+    engine: Engine,
+    pre: EnginePre<RunState>,
+    config: WasmConfig,
+    loaded: (Readiness, Duration),
+}
+
+impl std::fmt::Debug for WasmProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmProvider").field("config", &self.config).field("loaded", &self.loaded).finish()
+    }
+}
+
+impl WasmProvider {
+    /// Compiles (or loads from the cache) the QuickJS component and links it.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError`] when the component does not compile or link.
+    pub fn new(engine: &Engine, config: WasmConfig) -> Result<WasmProvider, RuntimeError> {
+        let Loaded { component, readiness, took } = engine.load("quickjs", QUICKJS_COMPONENT)?;
+        let mut linker = Linker::<RunState>::new(engine.wasmtime());
+        let link = |e: wasmtime::Error| RuntimeError::Link(format!("{e:#}"));
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(link)?;
+        EngineWorld::add_to_linker::<RunState, HasSelf<RunState>>(&mut linker, |s| s).map_err(link)?;
+        let pre = linker.instantiate_pre(&component).map_err(link)?;
+        let pre = EnginePre::new(pre).map_err(link)?;
+        Ok(WasmProvider { engine: engine.clone(), pre, config, loaded: (readiness, took) })
+    }
+
+    /// Whether the component came from the cache, and how long loading took.
+    pub fn loaded(&self) -> (Readiness, Duration) {
+        self.loaded
+    }
+
+    /// The provider's configuration.
+    pub fn config(&self) -> &WasmConfig {
+        &self.config
+    }
+
+    fn evidence(&self) -> Evidence {
+        Evidence { tier: Tier::Process, environment: quickjs_identity().to_string(), ..Evidence::default() }
+    }
+
+    /// Runs JavaScript in a fresh store: exit 0 when it completes, 1 when it throws,
+    /// 124 at the deadline, 134 when the engine traps.
+    ///
+    /// # Errors
+    ///
+    /// Refused (nothing ran) when no instance could be made: `capacity` when the
+    /// instance pool is full, `environment` otherwise.
+    pub fn run_javascript(&self, code: &str, timeout: Duration) -> Result<JavaScriptResult, Refusal> {
+        let memory_bytes = (self.config.memory_mb as usize) << 20;
+        // The guest's own WASI stderr (a Rust panic message) is read back on a trap.
+        let guest_stderr = MemoryOutputPipe::new(4096);
+        let state = RunState {
+            wasi: WasiCtxBuilder::new().stderr(guest_stderr.clone()).build(),
+            table: ResourceTable::new(),
+            limiter: Limiter { memory_bytes, denied: false },
+            cap: self.config.output_cap,
+            stdout: Captured::default(),
+            stderr: Captured::default(),
+        };
+        let mut store = Store::new(self.engine.wasmtime(), state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(Engine::deadline_ticks(timeout));
+        store.epoch_deadline_trap();
+        let instance = self.pre.instantiate(&mut store).map_err(|e| {
+            let text = format!("{e:#}");
+            if text.contains("limit") && text.contains("concurrent") {
+                Refusal::new(Reason::Capacity, "the wasm engine has no free instance slot; retry shortly")
+            } else {
+                Refusal::new(Reason::Environment, format!("the wasm engine could not start an instance: {text}"))
+            }
+        })?;
+        let outcome = instance.plimsoll_engine_evaluate().call_run(&mut store, code, None);
+        let state = store.into_data();
+        let mut result = JavaScriptResult {
+            stdout: state.stdout.bytes,
+            stdout_truncated: state.stdout.truncated,
+            stderr: state.stderr.bytes,
+            stderr_truncated: state.stderr.truncated,
+            ..JavaScriptResult::default()
+        };
+        match outcome {
+            Ok(Status::Completed) => result.exit_code = 0,
+            Ok(Status::Raised) => result.exit_code = 1,
+            Err(e) if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) => {
+                result.exit_code = EXIT_TIMEOUT;
+                result.timed_out = true;
+            }
+            Err(e) => {
+                result.exit_code = EXIT_TRAP;
+                if result.stderr.is_empty() {
+                    let why = if state.limiter.denied {
+                        format!("guest aborted: out of memory (the run's limit is {} MiB)\n", self.config.memory_mb)
+                    } else {
+                        let panic = String::from_utf8_lossy(&guest_stderr.contents()).trim().to_string();
+                        let trap = e.downcast_ref::<Trap>().map(|t| t.to_string()).unwrap_or_else(|| format!("{e}"));
+                        if panic.is_empty() {
+                            format!("guest aborted: {trap}\n")
+                        } else {
+                            format!("guest aborted: {trap}: {panic}\n")
+                        }
+                    };
+                    let cap = self.config.output_cap;
+                    let mut stderr = Captured::default();
+                    stderr.push(cap, why.as_bytes());
+                    result.stderr = stderr.bytes;
+                    result.stderr_truncated = stderr.truncated;
+                }
+            }
+        }
+        Ok(result)
+    }
+}
+
+impl Provider for WasmProvider {
+    fn describe(&self) -> Description {
+        Description {
+            name: "wasm".into(),
+            snippet: Some(KindSupport {
+                identity: quickjs_identity().to_string(),
+                software_identity: String::new(),
+                default_timeout: self.config.default_timeout,
+                max_timeout: self.config.max_timeout,
+                languages: vec![Language::JavaScript],
+            }),
+            project: None,
+            module: None,
+            memory_mb: self.config.memory_mb,
+            policy: String::new(),
+        }
+    }
+
+    fn tier(&self) -> Tier {
+        Tier::Process
+    }
+
+    fn preflight(&self) -> Result<(), Refusal> {
+        Ok(())
+    }
+
+    fn run_snippet(&self, snippet: &Snippet<'_>) -> Result<Ran<JavaScriptResult>, RunError> {
+        provider::check_floor(Tier::Process, snippet.floor)?;
+        if snippet.language != Language::JavaScript {
+            return Err(Refusal::unsupported(format!(
+                "the wasm provider runs javascript, not {}; the docker provider runs python",
+                snippet.language.as_str()
+            ))
+            .into());
+        }
+        let result = self.run_javascript(snippet.code, snippet.timeout)?;
+        Ok(Ran { result, evidence: self.evidence() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn captured_streams_keep_a_prefix_and_flag_the_rest() {
+        let mut c = Captured::default();
+        c.push(4, b"ab");
+        c.push(4, b"cd");
+        assert!(!c.truncated);
+        c.push(4, b"e");
+        assert_eq!(c.bytes, b"abcd");
+        assert!(c.truncated);
+        let mut d = Captured::default();
+        d.push(4, b"abcdef");
+        assert_eq!(d.bytes, b"abcd");
+        assert!(d.truncated);
+    }
+
+    #[test]
+    fn identity_names_the_component_digest() {
+        let id = quickjs_identity();
+        assert!(id.starts_with("quickjs-wasm:sha256:"));
+        assert_eq!(id.len(), "quickjs-wasm:sha256:".len() + 64);
+    }
+}
