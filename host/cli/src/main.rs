@@ -1,0 +1,60 @@
+//! `plimsoll-host`: the one plimsoll binary.
+//!
+//! Exit statuses, for every subcommand that runs code:
+//! - the guest's own exit code when a run produced a result (0, 1, 124 timeout,
+//!   134 trap, or whatever the program exited with);
+//! - 69 when the request was refused and nothing ran (the reason is printed);
+//! - 70 when the run failed after the code may have run (never retried);
+//! - 2 for a usage error, 1 for any other failure of the command itself.
+
+mod record;
+mod run;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Refused: nothing ran.
+pub const EXIT_REFUSED: u8 = 69;
+/// Failed after the code may have run.
+pub const EXIT_MAY_HAVE_RUN: u8 = 70;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "plimsoll-host",
+    version,
+    about = "Run untrusted code in a sandbox and state how strong that sandbox was",
+    long_about = "Run untrusted code in a sandbox and state how strong that sandbox was: its isolation \
+tier, weakest first process, container, kernel, vm. The tier is evidence (configuration, a verified \
+runtime, a startup smoke test), never attestation.",
+    after_help = "Exit statuses: the guest's exit code for a result; 69 refused (nothing ran); \
+70 failed after the code may have run; 2 usage error; 1 other failure."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run one snippet on the embedded default provider (wasm, the process tier).
+    Run(run::Args),
+    /// Run-record tools.
+    #[command(subcommand)]
+    Record(record::Command),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Run(args) => run::main(args),
+        Command::Record(cmd) => record::main(cmd),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("plimsoll-host: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

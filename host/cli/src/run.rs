@@ -1,0 +1,209 @@
+//! `plimsoll-host run`: one snippet on the embedded default, with the record.
+
+use std::io::{Read as _, Write as _};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use plimsoll_core::Refusal;
+use plimsoll_core::dispatch::{self, Failure, Started};
+use plimsoll_core::protocol;
+use plimsoll_core::provider::Provider;
+use plimsoll_core::validate::{self, Language};
+use plimsoll_core::wire::{JavaScriptRun, RunRequest, RunResponse};
+use plimsoll_runtime::{Engine, EngineConfig, WasmConfig, WasmProvider};
+
+use crate::{EXIT_MAY_HAVE_RUN, EXIT_REFUSED};
+
+/// Arguments of `run`.
+#[derive(Debug, clap::Args)]
+#[command(after_help = "Exit statuses: the guest's exit code for a result (124 timeout, 134 trap); \
+69 refused, nothing ran; 70 failed after the code may have run.\n\
+Environment: SANDBOX_MEMORY_MB (memory per run, default 256), PLIMSOLL_CACHE_DIR (precompiled components).")]
+pub struct Args {
+    /// The provider: `wasm` (QuickJS in-process, the process tier).
+    #[arg(long, default_value = "wasm", value_parser = ["wasm"])]
+    provider: String,
+    /// The snippet's language.
+    #[arg(long = "lang", default_value = "javascript")]
+    language: String,
+    /// The weakest tier the run accepts: process, container, kernel or vm. A floor
+    /// the provider cannot meet runs nothing.
+    #[arg(long = "min-isolation", value_name = "TIER")]
+    min_isolation: Option<String>,
+    /// The run's budget in milliseconds (default 5000; at most the provider's ceiling).
+    #[arg(long = "timeout-ms", value_name = "N")]
+    timeout_ms: Option<u64>,
+    /// Print the protocol's RunResponse JSON (with its record) instead of lines.
+    #[arg(long)]
+    json: bool,
+    /// The code to run.
+    #[arg(short = 'c', value_name = "CODE", conflicts_with = "file")]
+    code: Option<String>,
+    /// A file holding the code, or `-` for standard input.
+    #[arg(value_name = "FILE")]
+    file: Option<PathBuf>,
+}
+
+fn read_code(args: &Args) -> anyhow::Result<Result<String, Refusal>> {
+    let bytes = match (&args.code, &args.file) {
+        (Some(code), _) => code.clone().into_bytes(),
+        (None, Some(path)) if path.as_os_str() == "-" => {
+            let mut b = Vec::new();
+            std::io::stdin().read_to_end(&mut b).context("reading the code from standard input")?;
+            b
+        }
+        (None, Some(path)) => std::fs::read(path).with_context(|| format!("reading {}", path.display()))?,
+        (None, None) => anyhow::bail!("give the code with -c CODE, a FILE, or - for standard input"),
+    };
+    Ok(validate::code_bytes(bytes))
+}
+
+/// Reads `SANDBOX_MEMORY_MB`: unset, empty or 0 is the default (256); anything but a
+/// whole number from 1 to 4096 is an error naming the variable, never a fallback.
+fn parse_memory_mb(value: Option<&str>) -> anyhow::Result<u32> {
+    match value {
+        None | Some("") | Some("0") => Ok(256),
+        Some(v) => match v.parse::<u32>() {
+            Ok(n) if (1..=4096).contains(&n) => Ok(n),
+            _ => anyhow::bail!("SANDBOX_MEMORY_MB={v:?} is not a whole number of MiB from 1 to 4096"),
+        },
+    }
+}
+
+fn memory_mb() -> anyhow::Result<u32> {
+    match std::env::var("SANDBOX_MEMORY_MB") {
+        Err(std::env::VarError::NotPresent) => parse_memory_mb(None),
+        Err(e) => anyhow::bail!("SANDBOX_MEMORY_MB: {e}"),
+        Ok(v) => parse_memory_mb(Some(&v)),
+    }
+}
+
+fn refused(json: bool, r: &Refusal) -> ExitCode {
+    if json {
+        let body = serde_json::json!({ "notDispatched": r.reason.as_str(), "message": r.message });
+        println!("{body}");
+    }
+    eprintln!("not dispatched ({}): {}", r.reason, r.message);
+    ExitCode::from(EXIT_REFUSED)
+}
+
+/// Builds the request the command line describes, refusing bad input before any
+/// engine starts.
+fn request(args: &Args, code: String, provider: &WasmProvider) -> anyhow::Result<Result<RunRequest, Refusal>> {
+    let language = match Language::parse(&args.language) {
+        Ok(l) => l,
+        Err(r) => return Ok(Err(r)),
+    };
+    let desc = provider.describe();
+    let Some(snippet) = desc.snippet.as_ref() else {
+        return Ok(Err(Refusal::unsupported(format!("the {} provider runs no snippets", desc.name))));
+    };
+    if !snippet.languages.contains(&language) {
+        return Ok(Err(Refusal::unsupported(format!(
+            "the {} provider runs javascript, not {}; the docker provider runs python",
+            desc.name,
+            language.as_str()
+        ))));
+    }
+    let timeout_ms = match args.timeout_ms.map(|ms| snippet.check_explicit_timeout(ms)) {
+        None => 0,
+        Some(Ok(d)) => d.as_millis() as i32,
+        Some(Err(r)) => return Ok(Err(r)),
+    };
+    let minimum_isolation = args.min_isolation.clone().unwrap_or_default();
+    if args.min_isolation.as_deref() == Some("") {
+        return Ok(Err(Refusal::request(
+            "invalid request: --min-isolation needs a tier: process, container, kernel or vm",
+        )));
+    }
+    Ok(Ok(RunRequest {
+        protocol: protocol::NUMBER,
+        minimum_isolation,
+        timeout_ms,
+        javascript: Some(JavaScriptRun { code, grant_profile: String::new() }),
+        ..RunRequest::default()
+    }))
+}
+
+fn print_lines(resp: &RunResponse) -> anyhow::Result<ExitCode> {
+    let Some(js) = resp.javascript.as_ref() else {
+        anyhow::bail!("the provider answered without a snippet result");
+    };
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "provider {}", resp.sandbox)?;
+    writeln!(out, "isolation {}", resp.isolation)?;
+    writeln!(out, "exit code {}", js.exit_code)?;
+    writeln!(out, "timed out {}", js.timed_out)?;
+    writeln!(out, "truncated stdout={} stderr={}", js.stdout_truncated, js.stderr_truncated)?;
+    writeln!(out, "duration {}ms", resp.duration_ms)?;
+    for (name, bytes, always) in [("stdout", &js.stdout, true), ("stderr", &js.stderr, false)] {
+        if bytes.is_empty() && !always {
+            continue;
+        }
+        out.write_all(name.as_bytes())?;
+        if !bytes.is_empty() {
+            out.write_all(b" ")?;
+            out.write_all(bytes)?;
+        }
+        if !bytes.ends_with(b"\n") {
+            out.write_all(b"\n")?;
+        }
+    }
+    out.flush()?;
+    Ok(ExitCode::from(js.exit_code.clamp(0, 255) as u8))
+}
+
+/// Runs `plimsoll-host run`.
+pub fn main(args: Args) -> anyhow::Result<ExitCode> {
+    // Cheap checks first: bad code, a bad language or floor refuses before any engine starts.
+    let checked = read_code(&args)?.and_then(|code| {
+        Language::parse(&args.language)?;
+        validate::floor(args.min_isolation.as_deref().unwrap_or(""))?;
+        Ok(code)
+    });
+    let code = match checked {
+        Ok(code) => code,
+        Err(r) => return Ok(refused(args.json, &r)),
+    };
+    let engine = Engine::new(&EngineConfig::default()).context("starting the wasm engine")?;
+    let wasm = WasmProvider::new(&engine, WasmConfig { memory_mb: memory_mb()?, ..WasmConfig::default() })
+        .context("loading the QuickJS component")?;
+    let req = match request(&args, code, &wasm)? {
+        Ok(r) => r,
+        Err(r) => return Ok(refused(args.json, &r)),
+    };
+    let started = Started::now();
+    let prepared = match dispatch::prepare(&wasm.describe(), wasm.tier(), &req) {
+        Ok(p) => p,
+        Err(r) => return Ok(refused(args.json, &r)),
+    };
+    match dispatch::execute(&wasm, prepared, &started) {
+        Ok(resp) if args.json => {
+            println!("{}", serde_json::to_string(&resp)?);
+            Ok(ExitCode::from(resp.javascript.map(|j| j.exit_code.clamp(0, 255) as u8).unwrap_or(0)))
+        }
+        Ok(resp) => print_lines(&resp),
+        Err(Failure::Refused(r)) => Ok(refused(args.json, &r)),
+        Err(Failure::MayHaveRun(detail)) => {
+            eprintln!("failed, may have run: {detail}");
+            Ok(ExitCode::from(EXIT_MAY_HAVE_RUN))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_setting_is_strict() {
+        assert_eq!(parse_memory_mb(None).expect("default"), 256);
+        assert_eq!(parse_memory_mb(Some("0")).expect("default"), 256);
+        assert_eq!(parse_memory_mb(Some("64")).expect("64"), 64);
+        for bad in ["0x10", "5000", "-1", "1.5", "64MB"] {
+            let e = parse_memory_mb(Some(bad)).expect_err(bad).to_string();
+            assert!(e.starts_with("SANDBOX_MEMORY_MB="), "{e}");
+        }
+    }
+}

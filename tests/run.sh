@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: formatting, lints, the guest components'
+# reproducibility, and every test of the workspace. Prerequisites (Debian packages,
+# the wasm32-wasip2 target) come from .ci/install; a missing one fails here with
+# the command that installs it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n== %s\n' "$*"; }
+missing=()
+for tool in clang-19 llvm-ar-19; do command -v "$tool" >/dev/null || missing+=("$tool"); done
+rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2 || missing+=("the wasm32-wasip2 target")
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "tests/run.sh: missing ${missing[*]}; run .ci/install (as root) first" >&2
+  exit 1
+fi
+
+step "format (host workspace and guests)"
+cargo fmt --all --check
+cargo fmt --all --check --manifest-path guests/Cargo.toml
+
+step "clippy (host workspace)"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "clippy (guests, wasm32-wasip2)"
+(
+  source guests/env.sh
+  cargo clippy --locked --release --target wasm32-wasip2 --manifest-path guests/Cargo.toml \
+    --target-dir "$target_dir" -- -D warnings
+)
+
+step "guest components reproduce from their sources"
+guests/check.sh
+
+step "tests"
+cargo test --workspace --locked
