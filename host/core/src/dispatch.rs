@@ -16,9 +16,9 @@ use crate::wire::{Payload, PayloadError, RunRecord, RunRequest, RunResponse};
 
 /// A request that passed every check before admission.
 #[derive(Clone, Debug)]
-pub struct Prepared<'a> {
+pub struct Prepared {
     /// The request as received.
-    pub request: &'a RunRequest,
+    pub request: RunRequest,
     /// Its floor, parsed.
     pub floor: Option<Floor>,
     /// The budget the provider gets.
@@ -27,7 +27,7 @@ pub struct Prepared<'a> {
     pub request_sha256: String,
 }
 
-impl Prepared<'_> {
+impl Prepared {
     /// The payload (checked to be exactly one in [`prepare`]).
     fn payload(&self) -> Payload<'_> {
         match self.request.payload() {
@@ -53,7 +53,7 @@ fn kind_support<'d>(
 /// # Errors
 ///
 /// A [`Refusal`]: nothing ran.
-pub fn prepare<'a>(desc: &Description, tier: Tier, request: &'a RunRequest) -> Result<Prepared<'a>, Refusal> {
+pub fn prepare(desc: &Description, tier: Tier, request: RunRequest) -> Result<Prepared, Refusal> {
     let payload = request.payload().map_err(|e| match e {
         PayloadError::Missing | PayloadError::Several => Refusal::request(format!("invalid request: {e}")),
     })?;
@@ -104,12 +104,9 @@ pub fn prepare<'a>(desc: &Description, tier: Tier, request: &'a RunRequest) -> R
             "the software this provider would run is outside the request's software rule",
         ));
     }
-    Ok(Prepared {
-        request,
-        floor,
-        timeout: support.resolve_timeout(request.timeout_ms).min(crate::limits::MAX_RUN_TIMEOUT),
-        request_sha256: record::request_digest(request),
-    })
+    let timeout = support.resolve_timeout(request.timeout_ms).min(crate::limits::MAX_RUN_TIMEOUT);
+    let request_sha256 = record::request_digest(&request);
+    Ok(Prepared { request, floor, timeout, request_sha256 })
 }
 
 /// Why [`execute`] produced no answer.
@@ -209,7 +206,7 @@ pub fn answer(
 ///
 /// [`Failure::Refused`] when the provider refused (nothing ran), and
 /// [`Failure::MayHaveRun`] when it failed after the code may have started.
-pub fn execute(provider: &dyn Provider, prepared: Prepared<'_>, started: &Started) -> Result<RunResponse, Failure> {
+pub fn execute(provider: &dyn Provider, prepared: Prepared, started: &Started) -> Result<RunResponse, Failure> {
     let name = provider.describe().name;
     let mut resp = RunResponse::default();
     let evidence = match prepared.payload() {
@@ -332,8 +329,7 @@ mod tests {
     }
 
     fn refusal(fake: &Fake, json: &str) -> Refusal {
-        let r = req(json);
-        let err = prepare(&fake.describe(), fake.tier(), &r).expect_err("refused");
+        let err = prepare(&fake.describe(), fake.tier(), req(json)).expect_err("refused");
         assert!(fake.asked.lock().expect("lock").is_empty(), "the provider was called");
         err
     }
@@ -397,7 +393,7 @@ mod tests {
             r#"{"protocol":4,"minimumIsolation":"container","timeoutMs":90000,"softwareRule":{"mode":"exact","identities":["oci-manifest:x"]},"javascript":{"code":"console.log(6*7)"}}"#,
         );
         let started = Started::now();
-        let p = prepare(&fake.describe(), fake.tier(), &r).expect("prepared");
+        let p = prepare(&fake.describe(), fake.tier(), r.clone()).expect("prepared");
         assert_eq!(p.timeout, Duration::from_secs(30), "clamped to the provider's ceiling");
         let resp = execute(&fake, p, &started).expect("answered");
         let rec = resp.record.clone().expect("a record");
@@ -419,10 +415,10 @@ mod tests {
         let mut fake = Fake::new(Tier::Process);
         fake.answer = Err(RunError::Refused(Refusal::new(Reason::Capacity, "full")));
         let r = req(r#"{"protocol":4,"javascript":{"code":"1"}}"#);
-        let p = prepare(&fake.describe(), fake.tier(), &r).expect("prepared");
+        let p = prepare(&fake.describe(), fake.tier(), r.clone()).expect("prepared");
         assert_eq!(execute(&fake, p, &Started::now()), Err(Failure::Refused(Refusal::new(Reason::Capacity, "full"))));
         fake.answer = Err(RunError::MayHaveRun("lost".into()));
-        let p = prepare(&fake.describe(), fake.tier(), &r).expect("prepared");
+        let p = prepare(&fake.describe(), fake.tier(), r.clone()).expect("prepared");
         assert_eq!(execute(&fake, p, &Started::now()), Err(Failure::MayHaveRun("lost".into())));
     }
 
@@ -431,7 +427,7 @@ mod tests {
         let mut fake = Fake::new(Tier::Kernel);
         fake.evidence_tier = Tier::Container;
         let r = req(r#"{"protocol":4,"minimumIsolation":"kernel","javascript":{"code":"1"}}"#);
-        let p = prepare(&fake.describe(), fake.tier(), &r).expect("prepared");
+        let p = prepare(&fake.describe(), fake.tier(), r.clone()).expect("prepared");
         assert!(matches!(execute(&fake, p, &Started::now()), Err(Failure::MayHaveRun(_))));
     }
 
@@ -440,7 +436,7 @@ mod tests {
         let mut fake = Fake::new(Tier::Container);
         fake.evidence_tier = Tier::Vm;
         let r = req(r#"{"protocol":4,"javascript":{"code":"1"}}"#);
-        let p = prepare(&fake.describe(), fake.tier(), &r).expect("prepared");
+        let p = prepare(&fake.describe(), fake.tier(), r.clone()).expect("prepared");
         let resp = execute(&fake, p, &Started::now()).expect("answered");
         assert_eq!(resp.isolation, "container");
     }

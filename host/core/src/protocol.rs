@@ -48,7 +48,10 @@ mod tests {
     #[test]
     fn texts_name_the_number() {
         assert_eq!(check(NUMBER), Ok(()));
-        assert_eq!(check(0).expect_err("refused").to_string(), "protocol must be stated; this daemon serves protocol 4");
+        assert_eq!(
+            check(0).expect_err("refused").to_string(),
+            "protocol must be stated; this daemon serves protocol 4"
+        );
         assert_eq!(
             check(3).expect_err("refused").to_string(),
             "this daemon serves protocol 4 and the request states 3; nothing ran"

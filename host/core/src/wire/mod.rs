@@ -5,6 +5,8 @@
 //! names are accepted too, as protobuf's own parser accepts them. Unknown fields
 //! and duplicate keys are refused. A field at its zero value is omitted when written.
 
+pub mod connect;
+pub mod details;
 pub mod json;
 
 use serde::de::DeserializeOwned;
