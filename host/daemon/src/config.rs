@@ -1,0 +1,701 @@
+//! Operator configuration: `plimsoll.toml` (path from `--config` or
+//! `PLIMSOLL_CONFIG`) holds everything; the original system's environment variables
+//! override it. Strict throughout: an unknown key or variable, or a malformed value,
+//! fails startup naming it, so a typo can never silently weaken a wall.
+
+use std::path::{Path, PathBuf};
+
+use plimsoll_core::Floor;
+use serde::Deserialize;
+
+/// Why configuration was refused. Messages name the key or variable.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema (unknown keys included).
+    #[error("{path}: {message}")]
+    File {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// A value (from the file or the environment) is malformed or out of range.
+    #[error("{0}")]
+    Value(String),
+    /// Variables this daemon does not know are set.
+    #[error("unknown variable{} {}: check the spelling (a misspelt safety setting must not be ignored)", if .0.len() == 1 { "" } else { "s" }, .0.join(", "))]
+    UnknownVariables(Vec<String>),
+}
+
+/// The `[daemon]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct DaemonTable {
+    addr: Option<String>,
+    metrics_addr: Option<String>,
+    log_format: Option<String>,
+    clients_file: Option<PathBuf>,
+    token_file: Option<PathBuf>,
+    insecure: Option<bool>,
+    hardened: Option<bool>,
+    tls_cert: Option<PathBuf>,
+    tls_key: Option<PathBuf>,
+    cache_dir: Option<PathBuf>,
+}
+
+/// The `[sandbox]` table.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct SandboxTable {
+    provider: Option<String>,
+    min_isolation: Option<String>,
+    memory_mb: Option<u32>,
+    cpus: Option<f64>,
+    pids: Option<u32>,
+    disk_mb: Option<u32>,
+    max_concurrent: Option<u32>,
+    per_key_concurrent: Option<u32>,
+    rate_per_min: Option<u32>,
+    rate_burst: Option<u32>,
+    total_memory_mb: Option<u32>,
+}
+
+/// The whole file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    daemon: DaemonTable,
+    #[serde(default)]
+    sandbox: SandboxTable,
+}
+
+/// Which provider the daemon runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProviderKind {
+    /// Runs nothing (the default).
+    Disabled,
+    /// QuickJS in-process, the process tier.
+    Wasm,
+}
+
+impl ProviderKind {
+    /// The provider's wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Disabled => "disabled",
+            ProviderKind::Wasm => "wasm",
+        }
+    }
+}
+
+/// The log's line format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One JSON object per line (the default).
+    Json,
+    /// `time level msg key=value...`
+    Text,
+}
+
+/// How callers authenticate.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AuthSource {
+    /// A clients file: each caller its own token and scopes.
+    ClientsFile(PathBuf),
+    /// One shared bearer token (at least 32 characters).
+    SharedToken(String),
+    /// No authentication: only for the disabled provider, or with `PLIMSOLL_INSECURE=1`.
+    Open,
+}
+
+/// The per-run resource envelope; 0 means the provider's default.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Resources {
+    /// `SANDBOX_MEMORY_MB`
+    pub memory_mb: u32,
+    /// `SANDBOX_CPUS`
+    pub cpus: f64,
+    /// `SANDBOX_PIDS`
+    pub pids: u32,
+    /// `SANDBOX_DISK_MB`
+    pub disk_mb: u32,
+}
+
+/// Admission limits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admission {
+    /// Runs in flight across the daemon (`SANDBOX_MAX_CONCURRENT`, 1 to 1024, default 8).
+    pub max_concurrent: u32,
+    /// Runs in flight per caller (`SANDBOX_PER_KEY_CONCURRENT`, default half the max).
+    pub per_key_concurrent: u32,
+    /// Runs per minute per caller (`SANDBOX_RATE_PER_MIN`, default 30, 0 = off).
+    pub rate_per_min: u32,
+    /// Burst of the per-caller bucket (`SANDBOX_RATE_BURST`, default the rate).
+    pub rate_burst: u32,
+}
+
+/// The daemon's configuration, resolved.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The RPC listener (`PLIMSOLL_ADDR`, default `:8746`, all interfaces).
+    pub addr: String,
+    /// The metrics listener (`PLIMSOLL_METRICS_ADDR`, default `127.0.0.1:9464`; `None` = off).
+    pub metrics_addr: Option<String>,
+    /// `PLIMSOLL_LOG_FORMAT`
+    pub log_format: LogFormat,
+    /// Who may call.
+    pub auth: AuthSource,
+    /// `PLIMSOLL_INSECURE=1`: a real provider without authentication (development only).
+    pub insecure: bool,
+    /// `PLIMSOLL_HARDENED=1`: refuse to start unless every production rule holds.
+    pub hardened: bool,
+    /// `PLIMSOLL_TLS_CERT` and `PLIMSOLL_TLS_KEY`, both or neither.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// `SANDBOX_PROVIDER`
+    pub provider: ProviderKind,
+    /// `SANDBOX_MIN_ISOLATION`: the startup floor the provider's evidence must meet.
+    pub min_isolation: Option<Floor>,
+    /// The per-run envelope.
+    pub resources: Resources,
+    /// Admission.
+    pub admission: Admission,
+    /// `SANDBOX_TOTAL_MEMORY_MB`: clamps `max_concurrent` to what fits (0 = no clamp).
+    pub total_memory_mb: u32,
+    /// `PLIMSOLL_CACHE_DIR`: precompiled components.
+    pub cache_dir: Option<PathBuf>,
+    /// Settings the operator stated explicitly (hardened mode wants some of them).
+    pub explicit: Vec<&'static str>,
+}
+
+/// Every variable the daemon reads, with the file key it overrides and what it does.
+/// `serve --help` prints this table, so the usage text and the code cannot drift.
+pub const VARIABLES: [(&str, &str, &str); 22] = [
+    ("PLIMSOLL_CONFIG", "", "path of plimsoll.toml"),
+    ("PLIMSOLL_ADDR", "daemon.addr", "RPC listener, default :8746"),
+    ("PLIMSOLL_METRICS_ADDR", "daemon.metrics-addr", "metrics listener, default 127.0.0.1:9464; off"),
+    ("PLIMSOLL_LOG_FORMAT", "daemon.log-format", "json (default) or text"),
+    ("PLIMSOLL_CLIENTS_FILE", "daemon.clients-file", "callers with token fingerprints and scopes; wins over the token"),
+    ("PLIMSOLL_TOKEN", "daemon.token-file", "one shared bearer token, at least 32 characters (file: its path)"),
+    ("PLIMSOLL_INSECURE", "daemon.insecure", "1 = a real provider without authentication (development only)"),
+    ("PLIMSOLL_HARDENED", "daemon.hardened", "1 = refuse to start unless every production rule holds"),
+    ("PLIMSOLL_TLS_CERT", "daemon.tls-cert", "PEM certificate chain; with PLIMSOLL_TLS_KEY"),
+    ("PLIMSOLL_TLS_KEY", "daemon.tls-key", "PEM private key; with PLIMSOLL_TLS_CERT"),
+    ("PLIMSOLL_CACHE_DIR", "daemon.cache-dir", "precompiled components, default ~/.cache/plimsoll"),
+    ("SANDBOX_PROVIDER", "sandbox.provider", "unset = disabled (runs nothing); wasm"),
+    ("SANDBOX_MIN_ISOLATION", "sandbox.min-isolation", "vm|kernel|container|process: startup floor"),
+    ("SANDBOX_MEMORY_MB", "sandbox.memory-mb", "memory per run, 0 = provider default (wasm 256)"),
+    ("SANDBOX_CPUS", "sandbox.cpus", "CPUs per run (providers that enforce it)"),
+    ("SANDBOX_PIDS", "sandbox.pids", "processes per run (providers that enforce it)"),
+    ("SANDBOX_DISK_MB", "sandbox.disk-mb", "writable storage per run (providers that enforce it)"),
+    ("SANDBOX_MAX_CONCURRENT", "sandbox.max-concurrent", "runs in flight, 1..1024, default 8"),
+    ("SANDBOX_PER_KEY_CONCURRENT", "sandbox.per-key-concurrent", "runs in flight per caller, default max/2"),
+    ("SANDBOX_RATE_PER_MIN", "sandbox.rate-per-min", "runs per minute per caller, default 30, 0 = off"),
+    ("SANDBOX_RATE_BURST", "sandbox.rate-burst", "bucket size per caller, default the rate"),
+    ("SANDBOX_TOTAL_MEMORY_MB", "sandbox.total-memory-mb", "clamps max-concurrent to what fits, 0 = off"),
+];
+
+/// Names that belong to plimsoll's clients and tools, not the daemon: set in the
+/// same shell they are ignored, not refused.
+const CLIENT_VARIABLES: [&str; 9] = [
+    "PLIMSOLL_URL",
+    "PLIMSOLL_CALLER_TOKEN",
+    "PLIMSOLL_TOKEN_FILE",
+    "PLIMSOLL_MIN_ISOLATION",
+    "PLIMSOLL_SOFTWARE_IDENTITY",
+    "PLIMSOLL_ATTEST_KEY",
+    "PLIMSOLL_TLS_CA",
+    "PLIMSOLL_RUN_TIMEOUT_MS",
+    "PLIMSOLL_DAEMON",
+];
+
+fn parse_bool(name: &str, v: &str) -> Result<bool, ConfigError> {
+    match v.to_ascii_lowercase().as_str() {
+        "" | "0" | "false" => Ok(false),
+        "1" | "true" => Ok(true),
+        _ => Err(ConfigError::Value(format!("{name}={v:?} is not a boolean: use 1/true or 0/false"))),
+    }
+}
+
+fn parse_u32(name: &str, v: &str) -> Result<u32, ConfigError> {
+    v.parse::<u32>().map_err(|_| ConfigError::Value(format!("{name}={v:?} is not a whole number")))
+}
+
+/// A source of variables: the process environment, or a map in tests.
+pub trait Env {
+    /// The variable's value, if set.
+    fn get(&self, name: &str) -> Option<String>;
+    /// Every variable name that is set.
+    fn names(&self) -> Vec<String>;
+}
+
+/// The process environment.
+#[derive(Debug, Clone, Copy)]
+pub struct ProcessEnv;
+
+impl Env for ProcessEnv {
+    fn get(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+    fn names(&self) -> Vec<String> {
+        std::env::vars_os().filter_map(|(k, _)| k.into_string().ok()).collect()
+    }
+}
+
+impl Env for std::collections::HashMap<String, String> {
+    fn get(&self, name: &str) -> Option<String> {
+        std::collections::HashMap::get(self, name).cloned()
+    }
+    fn names(&self) -> Vec<String> {
+        self.keys().cloned().collect()
+    }
+}
+
+/// One setting: the environment wins over the file; either may be absent.
+struct Pick<'a> {
+    env: &'a dyn Env,
+    explicit: Vec<&'static str>,
+}
+
+impl Pick<'_> {
+    fn string(&mut self, var: &'static str, file: Option<String>) -> Option<String> {
+        let v = self.env.get(var).or(file);
+        if v.is_some() {
+            self.explicit.push(var);
+        }
+        v
+    }
+
+    fn u32(&mut self, var: &'static str, file: Option<u32>) -> Result<Option<u32>, ConfigError> {
+        match self.env.get(var) {
+            Some(v) if v.is_empty() => Ok(file),
+            Some(v) => {
+                self.explicit.push(var);
+                parse_u32(var, &v).map(Some)
+            }
+            None => {
+                if file.is_some() {
+                    self.explicit.push(var);
+                }
+                Ok(file)
+            }
+        }
+    }
+
+    fn bool(&mut self, var: &'static str, file: Option<bool>) -> Result<bool, ConfigError> {
+        match self.env.get(var) {
+            Some(v) => parse_bool(var, &v),
+            None => Ok(file.unwrap_or(false)),
+        }
+    }
+}
+
+impl Config {
+    /// How callers authenticate, for the log (never the token).
+    pub fn auth_kind(&self) -> &'static str {
+        match self.auth {
+            AuthSource::ClientsFile(_) => "clients-file",
+            AuthSource::SharedToken(_) => "shared-token",
+            AuthSource::Open => "open",
+        }
+    }
+
+    /// Reads the configuration: the file (if `path` or `PLIMSOLL_CONFIG` names one),
+    /// then the environment over it.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] naming the first bad key or value, or every unknown variable.
+    pub fn load(path: Option<&Path>, env: &dyn Env) -> Result<Config, ConfigError> {
+        let unknown: Vec<String> = {
+            let mut u: Vec<String> = env
+                .names()
+                .into_iter()
+                .filter(|n| n.starts_with("PLIMSOLL_") || n.starts_with("SANDBOX_"))
+                .filter(|n| !VARIABLES.iter().any(|(v, _, _)| v == n) && !CLIENT_VARIABLES.contains(&n.as_str()))
+                .collect();
+            u.sort();
+            u
+        };
+        if !unknown.is_empty() {
+            return Err(ConfigError::UnknownVariables(unknown));
+        }
+        let file_path = path.map(Path::to_path_buf).or_else(|| env.get("PLIMSOLL_CONFIG").map(PathBuf::from));
+        let file: File = match &file_path {
+            None => File::default(),
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .map_err(|source| ConfigError::Read { path: p.display().to_string(), source })?;
+                toml::from_str(&text)
+                    .map_err(|e| ConfigError::File { path: p.display().to_string(), message: e.to_string() })?
+            }
+        };
+        let File { daemon: d, sandbox: s } = file;
+        let mut pick = Pick { env, explicit: Vec::new() };
+
+        let addr = pick.string("PLIMSOLL_ADDR", d.addr).unwrap_or_else(|| ":8746".into());
+        let metrics_addr = match pick.string("PLIMSOLL_METRICS_ADDR", d.metrics_addr) {
+            None => Some("127.0.0.1:9464".into()),
+            Some(v) if v == "off" => None,
+            Some(v) => Some(v),
+        };
+        let log_format = match pick.string("PLIMSOLL_LOG_FORMAT", d.log_format).as_deref() {
+            None | Some("json") => LogFormat::Json,
+            Some("text") => LogFormat::Text,
+            Some(other) => {
+                return Err(ConfigError::Value(format!("PLIMSOLL_LOG_FORMAT={other:?} is not json or text")));
+            }
+        };
+        let clients = pick.string("PLIMSOLL_CLIENTS_FILE", d.clients_file.map(|p| p.display().to_string()));
+        let token = match env.get("PLIMSOLL_TOKEN") {
+            Some(t) => Some(t),
+            None => match d.token_file {
+                Some(p) => Some(
+                    std::fs::read_to_string(&p)
+                        .map_err(|source| ConfigError::Read { path: p.display().to_string(), source })?
+                        .trim_end_matches(['\r', '\n'])
+                        .to_string(),
+                ),
+                None => None,
+            },
+        };
+        let auth = match (clients, token) {
+            (Some(f), _) if !f.is_empty() => AuthSource::ClientsFile(PathBuf::from(f)),
+            (_, Some(t)) if !t.is_empty() => {
+                if t.chars().count() < 32 {
+                    return Err(ConfigError::Value(
+                        "PLIMSOLL_TOKEN is shorter than 32 characters; use a long random token (plimsoll-host callers create prints one)".into(),
+                    ));
+                }
+                if !t.bytes().all(|b| (0x21..=0x7e).contains(&b)) {
+                    return Err(ConfigError::Value("PLIMSOLL_TOKEN must be visible ASCII with no spaces".into()));
+                }
+                AuthSource::SharedToken(t)
+            }
+            _ => AuthSource::Open,
+        };
+        let insecure = pick.bool("PLIMSOLL_INSECURE", d.insecure)?;
+        let hardened = pick.bool("PLIMSOLL_HARDENED", d.hardened)?;
+        let cert = pick.string("PLIMSOLL_TLS_CERT", d.tls_cert.map(|p| p.display().to_string()));
+        let key = pick.string("PLIMSOLL_TLS_KEY", d.tls_key.map(|p| p.display().to_string()));
+        let tls = match (cert, key) {
+            (Some(c), Some(k)) => Some((PathBuf::from(c), PathBuf::from(k))),
+            (None, None) => None,
+            _ => {
+                return Err(ConfigError::Value(
+                    "PLIMSOLL_TLS_CERT and PLIMSOLL_TLS_KEY go together: set both or neither".into(),
+                ));
+            }
+        };
+        let cache_dir =
+            pick.string("PLIMSOLL_CACHE_DIR", d.cache_dir.map(|p| p.display().to_string())).map(PathBuf::from);
+
+        let provider =
+            match pick.string("SANDBOX_PROVIDER", s.provider).map(|p| p.trim().to_ascii_lowercase()).as_deref() {
+                None | Some("") | Some("disabled") => ProviderKind::Disabled,
+                Some("wasm") => ProviderKind::Wasm,
+                Some(p @ ("docker" | "e2b" | "dockercloud" | "openshell" | "agentsandbox")) => {
+                    return Err(ConfigError::Value(format!(
+                        "SANDBOX_PROVIDER={p:?}: that provider is not built into this version yet; this build runs wasm"
+                    )));
+                }
+                Some(other) => {
+                    return Err(ConfigError::Value(format!(
+                        "SANDBOX_PROVIDER={other:?} is not a provider; use wasm (or leave it unset)"
+                    )));
+                }
+            };
+        let min_isolation = match pick.string("SANDBOX_MIN_ISOLATION", s.min_isolation) {
+            None => None,
+            Some(v) if v.is_empty() => None,
+            Some(v) => Some(v.parse::<Floor>().map_err(|e| ConfigError::Value(format!("SANDBOX_MIN_ISOLATION: {e}")))?),
+        };
+        let memory_mb = pick.u32("SANDBOX_MEMORY_MB", s.memory_mb)?.unwrap_or(0);
+        let cpus = match env.get("SANDBOX_CPUS").filter(|v| !v.is_empty()) {
+            Some(v) => {
+                pick.explicit.push("SANDBOX_CPUS");
+                v.parse::<f64>()
+                    .ok()
+                    .filter(|c| c.is_finite() && *c >= 0.0)
+                    .ok_or_else(|| ConfigError::Value(format!("SANDBOX_CPUS={v:?} is not a non-negative number")))?
+            }
+            None => {
+                if s.cpus.is_some() {
+                    pick.explicit.push("SANDBOX_CPUS");
+                }
+                let c = s.cpus.unwrap_or(0.0);
+                if !(c.is_finite() && c >= 0.0) {
+                    return Err(ConfigError::Value(format!("sandbox.cpus = {c} is not a non-negative number")));
+                }
+                c
+            }
+        };
+        let pids = pick.u32("SANDBOX_PIDS", s.pids)?.unwrap_or(0);
+        let disk_mb = pick.u32("SANDBOX_DISK_MB", s.disk_mb)?.unwrap_or(0);
+        if provider == ProviderKind::Wasm {
+            for (name, set) in
+                [("SANDBOX_CPUS", cpus != 0.0), ("SANDBOX_PIDS", pids != 0), ("SANDBOX_DISK_MB", disk_mb != 0)]
+            {
+                if set {
+                    return Err(ConfigError::Value(format!(
+                        "{name} is set, but the wasm provider cannot enforce it (it enforces memory only); unset it"
+                    )));
+                }
+            }
+            if memory_mb > 4096 {
+                return Err(ConfigError::Value(format!(
+                    "SANDBOX_MEMORY_MB={memory_mb}: the wasm provider allows at most 4096"
+                )));
+            }
+        }
+
+        let max_concurrent = pick.u32("SANDBOX_MAX_CONCURRENT", s.max_concurrent)?.unwrap_or(8);
+        if !(1..=1024).contains(&max_concurrent) {
+            return Err(ConfigError::Value(format!("SANDBOX_MAX_CONCURRENT={max_concurrent} is outside 1..1024")));
+        }
+        let total_memory_mb = pick.u32("SANDBOX_TOTAL_MEMORY_MB", s.total_memory_mb)?.unwrap_or(0);
+        let max_concurrent = if total_memory_mb > 0 {
+            let per_run = if memory_mb > 0 { memory_mb } else { 256 };
+            let fit = total_memory_mb / per_run;
+            if fit < 1 {
+                return Err(ConfigError::Value(format!(
+                    "SANDBOX_TOTAL_MEMORY_MB={total_memory_mb} does not fit one run of {per_run} MiB"
+                )));
+            }
+            max_concurrent.min(fit)
+        } else {
+            max_concurrent
+        };
+        let per_key = pick.u32("SANDBOX_PER_KEY_CONCURRENT", s.per_key_concurrent)?;
+        let per_key_concurrent = match per_key {
+            None | Some(0) => (max_concurrent / 2).max(1),
+            Some(n) if n > max_concurrent => {
+                return Err(ConfigError::Value(format!(
+                    "SANDBOX_PER_KEY_CONCURRENT={n} is above SANDBOX_MAX_CONCURRENT={max_concurrent}"
+                )));
+            }
+            Some(n) => n,
+        };
+        let rate_per_min = pick.u32("SANDBOX_RATE_PER_MIN", s.rate_per_min)?.unwrap_or(30);
+        let rate_burst = pick.u32("SANDBOX_RATE_BURST", s.rate_burst)?.unwrap_or(rate_per_min);
+        if rate_per_min > 0 && rate_burst == 0 {
+            return Err(ConfigError::Value("SANDBOX_RATE_BURST=0 with a rate set would refuse every run".into()));
+        }
+
+        Ok(Config {
+            addr,
+            metrics_addr,
+            log_format,
+            auth,
+            insecure,
+            hardened,
+            tls,
+            provider,
+            min_isolation,
+            resources: Resources { memory_mb, cpus, pids, disk_mb },
+            admission: Admission { max_concurrent, per_key_concurrent, rate_per_min, rate_burst },
+            total_memory_mb,
+            cache_dir,
+            explicit: pick.explicit,
+        })
+    }
+
+    /// Checks the rules that need no provider evidence: authentication, TLS pairs.
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] saying what to set.
+    pub fn check_auth(&self) -> Result<(), ConfigError> {
+        if self.provider != ProviderKind::Disabled && self.auth == AuthSource::Open && !self.insecure {
+            return Err(ConfigError::Value(format!(
+                "the {} provider runs code, so callers must authenticate: set PLIMSOLL_CLIENTS_FILE (plimsoll-host callers create) or PLIMSOLL_TOKEN, or PLIMSOLL_INSECURE=1 for local development only",
+                self.provider.as_str()
+            )));
+        }
+        Ok(())
+    }
+
+    /// `PLIMSOLL_HARDENED=1`: every production rule this build can check, all listed
+    /// at once. `tier` is the provider's proven evidence.
+    pub fn hardened_violations(&self, tier: plimsoll_core::Tier) -> Vec<String> {
+        let mut v = Vec::new();
+        if !matches!(tier, plimsoll_core::Tier::Vm | plimsoll_core::Tier::Kernel) {
+            v.push(format!(
+                "isolation: the {} provider proved {tier}; hardened mode needs vm or a verified kernel tier",
+                self.provider.as_str()
+            ));
+        }
+        if !matches!(self.auth, AuthSource::ClientsFile(_)) {
+            v.push("authentication: hardened mode needs PLIMSOLL_CLIENTS_FILE (one token per caller)".into());
+        }
+        if self.insecure {
+            v.push("PLIMSOLL_INSECURE must be unset".into());
+        }
+        if self.tls.is_none() && !is_loopback(&self.addr) {
+            v.push(format!(
+                "TLS: PLIMSOLL_ADDR={} is not loopback, so PLIMSOLL_TLS_CERT and PLIMSOLL_TLS_KEY are required",
+                self.addr
+            ));
+        }
+        if let Some(m) = &self.metrics_addr
+            && !is_loopback(m)
+        {
+            v.push(format!("TLS: PLIMSOLL_METRICS_ADDR={m} is not loopback; keep metrics on loopback"));
+        }
+        if !self.explicit.contains(&"SANDBOX_MEMORY_MB") || self.resources.memory_mb == 0 {
+            v.push("envelope: set SANDBOX_MEMORY_MB explicitly".into());
+        }
+        if self.admission.rate_per_min == 0 {
+            v.push("admission: SANDBOX_RATE_PER_MIN must be above 0".into());
+        }
+        if self.admission.rate_burst > self.admission.rate_per_min {
+            v.push("admission: SANDBOX_RATE_BURST must not exceed SANDBOX_RATE_PER_MIN".into());
+        }
+        if !self.explicit.contains(&"SANDBOX_PER_KEY_CONCURRENT")
+            || self.admission.per_key_concurrent >= self.admission.max_concurrent
+        {
+            v.push(
+                "admission: set SANDBOX_PER_KEY_CONCURRENT explicitly, above 0 and below SANDBOX_MAX_CONCURRENT".into(),
+            );
+        }
+        v
+    }
+}
+
+/// Whether a listen address is loopback only (`localhost`, `127.0.0.0/8`, `::1`).
+/// `:8746` (every interface) is not.
+pub fn is_loopback(addr: &str) -> bool {
+    let host = match addr.rsplit_once(':') {
+        Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']'),
+        None => addr,
+    };
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    fn load(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        Config::load(None, &env(pairs))
+    }
+
+    #[test]
+    fn defaults_are_the_originals() {
+        let c = load(&[]).expect("defaults");
+        assert_eq!(c.addr, ":8746");
+        assert_eq!(c.metrics_addr.as_deref(), Some("127.0.0.1:9464"));
+        assert_eq!(c.provider, ProviderKind::Disabled);
+        assert_eq!(
+            c.admission,
+            Admission { max_concurrent: 8, per_key_concurrent: 4, rate_per_min: 30, rate_burst: 30 }
+        );
+        assert_eq!(c.auth, AuthSource::Open);
+    }
+
+    #[test]
+    fn an_unknown_variable_fails_startup_naming_it() {
+        let e = load(&[("SANDBOX_MIN_ISOLATON", "kernel"), ("PLIMSOLL_CALLER_TOKEN", "x")]).expect_err("typo");
+        assert_eq!(
+            e.to_string(),
+            "unknown variable SANDBOX_MIN_ISOLATON: check the spelling (a misspelt safety setting must not be ignored)"
+        );
+    }
+
+    #[test]
+    fn malformed_values_name_the_variable() {
+        let cases: [(&[(&str, &str)], &str); 8] = [
+            (&[("SANDBOX_MAX_CONCURRENT", "many")], "SANDBOX_MAX_CONCURRENT=\"many\" is not a whole number"),
+            (&[("SANDBOX_MAX_CONCURRENT", "0")], "SANDBOX_MAX_CONCURRENT=0 is outside 1..1024"),
+            (&[("PLIMSOLL_INSECURE", "yes")], "PLIMSOLL_INSECURE=\"yes\" is not a boolean: use 1/true or 0/false"),
+            (
+                &[("SANDBOX_MIN_ISOLATION", "none")],
+                "SANDBOX_MIN_ISOLATION: minimum isolation \"none\" is not a floor; use process, container, kernel or vm, or leave it empty",
+            ),
+            (
+                &[("SANDBOX_PROVIDER", "dokcer")],
+                "SANDBOX_PROVIDER=\"dokcer\" is not a provider; use wasm (or leave it unset)",
+            ),
+            (
+                &[("PLIMSOLL_TOKEN", "short")],
+                "PLIMSOLL_TOKEN is shorter than 32 characters; use a long random token (plimsoll-host callers create prints one)",
+            ),
+            (
+                &[("PLIMSOLL_TLS_CERT", "/c.pem")],
+                "PLIMSOLL_TLS_CERT and PLIMSOLL_TLS_KEY go together: set both or neither",
+            ),
+            (
+                &[("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_PIDS", "64")],
+                "SANDBOX_PIDS is set, but the wasm provider cannot enforce it (it enforces memory only); unset it",
+            ),
+        ];
+        for (pairs, want) in cases {
+            assert_eq!(load(pairs).expect_err(want).to_string(), want);
+        }
+    }
+
+    #[test]
+    fn the_file_is_strict_and_the_environment_wins() {
+        let dir = std::env::temp_dir().join(format!("plimsoll-config-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("plimsoll.toml");
+        std::fs::write(&path, "[sandbox]\nprovider = \"wasm\"\nmax-concurrent = 16\n").expect("write");
+        let c = Config::load(Some(&path), &env(&[("SANDBOX_MAX_CONCURRENT", "4")])).expect("loads");
+        assert_eq!((c.provider, c.admission.max_concurrent), (ProviderKind::Wasm, 4));
+        std::fs::write(&path, "[sandbox]\nprovidr = \"wasm\"\n").expect("write");
+        let e = Config::load(Some(&path), &env(&[])).expect_err("unknown key").to_string();
+        assert!(e.contains("unknown field `providr`"), "{e}");
+        std::fs::write(&path, "[sandbox]\nmax-concurrent = \"x\"\n").expect("write");
+        let e = Config::load(Some(&path), &env(&[])).expect_err("bad type").to_string();
+        assert!(e.contains("max-concurrent"), "{e}");
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn total_memory_clamps_concurrency() {
+        let c = load(&[("SANDBOX_TOTAL_MEMORY_MB", "1024"), ("SANDBOX_MEMORY_MB", "256")]).expect("fits");
+        assert_eq!(c.admission.max_concurrent, 4);
+        assert!(load(&[("SANDBOX_TOTAL_MEMORY_MB", "100")]).is_err());
+    }
+
+    #[test]
+    fn a_real_provider_without_callers_needs_an_explicit_opt_in() {
+        let c = load(&[("SANDBOX_PROVIDER", "wasm")]).expect("loads");
+        assert!(c.check_auth().expect_err("open").to_string().contains("set PLIMSOLL_CLIENTS_FILE"));
+        let c = load(&[("SANDBOX_PROVIDER", "wasm"), ("PLIMSOLL_INSECURE", "1")]).expect("loads");
+        assert!(c.check_auth().is_ok());
+        assert!(load(&[]).expect("disabled").check_auth().is_ok());
+    }
+
+    #[test]
+    fn hardened_mode_lists_every_violation_at_once() {
+        let c = load(&[("SANDBOX_PROVIDER", "wasm"), ("PLIMSOLL_INSECURE", "1"), ("SANDBOX_RATE_PER_MIN", "0")])
+            .expect("loads");
+        let v = c.hardened_violations(plimsoll_core::Tier::Process);
+        assert_eq!(v.len(), 7, "{v:#?}");
+        assert!(v[0].starts_with("isolation: the wasm provider proved process"));
+    }
+
+    #[test]
+    fn loopback_addresses() {
+        assert!(is_loopback("127.0.0.1:8746"));
+        assert!(is_loopback("[::1]:1"));
+        assert!(is_loopback("localhost:9"));
+        assert!(!is_loopback(":8746"));
+        assert!(!is_loopback("0.0.0.0:8746"));
+    }
+}
