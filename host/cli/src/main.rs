@@ -7,8 +7,10 @@
 //! - 70 when the run failed after the code may have run (never retried);
 //! - 2 for a usage error, 1 for any other failure of the command itself.
 
+mod callers;
 mod record;
 mod run;
+mod serve;
 
 use std::process::ExitCode;
 
@@ -39,6 +41,11 @@ struct Cli {
 enum Command {
     /// Run one snippet on the embedded default provider (wasm, the process tier).
     Run(run::Args),
+    /// Serve the protocol-4 daemon (Connect JSON over HTTP/1.1 and h2c, or TLS).
+    Serve(serve::Args),
+    /// Manage the callers in a clients file.
+    #[command(subcommand)]
+    Callers(callers::Command),
     /// Run-record tools.
     #[command(subcommand)]
     Record(record::Command),
@@ -48,6 +55,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Run(args) => run::main(args),
+        Command::Serve(args) => serve::main(args),
+        Command::Callers(cmd) => callers::main(cmd),
         Command::Record(cmd) => record::main(cmd),
     };
     match outcome {

@@ -37,6 +37,14 @@ pub struct Args {
     /// Print the protocol's RunResponse JSON (with its record) instead of lines.
     #[arg(long)]
     json: bool,
+    /// Send the run to a daemon at URL instead of running it here; every answer is
+    /// checked (request ID, both digests, the record, the tier against the floor).
+    /// The token comes from PLIMSOLL_CALLER_TOKEN.
+    #[arg(long, value_name = "URL")]
+    daemon: Option<String>,
+    /// With --daemon: a PEM CA certificate to trust for https.
+    #[arg(long = "tls-ca", value_name = "PATH", requires = "daemon")]
+    tls_ca: Option<PathBuf>,
     /// The code to run.
     #[arg(short = 'c', value_name = "CODE", conflicts_with = "file")]
     code: Option<String>,
@@ -166,6 +174,9 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
         Ok(code) => code,
         Err(r) => return Ok(refused(args.json, &r)),
     };
+    if let Some(url) = args.daemon.clone() {
+        return remote(&args, code, &url);
+    }
     let engine = Engine::new(&EngineConfig::default()).context("starting the wasm engine")?;
     let wasm = WasmProvider::new(&engine, WasmConfig { memory_mb: memory_mb()?, ..WasmConfig::default() })
         .context("loading the QuickJS component")?;
@@ -174,7 +185,7 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
         Err(r) => return Ok(refused(args.json, &r)),
     };
     let started = Started::now();
-    let prepared = match dispatch::prepare(&wasm.describe(), wasm.tier(), &req) {
+    let prepared = match dispatch::prepare(&wasm.describe(), wasm.tier(), req) {
         Ok(p) => p,
         Err(r) => return Ok(refused(args.json, &r)),
     };
@@ -189,6 +200,61 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
             eprintln!("failed, may have run: {detail}");
             Ok(ExitCode::from(EXIT_MAY_HAVE_RUN))
         }
+    }
+}
+
+/// `run --daemon URL`: the same run through the checked client.
+fn remote(args: &Args, code: String, url: &str) -> anyhow::Result<ExitCode> {
+    use plimsoll_client::{Client, Error, Settings};
+    let language = Language::parse(&args.language).map_err(|r| anyhow::anyhow!(r.message))?;
+    if language != Language::JavaScript {
+        return Ok(refused(
+            args.json,
+            &Refusal::unsupported(
+                "snippets over the protocol are javascript; python runs as a project or a session cell",
+            ),
+        ));
+    }
+    let timeout_ms = match args.timeout_ms {
+        None => 0,
+        Some(0) => {
+            return Ok(refused(
+                args.json,
+                &Refusal::request("invalid request: a timeout of 0 ms allows nothing to run; use 1 or more"),
+            ));
+        }
+        Some(ms) => i32::try_from(ms).unwrap_or(i32::MAX),
+    };
+    let token = std::env::var("PLIMSOLL_CALLER_TOKEN").ok().filter(|t| !t.is_empty());
+    let settings = Settings { ca_file: args.tls_ca.clone(), ..Settings::default() };
+    let client = Client::with_settings(url, token, settings).map_err(|e| anyhow::anyhow!(e.to_string()))?;
+    let req = RunRequest {
+        protocol: protocol::NUMBER,
+        minimum_isolation: args.min_isolation.clone().unwrap_or_default(),
+        timeout_ms,
+        javascript: Some(JavaScriptRun { code, grant_profile: String::new() }),
+        ..RunRequest::default()
+    };
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    match rt.block_on(client.run(req)) {
+        Ok(resp) if args.json => {
+            println!("{}", serde_json::to_string(&resp)?);
+            Ok(ExitCode::from(resp.javascript.map(|j| j.exit_code.clamp(0, 255) as u8).unwrap_or(0)))
+        }
+        Ok(resp) => print_lines(&resp),
+        Err(e) => match e.not_dispatched() {
+            Some(reason) => {
+                let message = match &e {
+                    Error::NotDispatched { message, .. } => message.clone(),
+                    other => other.to_string(),
+                };
+                Ok(refused(args.json, &Refusal::new(reason, message)))
+            }
+            None => {
+                eprintln!("failed, may have run: {e}");
+                Ok(ExitCode::from(EXIT_MAY_HAVE_RUN))
+            }
+        },
     }
 }
 

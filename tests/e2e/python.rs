@@ -1,0 +1,98 @@
+//! The published Python client, `plimsoll-client` 0.23.0, against our daemon: a
+//! client written by someone else that recomputes every record and checks every tier.
+//!
+//! The interpreter comes from `PLIMSOLL_E2E_PYTHON`, else `.venv-e2e/bin/python` at
+//! the workspace root (`.ci/install` creates it). Missing, the suite fails.
+
+use std::process::Command;
+
+use super::{Daemon, callers, scratch};
+
+fn python() -> String {
+    if let Ok(p) = std::env::var("PLIMSOLL_E2E_PYTHON") {
+        return p;
+    }
+    let venv = concat!(env!("CARGO_MANIFEST_DIR"), "/../../.venv-e2e/bin/python");
+    assert!(
+        std::path::Path::new(venv).exists(),
+        "the published client's virtualenv is missing: run .ci/install (or set PLIMSOLL_E2E_PYTHON)"
+    );
+    venv.to_string()
+}
+
+const SCRIPT: &str = r#"
+import os, sys, threading
+import plimsoll_client
+from plimsoll_client import Client
+from plimsoll_client.errors import (InsufficientIsolationError, UnsupportedError, InvalidRequestError,
+    PlimsollError, AtCapacityError)
+assert plimsoll_client.__version__ == "0.23.0", plimsoll_client.__version__
+url, token = os.environ["URL"], os.environ["TOKEN"]
+c = Client(url, token=token)
+info = c.describe()
+assert (info.provider, info.isolation, info.protocol) == ("wasm", "process", 4), info
+assert info.javascript_environment.identity.startswith("quickjs-wasm:sha256:")
+r = c.run_javascript("console.log(6*7)", minimum_isolation="process", trace_id="py-1", timeout=2)
+assert (r.stdout, r.exit_code, r.isolation) == (b"42\n", 0, "process"), r
+assert r.record is not None and r.record.version == 4 and r.record.environment == info.javascript_environment.identity
+r = c.run_javascript("throw new Error('boom')")
+assert r.exit_code == 1 and b"Uncaught Error: boom" in r.stderr, r
+r = c.run_javascript("for(;;){}", timeout=0.3)
+assert (r.exit_code, r.timed_out) == (124, True), r
+r = c.run_javascript("console.log('x'.repeat(1 << 20))")
+assert len(r.stdout) == 65536 and r.stdout_truncated, len(r.stdout)
+print("runs ok")
+
+def refused(fn, cls, reason):
+    try:
+        fn()
+    except cls as e:
+        assert e.not_dispatched == reason, (e, e.not_dispatched)
+        return str(e)
+    raise AssertionError("not refused")
+
+refused(lambda: c.run_javascript("1", minimum_isolation="vm"), InsufficientIsolationError, "isolation")
+refused(lambda: c.run_project({"a.txt": "x"}, ["cat a.txt"]), UnsupportedError, "unsupported")
+refused(lambda: c.open_session(), UnsupportedError, "unsupported")
+refused(lambda: Client(url, token="wrong").run_javascript("1"), PlimsollError, "permission")
+refused(lambda: c.run_javascript("1", grant_profile="crm"), PlimsollError, "permission")
+refused(lambda: c.run_javascript(""), InvalidRequestError, "request")
+print("refusals ok")
+
+errors = []
+def worker(i):
+    try:
+        res = Client(url, token=token).run_javascript(f"console.log({i} * 2)")
+        assert res.stdout == f"{i * 2}\n".encode(), res
+    except Exception as e:
+        errors.append(repr(e))
+threads = [threading.Thread(target=worker, args=(i,)) for i in range(20)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+assert not errors, errors
+print("concurrent ok")
+"#;
+
+#[test]
+fn the_published_client_accepts_our_answers_and_refusals() {
+    let dir = scratch("python");
+    let (file, tokens) = callers(&dir, &["py"]);
+    let file = file.display().to_string();
+    let d = Daemon::start(&[
+        ("SANDBOX_PROVIDER", "wasm"),
+        ("PLIMSOLL_CLIENTS_FILE", &file),
+        ("SANDBOX_RATE_PER_MIN", "0"),
+        ("SANDBOX_MAX_CONCURRENT", "32"),
+        ("SANDBOX_PER_KEY_CONCURRENT", "32"),
+    ]);
+    let o = Command::new(python())
+        .arg("-c")
+        .arg(SCRIPT)
+        .env("URL", d.url())
+        .env("TOKEN", &tokens[0])
+        .output()
+        .expect("python");
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(out, "runs ok\nrefusals ok\nconcurrent ok\n");
+}
