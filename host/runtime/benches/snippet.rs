@@ -1,6 +1,7 @@
 //! In-process latency of the wasm provider: the QuickJS component's compile time,
-//! its cache load time, and fresh-store runs of `6*7` (store, instance, context,
-//! evaluation, teardown). Prints medians and tails; asserts nothing.
+//! its cache load time, fresh-store runs of `6*7` (store, instance, context,
+//! evaluation, teardown), and how far past its budget an endless loop runs.
+//! Prints medians and tails; asserts nothing.
 //!
 //! `cargo bench -p plimsoll-runtime --bench snippet [-- RUNS]` (default 1,000 runs).
 
@@ -55,4 +56,19 @@ fn main() {
     println!("  p95                {}", ms(percentile(&times, 0.95)));
     println!("  p99                {}", ms(percentile(&times, 0.99)));
     println!("  throughput         {:.0} runs/s on one thread", runs as f64 / wall.as_secs_f64());
+
+    // How far past its budget an endless loop runs before the epoch deadline stops it.
+    let loop_budget = Duration::from_millis(100);
+    let mut over: Vec<Duration> = (0..20)
+        .map(|_| {
+            let t = Instant::now();
+            let r = wasm.run_javascript("for(;;){}", loop_budget).expect("run");
+            assert!(r.timed_out);
+            t.elapsed().saturating_sub(loop_budget)
+        })
+        .collect();
+    over.sort();
+    println!("deadline overshoot   20 endless loops, budget {}", ms(loop_budget));
+    println!("  p50                {}", ms(percentile(&over, 0.50)));
+    println!("  max                {}", ms(over[over.len() - 1]));
 }
