@@ -1,0 +1,146 @@
+#!/usr/bin/python3 -I
+"""plimsoll's project runner: runs inside a sandbox image as the guest user.
+
+It reads one JSON plan on stdin, takes the report key out of it before anything
+else exists, writes the files under /work, runs the steps with `sh -c` in order
+(stopping at the first failure or timeout), reads back the artifacts, and writes
+one report frame to stdout:
+
+    \n<<<PLIMSOLL_REPORT_V2>>> <body length> <hex HMAC-SHA256(key, body)>\n<body>
+
+Steps share the runner's uid, so the runner makes itself non-dumpable first: a
+step can then open neither /proc/<runner>/mem nor /proc/<runner>/environ, and the
+plan descriptor is closed before the first step starts.
+"""
+
+import base64
+import ctypes
+import hashlib
+import hmac
+import json
+import os
+import subprocess
+import sys
+import time
+
+PR_SET_DUMPABLE = 4
+MARKER = b"<<<PLIMSOLL_REPORT_V2>>>"
+WORK = "/work"
+
+
+def undumpable():
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0)")
+
+
+def capped(data, cap):
+    if len(data) > cap:
+        return data[:cap], True
+    return data, False
+
+
+def safe_path(rel):
+    if rel.startswith("/") or any(seg in ("", ".", "..") for seg in rel.split("/")):
+        raise ValueError("illegal file path: " + rel)
+    full = os.path.realpath(os.path.join(WORK, rel))
+    if not full.startswith(WORK + "/"):
+        raise ValueError("illegal file path: " + rel)
+    return full
+
+
+def report(key, body):
+    raw = json.dumps(body, separators=(",", ":")).encode()
+    mac = hmac.new(key, raw, hashlib.sha256).hexdigest()
+    out = sys.stdout.buffer
+    out.write(b"\n" + MARKER + b" " + str(len(raw)).encode() + b" " + mac.encode() + b"\n" + raw)
+    out.flush()
+
+
+# All steps' output together, so the report frame stays within the host's transport cap.
+TOTAL_OUTPUT = 16 << 20
+
+
+def run_steps(plan, deadline):
+    per_stream = int(plan.get("maxOutput", 1 << 20))
+    left_total = TOTAL_OUTPUT
+    steps = []
+    for command in plan.get("steps", []):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            steps.append({"command": command, "exitCode": 124, "timedOut": True, "durationMs": 0,
+                          "stdout": "", "stderr": "", "stdoutTruncated": False, "stderrTruncated": False})
+            break
+        started = time.monotonic()
+        proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=WORK, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=plan.get("env") or {},
+                                start_new_session=True)
+        timed_out = False
+        try:
+            out, err = proc.communicate(timeout=left)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            try:
+                os.killpg(proc.pid, 9)
+            except ProcessLookupError:
+                pass
+            out, err = proc.communicate()
+        code = 124 if timed_out else proc.returncode
+        if code < 0:
+            code = 128 - code
+        out, out_cut = capped(out, min(per_stream, left_total))
+        left_total -= len(out)
+        err, err_cut = capped(err, min(per_stream, left_total))
+        left_total -= len(err)
+        steps.append({
+            "command": command, "exitCode": code, "timedOut": timed_out,
+            "durationMs": int((time.monotonic() - started) * 1000),
+            "stdout": base64.b64encode(out).decode(), "stderr": base64.b64encode(err).decode(),
+            "stdoutTruncated": out_cut, "stderrTruncated": err_cut,
+        })
+        if timed_out or code != 0:
+            break
+    return steps
+
+
+def artifacts(plan):
+    cap = int(plan.get("maxArtifactBytes", 4 << 20))
+    got, total, truncated = [], 0, False
+    for rel in plan.get("artifacts", []):
+        try:
+            full = safe_path(rel)
+            with open(full, "rb") as f:
+                data = f.read(cap - total + 1)
+        except (OSError, ValueError):
+            continue
+        if total + len(data) > cap:
+            truncated = True
+            break
+        total += len(data)
+        got.append({"path": rel, "content": base64.b64encode(data).decode()})
+    return got, truncated
+
+
+def main():
+    undumpable()
+    plan = json.loads(sys.stdin.buffer.read())
+    key = bytes.fromhex(plan.pop("reportKey"))
+    os.close(0)
+    os.open(os.devnull, os.O_RDONLY)
+    deadline = time.monotonic() + plan.get("timeoutMs", 60000) / 1000.0
+    try:
+        for f in plan.get("files", []):
+            full = safe_path(f["path"])
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            with open(full, "wb") as out:
+                out.write(base64.b64decode(f["content"]))
+    except (OSError, ValueError) as e:
+        report(key, {"error": str(e)})
+        return
+    steps = run_steps(plan, deadline)
+    arts, cut = artifacts(plan)
+    report(key, {"steps": steps, "artifacts": arts, "artifactsTruncated": cut})
+
+
+if __name__ == "__main__":
+    main()
