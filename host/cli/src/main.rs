@@ -8,6 +8,7 @@
 //! - 2 for a usage error, 1 for any other failure of the command itself.
 
 mod callers;
+mod plugin;
 mod record;
 mod run;
 mod serve;
@@ -49,6 +50,9 @@ enum Command {
     /// Run-record tools.
     #[command(subcommand)]
     Record(record::Command),
+    /// Provider plugin keys and signatures.
+    #[command(subcommand)]
+    Plugin(plugin::Command),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +62,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::main(args),
         Command::Callers(cmd) => callers::main(cmd),
         Command::Record(cmd) => record::main(cmd),
+        Command::Plugin(cmd) => plugin::main(cmd),
     };
     match outcome {
         Ok(code) => code,

@@ -31,6 +31,7 @@
 #![deny(missing_docs)]
 
 pub mod engine;
+pub mod plugin;
 pub mod wasm;
 
 pub use engine::{Engine, EngineConfig, Readiness};

@@ -1,0 +1,133 @@
+//! `plimsoll-host plugin`: keys and signatures for provider plugins.
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context as _, bail};
+use plimsoll_runtime::plugin::{self, MANIFEST_FILE, Manifest, SIGNATURE_FILE, signature};
+
+/// `plugin` subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// Create an Ed25519 key pair: PREFIX.key (private, mode 0600) and PREFIX.pub.
+    Keygen {
+        /// Path prefix of the two files.
+        prefix: PathBuf,
+    },
+    /// Sign a plugin directory (its manifest and component) into DIR/plugin.sig.
+    Sign {
+        /// The private key (PKCS#8 PEM).
+        #[arg(long)]
+        key: PathBuf,
+        /// The plugin directory.
+        dir: PathBuf,
+    },
+    /// Check a plugin as the daemon would: signature, trusted key, approvals.
+    Verify {
+        /// A trusted public key (SPKI PEM); repeat for several.
+        #[arg(long = "trusted-key", required = true)]
+        trusted_keys: Vec<PathBuf>,
+        /// Approved capabilities, comma-separated (containers, http, log).
+        #[arg(long, value_delimiter = ',')]
+        approve: Vec<String>,
+        /// The plugin directory.
+        dir: PathBuf,
+    },
+    /// Print a plugin's manifest, component digest and signing key.
+    Inspect {
+        /// The plugin directory.
+        dir: PathBuf,
+    },
+}
+
+/// Runs a `plugin` subcommand.
+///
+/// # Errors
+///
+/// What failed; verification failures name the check.
+pub fn main(cmd: Command) -> anyhow::Result<ExitCode> {
+    match cmd {
+        Command::Keygen { prefix } => keygen(&prefix),
+        Command::Sign { key, dir } => {
+            let pem = std::fs::read_to_string(&key).with_context(|| format!("reading {}", key.display()))?;
+            let key = signature::private_key(&pem)?;
+            let (manifest, component) = files(&dir)?;
+            let sig = signature::sign(&key, &component, &manifest)?;
+            std::fs::write(dir.join(SIGNATURE_FILE), sig).with_context(|| format!("writing {}", dir.display()))?;
+            println!("signed {} with key {}", dir.display(), signature::key_id(&key.verifying_key())?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Verify { trusted_keys, approve, dir } => {
+            let mut keys = Vec::new();
+            for p in &trusted_keys {
+                let pem = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+                keys.push(signature::public_key(&pem).with_context(|| p.display().to_string())?);
+            }
+            let approved = approve.iter().map(|c| plugin::Capability::parse(c)).collect::<Result<Vec<_>, _>>();
+            let approved = approved.map_err(anyhow::Error::msg)?;
+            let v = plugin::verify(&dir, &keys, &approved)?;
+            println!("ok: {} {} ({}) signed by {}", v.manifest.name, v.manifest.version, v.digest, v.key_id);
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Inspect { dir } => {
+            let (manifest_bytes, component) = files(&dir)?;
+            let m = Manifest::parse(std::str::from_utf8(&manifest_bytes).context("plugin.toml is not UTF-8")?)
+                .map_err(anyhow::Error::msg)?;
+            println!("name          {}", m.name);
+            println!("version       {}", m.version);
+            println!("component     {} ({} bytes)", m.component, component.len());
+            println!("sha256        {}", hex_sha256(&component));
+            println!("max tier      {}", m.max_tier);
+            let caps: Vec<&str> = m.capabilities.iter().map(|c| c.as_str()).collect();
+            println!("capabilities  {}", caps.join(", "));
+            match std::fs::read_to_string(dir.join(SIGNATURE_FILE)) {
+                Ok(s) => {
+                    let id = s.lines().find_map(|l| l.strip_prefix("key-id = ")).unwrap_or("?").trim_matches('"');
+                    println!("signed by     {id} (not verified; use `plugin verify`)");
+                }
+                Err(_) => println!("signed by     nobody (no {SIGNATURE_FILE})"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn hex_sha256(b: &[u8]) -> String {
+    use sha2::Digest as _;
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(b)))
+}
+
+/// The manifest's and the component's bytes.
+fn files(dir: &Path) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
+    let manifest = std::fs::read(dir.join(MANIFEST_FILE))
+        .with_context(|| format!("reading {}", dir.join(MANIFEST_FILE).display()))?;
+    let m = Manifest::parse(std::str::from_utf8(&manifest).context("plugin.toml is not UTF-8")?)
+        .map_err(anyhow::Error::msg)?;
+    let component = std::fs::read(dir.join(&m.component))
+        .with_context(|| format!("reading {}", dir.join(&m.component).display()))?;
+    Ok((manifest, component))
+}
+
+fn keygen(prefix: &Path) -> anyhow::Result<ExitCode> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let private_path = prefix.with_extension("key");
+    let public_path = prefix.with_extension("pub");
+    if private_path.exists() || public_path.exists() {
+        bail!("{} or {} exists; keys are never overwritten", private_path.display(), public_path.display());
+    }
+    let (private, public) = signature::generate()?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&private_path)
+        .with_context(|| format!("creating {}", private_path.display()))?;
+    f.write_all(private.as_bytes())?;
+    std::fs::write(&public_path, &public).with_context(|| format!("writing {}", public_path.display()))?;
+    let id = signature::key_id(&signature::public_key(&public)?)?;
+    println!("private key  {} (keep it secret)", private_path.display());
+    println!("public key   {}", public_path.display());
+    println!("key ID       {id}");
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,372 @@
+//! What a plugin's imports do: the host's side of `plimsoll:host`.
+//!
+//! Every container call goes through the [`Wall`]: the spec becomes an engine
+//! create body only through [`plimsoll_containers::Lockdown`], which refuses any
+//! body that breaks an invariant, and the host remembers each container a call
+//! created (to remove it when the call ends, and to derive the tier from the
+//! runtime it really used).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use plimsoll_containers::engine::Started;
+use plimsoll_containers::{Engine, ExecOutcome, Lockdown, Spec, Tmpfs};
+use plimsoll_core::Tier;
+use wasmtime::component::{Resource, ResourceTable};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::Capability;
+
+pub(crate) mod bindings {
+    wasmtime::component::bindgen!({
+        world: "plimsoll:provider/provider-plugin",
+        path: ["../../wit/types", "../../wit/host", "../../wit/provider"],
+        with: {
+            "plimsoll:host/containers.container": super::ContainerRep,
+        },
+    });
+}
+
+use bindings::plimsoll::host::{containers, http, log};
+
+/// The container wall a plugin works behind: the local engine, the lockdown proven
+/// at startup, and the tier each proven runtime justifies.
+#[derive(Debug)]
+pub struct Wall {
+    engine: Engine,
+    lockdown: Lockdown,
+    tiers: BTreeMap<String, Tier>,
+    healthy: AtomicBool,
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl Wall {
+    /// A wall over `engine` with a proven `lockdown`; `tiers` maps each proven
+    /// runtime to the tier it justifies (`runc` container, `runsc` kernel). The
+    /// runtime `rt` drives the engine's I/O from the plugin's blocking calls.
+    pub fn new(engine: Engine, lockdown: Lockdown, tiers: BTreeMap<String, Tier>, rt: tokio::runtime::Runtime) -> Wall {
+        Wall { engine, lockdown, tiers, healthy: AtomicBool::new(true), rt: Some(rt) }
+    }
+
+    /// Runs a future on the wall's runtime, from a thread that is not async.
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        match &self.rt {
+            Some(rt) => rt.block_on(f),
+            None => unreachable!("the wall's runtime is taken only in drop"),
+        }
+    }
+
+    /// The engine.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The lockdown in force.
+    pub fn lockdown(&self) -> &Lockdown {
+        &self.lockdown
+    }
+
+    /// The tier a runtime justifies now: none while a re-check is failing.
+    pub fn tier_of(&self, runtime: &str) -> Tier {
+        if !self.healthy.load(Ordering::Relaxed) {
+            return Tier::None;
+        }
+        self.tiers.get(runtime).copied().unwrap_or(Tier::None)
+    }
+
+    /// Whether the last re-check passed.
+    pub fn healthy(&self) -> bool {
+        self.healthy.load(Ordering::Relaxed)
+    }
+
+    /// Re-checks what startup proved (the runtimes are still registered, each
+    /// proven image still exists with the same ID) and sweeps expired containers.
+    /// A failure lowers every tier to none until a later re-check passes.
+    ///
+    /// # Errors
+    ///
+    /// What failed, for the log.
+    pub fn recheck(&self) -> Result<Vec<String>, String> {
+        let result = self.block_on(async {
+            let runtimes = self.engine.runtimes().await.map_err(|e| e.to_string())?;
+            for r in self.tiers.keys() {
+                if !runtimes.contains(r) {
+                    return Err(format!("the engine no longer lists runtime {r}"));
+                }
+            }
+            for id in self.lockdown.images.keys() {
+                let facts = self.engine.image(id).await.map_err(|e| format!("image {id}: {e}"))?;
+                if &facts.id != id {
+                    return Err(format!("image {id} now resolves to {}", facts.id));
+                }
+            }
+            self.engine.sweep(now_unix()).await.map_err(|e| e.to_string())
+        });
+        self.healthy.store(result.is_ok(), Ordering::Relaxed);
+        result
+    }
+}
+
+impl Drop for Wall {
+    fn drop(&mut self) {
+        // Safe from any context, async included, unlike dropping the runtime.
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+/// Seconds since the epoch.
+pub(crate) fn now_unix() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+/// A container as the plugin holds it.
+#[derive(Debug)]
+pub struct ContainerRep {
+    id: String,
+    user: u32,
+    started: Option<Started>,
+}
+
+/// What a call used, as the host saw it.
+#[derive(Debug, Default)]
+pub(crate) struct Used {
+    /// Runtimes of the containers the call created.
+    pub runtimes: BTreeSet<String>,
+    /// Images of the containers the call created.
+    pub images: BTreeSet<String>,
+}
+
+/// One plugin call's store.
+pub(crate) struct PluginState {
+    pub wasi: WasiCtx,
+    pub table: ResourceTable,
+    pub name: String,
+    pub approved: Vec<Capability>,
+    pub wall: Option<Arc<Wall>>,
+    pub deadline: Instant,
+    /// The most bytes kept per stream of any process this call runs.
+    pub collect_cap: usize,
+    pub used: Used,
+    /// Containers created and not yet removed; removed when the store drops.
+    pub live: BTreeSet<String>,
+    /// The plugin's own memory cap.
+    pub limits: wasmtime::StoreLimits,
+}
+
+impl WasiView for PluginState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl Drop for PluginState {
+    fn drop(&mut self) {
+        if let Some(wall) = &self.wall {
+            for id in std::mem::take(&mut self.live) {
+                if let Err(e) = wall.block_on(wall.engine.remove(&id)) {
+                    eprintln!(
+                        "plugin {}: removing container {id} failed ({e}); the orphan sweep will retry",
+                        self.name
+                    );
+                }
+            }
+        }
+    }
+}
+
+impl PluginState {
+    fn wall(&self) -> Result<Arc<Wall>, String> {
+        if !self.approved.contains(&Capability::Containers) {
+            return Err("the containers capability is not approved for this plugin".into());
+        }
+        self.wall.clone().ok_or_else(|| "no container engine is configured on this host".into())
+    }
+
+    /// What is left of the call's budget, at most `asked`.
+    fn budget(&self, asked_ms: u32) -> Duration {
+        Duration::from_millis(u64::from(asked_ms)).min(self.deadline.saturating_duration_since(Instant::now()))
+    }
+
+    fn rep(&self, c: &Resource<ContainerRep>) -> Result<&ContainerRep, String> {
+        self.table.get(c).map_err(|e| format!("unknown container handle: {e}"))
+    }
+}
+
+fn outcome(o: ExecOutcome, max: usize) -> containers::ExecResult {
+    let cut = |mut v: Vec<u8>, flagged: bool| {
+        let over = v.len() > max;
+        v.truncate(max);
+        (v, flagged || over)
+    };
+    let (stdout, stdout_truncated) = cut(o.stdout, o.stdout_truncated);
+    let (stderr, stderr_truncated) = cut(o.stderr, o.stderr_truncated);
+    containers::ExecResult {
+        exit_code: o.exit_code,
+        timed_out: o.timed_out,
+        oom_killed: o.oom_killed,
+        stdout,
+        stdout_truncated,
+        stderr,
+        stderr_truncated,
+    }
+}
+
+impl containers::Host for PluginState {
+    fn runtimes(&mut self) -> Vec<String> {
+        self.wall().map(|w| w.lockdown.runtimes.iter().cloned().collect()).unwrap_or_default()
+    }
+
+    fn images(&mut self) -> Vec<(String, String)> {
+        self.wall()
+            .map(|w| w.lockdown.images.iter().map(|(id, name)| (id.clone(), name.clone())).collect())
+            .unwrap_or_default()
+    }
+}
+
+impl containers::HostContainer for PluginState {
+    fn create(&mut self, spec: containers::Spec) -> Result<Resource<ContainerRep>, String> {
+        let wall = self.wall()?;
+        let spec = Spec {
+            image_id: spec.image_id,
+            runtime: spec.runtime,
+            user: spec.user,
+            memory_mb: spec.memory_mb,
+            cpus_milli: spec.cpus_milli,
+            pids: spec.pids,
+            tmpfs: spec.tmpfs.into_iter().map(|m| Tmpfs { target: m.target, size_mb: m.size_mb }).collect(),
+            workdir: spec.workdir,
+            command: spec.command,
+            env: spec.env,
+            labels: spec.labels,
+            lifetime_s: spec.lifetime_s,
+        };
+        let id = wall.block_on(wall.engine.create(&wall.lockdown, &spec, now_unix())).map_err(|e| e.to_string())?;
+        self.live.insert(id.clone());
+        self.used.runtimes.insert(spec.runtime.clone());
+        self.used.images.insert(spec.image_id.clone());
+        self.table.push(ContainerRep { id, user: spec.user, started: None }).map_err(|e| e.to_string())
+    }
+
+    fn start(&mut self, c: Resource<ContainerRep>, stdin: Vec<u8>) -> Result<(), String> {
+        let wall = self.wall()?;
+        let cap = self.collect_cap;
+        let id = self.rep(&c)?.id.clone();
+        let started = wall.block_on(wall.engine.start(&id, stdin, cap)).map_err(|e| e.to_string())?;
+        self.table.get_mut(&c).map_err(|e| e.to_string())?.started = Some(started);
+        Ok(())
+    }
+
+    fn exec(
+        &mut self,
+        c: Resource<ContainerRep>,
+        command: Vec<String>,
+        stdin: Vec<u8>,
+        timeout_ms: u32,
+        max_output: u32,
+    ) -> Result<containers::ExecResult, String> {
+        let wall = self.wall()?;
+        let rep = self.rep(&c)?;
+        let (id, user) = (rep.id.clone(), rep.user);
+        let cap = (max_output as usize).min(self.collect_cap);
+        let timeout = self.budget(timeout_ms);
+        let o = wall.block_on(wall.engine.exec(&id, user, command, stdin, timeout, cap)).map_err(|e| e.to_string())?;
+        Ok(outcome(o, cap))
+    }
+
+    fn wait(
+        &mut self,
+        c: Resource<ContainerRep>,
+        timeout_ms: u32,
+        max_output: u32,
+    ) -> Result<containers::ExecResult, String> {
+        let wall = self.wall()?;
+        let timeout = self.budget(timeout_ms);
+        let cap = (max_output as usize).min(self.collect_cap);
+        let rep = self.table.get_mut(&c).map_err(|e| e.to_string())?;
+        let started = rep.started.take().ok_or("the container was not started")?;
+        let id = rep.id.clone();
+        let o = wall.block_on(wall.engine.wait(&id, started, timeout)).map_err(|e| e.to_string())?;
+        Ok(outcome(o, cap))
+    }
+
+    fn inspect(&mut self, c: Resource<ContainerRep>) -> Result<containers::Inspection, String> {
+        let wall = self.wall()?;
+        let id = self.rep(&c)?.id.clone();
+        let i = wall.block_on(wall.engine.inspect(&id)).map_err(|e| e.to_string())?;
+        Ok(containers::Inspection {
+            image_id: i.image_id,
+            runtime: i.runtime,
+            read_only_root: i.read_only_root,
+            network: i.network,
+            mounts: i.mounts,
+            memory_mb: i.memory_mb,
+            pids: i.pids,
+            running: i.running,
+            paused: i.paused,
+        })
+    }
+
+    fn pause(&mut self, c: Resource<ContainerRep>) -> Result<(), String> {
+        let wall = self.wall()?;
+        let id = self.rep(&c)?.id.clone();
+        wall.block_on(wall.engine.pause(&id)).map_err(|e| e.to_string())
+    }
+
+    fn unpause(&mut self, c: Resource<ContainerRep>) -> Result<(), String> {
+        let wall = self.wall()?;
+        let id = self.rep(&c)?.id.clone();
+        wall.block_on(wall.engine.unpause(&id)).map_err(|e| e.to_string())
+    }
+
+    fn remove(&mut self, c: Resource<ContainerRep>) {
+        if let (Ok(wall), Ok(rep)) = (self.wall(), self.rep(&c)) {
+            let id = rep.id.clone();
+            if wall.block_on(wall.engine.remove(&id)).is_ok() {
+                self.live.remove(&id);
+            }
+        }
+    }
+
+    fn drop(&mut self, c: Resource<ContainerRep>) -> wasmtime::Result<()> {
+        let rep = self.table.delete(c)?;
+        if let Ok(wall) = self.wall()
+            && self.live.contains(&rep.id)
+            && wall.block_on(wall.engine.remove(&rep.id)).is_ok()
+        {
+            self.live.remove(&rep.id);
+        }
+        Ok(())
+    }
+}
+
+impl http::Host for PluginState {
+    fn send(&mut self, req: http::Request) -> Result<http::Response, String> {
+        if !self.approved.contains(&Capability::Http) {
+            return Err("the http capability is not approved for this plugin".into());
+        }
+        Err(format!(
+            "endpoint {:?}: outbound HTTP for plugins is not built into this version yet; no request was sent",
+            req.endpoint
+        ))
+    }
+}
+
+impl log::Host for PluginState {
+    fn info(&mut self, msg: String) {
+        if self.approved.contains(&Capability::Log) {
+            eprintln!("plugin {}: {}", self.name, msg.escape_debug());
+        }
+    }
+
+    fn warn(&mut self, msg: String) {
+        if self.approved.contains(&Capability::Log) {
+            eprintln!("plugin {} warning: {}", self.name, msg.escape_debug());
+        }
+    }
+}
+
+impl bindings::plimsoll::types::types::Host for PluginState {}

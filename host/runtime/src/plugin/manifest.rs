@@ -1,0 +1,167 @@
+//! The manifest beside a plugin component (`plugin.toml`): what the plugin is and
+//! which host capabilities it needs. The operator approves capabilities; a plugin
+//! that asks for one not approved does not load.
+
+use std::fmt;
+
+use plimsoll_core::Tier;
+use serde::Deserialize;
+
+/// A host capability a plugin may import (`wit/host/host.wit`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Capability {
+    /// The host-validated container engine.
+    Containers,
+    /// Outbound HTTP to named endpoints.
+    Http,
+    /// The host's log.
+    Log,
+}
+
+impl Capability {
+    /// The name used in manifests and approvals.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Capability::Containers => "containers",
+            Capability::Http => "http",
+            Capability::Log => "log",
+        }
+    }
+
+    /// Parses an approval entry.
+    ///
+    /// # Errors
+    ///
+    /// The name of no capability.
+    pub fn parse(s: &str) -> Result<Capability, String> {
+        match s.trim() {
+            "containers" => Ok(Capability::Containers),
+            "http" => Ok(Capability::Http),
+            "log" => Ok(Capability::Log),
+            other => Err(format!("{other:?} is not a capability; use containers, http or log")),
+        }
+    }
+}
+
+impl fmt::Display for Capability {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A plugin's manifest.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Manifest {
+    /// The provider's name (`docker`).
+    pub name: String,
+    /// The plugin's version.
+    pub version: String,
+    /// The component file, beside the manifest.
+    pub component: String,
+    /// The strongest tier this plugin may ever be credited with; the host lowers
+    /// every run's tier to it.
+    #[serde(deserialize_with = "tier")]
+    pub max_tier: Tier,
+    /// Capabilities the plugin imports.
+    pub capabilities: Vec<Capability>,
+}
+
+fn tier<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Tier, D::Error> {
+    let s = String::deserialize(d)?;
+    match s.as_str() {
+        "process" => Ok(Tier::Process),
+        "container" => Ok(Tier::Container),
+        "kernel" => Ok(Tier::Kernel),
+        "vm" => Ok(Tier::Vm),
+        other => Err(serde::de::Error::custom(format!("max-tier {other:?} is not process, container, kernel or vm"))),
+    }
+}
+
+impl Manifest {
+    /// Parses a manifest.
+    ///
+    /// # Errors
+    ///
+    /// The TOML error, or a component path that leaves the plugin's directory.
+    pub fn parse(text: &str) -> Result<Manifest, String> {
+        let m: Manifest = toml::from_str(text).map_err(|e| format!("plugin.toml: {}", e.message()))?;
+        let plain = !m.component.is_empty()
+            && !m.component.contains('/')
+            && !m.component.contains('\\')
+            && m.component != ".."
+            && m.component.ends_with(".wasm");
+        if !plain {
+            return Err(format!(
+                "plugin.toml: component {:?} must be a .wasm file name beside the manifest",
+                m.component
+            ));
+        }
+        if m.name.is_empty() || !m.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
+            return Err(format!("plugin.toml: name {:?} must be lowercase letters, digits and dashes", m.name));
+        }
+        Ok(m)
+    }
+
+    /// Checks every requested capability against the operator's approval.
+    ///
+    /// # Errors
+    ///
+    /// The first capability not approved, with where to approve it.
+    pub fn check_approved(&self, approved: &[Capability]) -> Result<(), String> {
+        for c in &self.capabilities {
+            if !approved.contains(c) {
+                return Err(format!(
+                    "plugin {} requests the {c} capability, which the operator has not approved (add {c:?} to approve in [plugins.{}] of plimsoll.toml, or SANDBOX_{}_PLUGIN_APPROVE)",
+                    self.name,
+                    self.name,
+                    self.name.to_ascii_uppercase().replace('-', "_"),
+                    c = c.as_str()
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = r#"
+name = "docker"
+version = "0.1.0"
+component = "docker.wasm"
+max-tier = "kernel"
+capabilities = ["containers", "log"]
+"#;
+
+    #[test]
+    fn a_manifest_parses() {
+        let m = Manifest::parse(GOOD).expect("parses");
+        assert_eq!(m.max_tier, Tier::Kernel);
+        assert_eq!(m.capabilities, vec![Capability::Containers, Capability::Log]);
+    }
+
+    #[test]
+    fn unknown_fields_and_escaping_paths_are_refused() {
+        let err = Manifest::parse(&format!("{GOOD}extra = 1\n")).expect_err("must fail");
+        assert!(err.contains("unknown field `extra`"), "{err}");
+        let err = Manifest::parse(&GOOD.replace("docker.wasm", "../x.wasm")).expect_err("must fail");
+        assert_eq!(err, "plugin.toml: component \"../x.wasm\" must be a .wasm file name beside the manifest");
+        let err = Manifest::parse(&GOOD.replace("\"kernel\"", "\"none\"")).expect_err("must fail");
+        assert!(err.contains("max-tier \"none\" is not"), "{err}");
+    }
+
+    #[test]
+    fn an_unapproved_capability_is_named() {
+        let m = Manifest::parse(GOOD).expect("parses");
+        assert_eq!(m.check_approved(&[Capability::Containers, Capability::Log]), Ok(()));
+        let err = m.check_approved(&[Capability::Log]).expect_err("must fail");
+        assert_eq!(
+            err,
+            "plugin docker requests the containers capability, which the operator has not approved (add \"containers\" to approve in [plugins.docker] of plimsoll.toml, or SANDBOX_DOCKER_PLUGIN_APPROVE)"
+        );
+    }
+}

@@ -1,0 +1,426 @@
+//! A verified plugin as a [`Provider`]: each call gets a fresh store (bounded by an
+//! epoch deadline and a memory cap), and the host, not the plugin, states the tier.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use plimsoll_core::provider::{self, Description, Evidence, KindSupport, Provider, Ran, RunError, Snippet};
+use plimsoll_core::validate::Language;
+use plimsoll_core::wire::{Artifact, JavaScriptResult, ProjectOutcome, ProjectResult, ProjectRun, StepResult};
+use plimsoll_core::{Floor, Reason, Refusal, Tier};
+use wasmtime::component::{Linker, ResourceTable};
+use wasmtime::{Store, StoreLimits, StoreLimitsBuilder};
+use wasmtime_wasi::WasiCtxBuilder;
+
+use super::host::bindings::exports::plimsoll::provider::provider as wit;
+use super::host::bindings::plimsoll::types::types as t;
+use super::host::bindings::{ProviderPlugin, ProviderPluginPre};
+use super::host::{PluginState, Used, Wall};
+use super::{Capability, PluginError, Verified};
+use crate::engine::Engine;
+
+/// The envelope every run of a plugin gets, as the operator configured it.
+#[derive(Clone, Debug)]
+pub struct PluginLimits {
+    /// Memory per sandbox, swap included.
+    pub memory_mb: u32,
+    /// CPU per sandbox, thousandths of a core.
+    pub cpus_milli: u32,
+    /// Processes per sandbox.
+    pub pids: u32,
+    /// Writable storage per sandbox, all mounts together.
+    pub disk_mb: u32,
+    /// Bytes kept per output stream.
+    pub max_output: u32,
+    /// The budget of a snippet that states none.
+    pub default_timeout: Duration,
+    /// The longest snippet.
+    pub max_timeout: Duration,
+    /// The longest project.
+    pub max_project_timeout: Duration,
+    /// Memory for the plugin's own store.
+    pub plugin_memory_mb: u32,
+}
+
+impl Default for PluginLimits {
+    fn default() -> PluginLimits {
+        PluginLimits {
+            memory_mb: 256,
+            cpus_milli: 1000,
+            pids: 256,
+            disk_mb: 160,
+            max_output: 1 << 20,
+            default_timeout: Duration::from_secs(10),
+            max_timeout: Duration::from_secs(60),
+            max_project_timeout: Duration::from_secs(300),
+            plugin_memory_mb: 128,
+        }
+    }
+}
+
+/// Time the plugin's own code may take beyond the run's budget (creating and
+/// removing containers, reading reports).
+const PLUGIN_GRACE: Duration = Duration::from_secs(30);
+
+/// Bytes kept per stream for a call that reads a runner's report: 16 MiB of step
+/// output and 4 MiB of artifacts, base64-encoded, with room to spare.
+const REPORT_CAP: usize = 32 << 20;
+
+/// A loaded, verified provider plugin.
+pub struct PluginProvider {
+    name: String,
+    max_tier: Tier,
+    runtime: String,
+    approved: Vec<Capability>,
+    engine: Engine,
+    pre: ProviderPluginPre<PluginState>,
+    wall: Option<Arc<Wall>>,
+    limits: PluginLimits,
+    description: Description,
+}
+
+impl std::fmt::Debug for PluginProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginProvider").field("name", &self.name).field("runtime", &self.runtime).finish()
+    }
+}
+
+fn component_error(name: &str, e: impl std::fmt::Display) -> PluginError {
+    PluginError::Component { name: name.into(), error: e.to_string() }
+}
+
+fn reason(r: t::RefusalReason) -> Reason {
+    match r {
+        t::RefusalReason::Request => Reason::Request,
+        t::RefusalReason::Permission => Reason::Permission,
+        t::RefusalReason::Protocol => Reason::Protocol,
+        t::RefusalReason::Unsupported => Reason::Unsupported,
+        t::RefusalReason::Isolation => Reason::Isolation,
+        t::RefusalReason::Capacity => Reason::Capacity,
+        t::RefusalReason::Environment => Reason::Environment,
+    }
+}
+
+fn wit_tier(t: t::Tier) -> Tier {
+    match t {
+        t::Tier::Unknown => Tier::Unknown,
+        t::Tier::None => Tier::None,
+        t::Tier::Process => Tier::Process,
+        t::Tier::Container => Tier::Container,
+        t::Tier::Kernel => Tier::Kernel,
+        t::Tier::Vm => Tier::Vm,
+    }
+}
+
+impl PluginProvider {
+    /// Compiles (or loads from the cache) a verified plugin, links the capabilities
+    /// the operator approved, and reads its description. `runtime` is the container
+    /// runtime runs use; the tier follows from it through the wall.
+    ///
+    /// # Errors
+    ///
+    /// The component does not compile, link, instantiate or describe itself.
+    pub fn new(
+        engine: &Engine,
+        verified: Verified,
+        approved: Vec<Capability>,
+        wall: Option<Arc<Wall>>,
+        runtime: &str,
+        limits: PluginLimits,
+    ) -> Result<PluginProvider, PluginError> {
+        let name = verified.manifest.name.clone();
+        let loaded = engine.load(&name, &verified.component).map_err(|e| component_error(&name, e))?;
+        let mut linker: Linker<PluginState> = Linker::new(engine.wasmtime());
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| component_error(&name, e))?;
+        ProviderPlugin::add_to_linker::<PluginState, wasmtime::component::HasSelf<PluginState>>(&mut linker, |s| s)
+            .map_err(|e| component_error(&name, e))?;
+        let pre = linker.instantiate_pre(&loaded.component).map_err(|e| component_error(&name, format!("{e:#}")))?;
+        let pre = ProviderPluginPre::new(pre).map_err(|e| component_error(&name, format!("{e:#}")))?;
+        let mut p = PluginProvider {
+            name: name.clone(),
+            max_tier: verified.manifest.max_tier,
+            runtime: runtime.into(),
+            approved,
+            engine: engine.clone(),
+            pre,
+            wall,
+            limits,
+            description: Description {
+                name: name.clone(),
+                snippet: None,
+                project: None,
+                module: None,
+                memory_mb: 0,
+                policy: String::new(),
+            },
+        };
+        let d = p
+            .call(Duration::from_secs(10), 0, |store, plugin| plugin.plimsoll_provider_provider().call_describe(store))
+            .0
+            .map_err(|e| component_error(&name, format!("describe: {e}")))?;
+        if d.name != name {
+            return Err(component_error(&name, format!("describes itself as {:?}, not its manifest's name", d.name)));
+        }
+        p.description = p.describe_from(&d);
+        Ok(p)
+    }
+
+    fn describe_from(&self, d: &wit::Description) -> Description {
+        let identity = match self.wall.as_ref().map(|w| w.lockdown().images.keys().cloned().collect::<Vec<_>>()) {
+            Some(ids) if ids.len() == 1 => format!("docker-image:{}", ids[0]),
+            _ => String::new(),
+        };
+        let languages: Vec<Language> = d.languages.iter().filter_map(|l| Language::parse(l).ok()).collect();
+        let kind = |max_ms: u32, ceiling: Duration, default: Duration| KindSupport {
+            identity: identity.clone(),
+            software_identity: String::new(),
+            default_timeout: default.min(ceiling),
+            max_timeout: Duration::from_millis(u64::from(max_ms)).min(ceiling),
+            languages: languages.clone(),
+        };
+        Description {
+            name: self.name.clone(),
+            snippet: Some(kind(d.max_timeout_ms, self.limits.max_timeout, self.limits.default_timeout)),
+            project: d.projects.then(|| {
+                kind(d.max_project_timeout_ms, self.limits.max_project_timeout, self.limits.max_project_timeout)
+            }),
+            module: None,
+            memory_mb: self.limits.memory_mb,
+            policy: String::new(),
+        }
+    }
+
+    fn wit_limits(&self, timeout: Duration) -> t::Limits {
+        t::Limits {
+            timeout_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
+            memory_mb: self.limits.memory_mb,
+            cpus_milli: self.limits.cpus_milli,
+            pids: self.limits.pids,
+            disk_mb: self.limits.disk_mb,
+            max_output_bytes: self.limits.max_output,
+        }
+    }
+
+    /// Runs one export call in a fresh store; returns what the call used.
+    fn call<T>(
+        &self,
+        budget: Duration,
+        collect_cap: usize,
+        f: impl FnOnce(&mut Store<PluginState>, &ProviderPlugin) -> wasmtime::Result<T>,
+    ) -> (Result<T, String>, Used) {
+        let limits: StoreLimits =
+            StoreLimitsBuilder::new().memory_size(self.limits.plugin_memory_mb as usize * 1024 * 1024).build();
+        let state = PluginState {
+            wasi: WasiCtxBuilder::new().build(),
+            table: ResourceTable::new(),
+            name: self.name.clone(),
+            approved: self.approved.clone(),
+            wall: self.wall.clone(),
+            deadline: Instant::now() + budget,
+            collect_cap,
+            used: Used::default(),
+            live: Default::default(),
+            limits,
+        };
+        let mut store = Store::new(self.engine.wasmtime(), state);
+        store.limiter(|s| &mut s.limits);
+        store.set_epoch_deadline(Engine::deadline_ticks(budget + PLUGIN_GRACE));
+        let result = self
+            .pre
+            .instantiate(&mut store)
+            .and_then(|plugin| f(&mut store, &plugin))
+            .map_err(|e| format!("the plugin failed: {e:#}"));
+        // Removing what the call left behind happens when the state drops.
+        let used = std::mem::take(&mut store.data_mut().used);
+        drop(store);
+        (result, used)
+    }
+
+    /// The tier the host can justify for what a call used: the weakest runtime it
+    /// created a container under, never above the manifest's `max-tier` or what the
+    /// plugin itself claims. A call that created no container justifies nothing.
+    fn justified(&self, used: &Used, claimed: Tier) -> Tier {
+        let Some(wall) = &self.wall else { return Tier::None };
+        let weakest = used.runtimes.iter().map(|r| wall.tier_of(r)).min().unwrap_or(Tier::None);
+        weakest.min(self.max_tier).min(claimed)
+    }
+
+    fn evidence(&self, used: &Used, e: &t::Evidence) -> Evidence {
+        let environment = match used.images.iter().collect::<Vec<_>>().as_slice() {
+            [only] => format!("docker-image:{only}"),
+            _ => e.environment.clone(),
+        };
+        Evidence {
+            tier: self.justified(used, wit_tier(e.tier)),
+            environment,
+            software_identity: e.software_identity.clone().unwrap_or_default(),
+            instance: e.instance.clone().unwrap_or_default(),
+            policy: String::new(),
+        }
+    }
+
+    /// A plugin error after a call: a refusal stands only if no container was
+    /// created; otherwise the code may have run, whatever the plugin says.
+    fn run_error(used: &Used, e: wit::RunError) -> RunError {
+        match e {
+            wit::RunError::Refused(r) if used.runtimes.is_empty() => {
+                RunError::Refused(Refusal::new(reason(r.reason), r.message))
+            }
+            wit::RunError::Refused(r) => {
+                RunError::MayHaveRun(format!("the plugin refused after creating a container: {}", r.message))
+            }
+            wit::RunError::MayHaveRun(s) => RunError::MayHaveRun(s),
+        }
+    }
+
+    fn failed(used: &Used, msg: String) -> RunError {
+        if used.runtimes.is_empty() {
+            RunError::Refused(Refusal::new(Reason::Environment, format!("nothing ran: {msg}")))
+        } else {
+            RunError::MayHaveRun(msg)
+        }
+    }
+
+    /// The plugin's behavioural proof, run once at startup.
+    ///
+    /// # Errors
+    ///
+    /// The check that failed, in the plugin's words.
+    pub fn smoke_test(&self) -> Result<Evidence, String> {
+        let (r, used) = self.call(Duration::from_secs(120), REPORT_CAP, |store, plugin| {
+            plugin.plimsoll_provider_provider().call_smoke_test(store)
+        });
+        let r = r.map_err(|e| format!("smoke test: {e}"))?;
+        match r {
+            Ok(e) => Ok(self.evidence(&used, &e)),
+            Err(r) => Err(format!("smoke test: {}", r.message)),
+        }
+    }
+}
+
+impl Provider for PluginProvider {
+    fn describe(&self) -> Description {
+        self.description.clone()
+    }
+
+    fn tier(&self) -> Tier {
+        match &self.wall {
+            Some(w) => w.tier_of(&self.runtime).min(self.max_tier),
+            None => Tier::None,
+        }
+    }
+
+    fn preflight(&self) -> Result<(), Refusal> {
+        if let Some(w) = &self.wall
+            && !w.healthy()
+        {
+            return Err(Refusal::new(Reason::Environment, "the container engine failed its last re-check"));
+        }
+        let r = self
+            .call(Duration::from_secs(10), 0, |store, plugin| plugin.plimsoll_provider_provider().call_preflight(store))
+            .0
+            .map_err(|e| Refusal::new(Reason::Environment, e))?;
+        r.map(|_| ()).map_err(|r| Refusal::new(reason(r.reason), r.message))
+    }
+
+    fn run_snippet(&self, snippet: &Snippet<'_>) -> Result<Ran<JavaScriptResult>, RunError> {
+        provider::check_floor(self.tier(), snippet.floor)?;
+        let limits = self.wit_limits(snippet.timeout);
+        let lang = snippet.language.as_str();
+        let (r, used) = self.call(snippet.timeout, self.limits.max_output as usize, |store, plugin| {
+            plugin.plimsoll_provider_provider().call_run_snippet(store, lang, snippet.code, limits)
+        });
+        let r = r.map_err(|e| Self::failed(&used, e))?;
+        let (result, e) = r.map_err(|e| Self::run_error(&used, e))?;
+        let evidence = self.evidence(&used, &e);
+        after_run_floor(evidence.tier, snippet.floor)?;
+        Ok(Ran {
+            result: JavaScriptResult {
+                stdout: result.stdout.bytes,
+                stderr: result.stderr.bytes,
+                exit_code: result.exit_code,
+                timed_out: result.timed_out,
+                stdout_truncated: result.stdout.truncated,
+                stderr_truncated: result.stderr.truncated,
+                advice: Vec::new(),
+            },
+            evidence,
+        })
+    }
+
+    fn run_project(
+        &self,
+        project: &ProjectRun,
+        timeout: Duration,
+        floor: Option<Floor>,
+    ) -> Result<Ran<ProjectResult>, RunError> {
+        provider::check_floor(self.tier(), floor)?;
+        if self.description.project.is_none() {
+            return Err(Refusal::unsupported(format!("the {} provider does not run projects", self.name)).into());
+        }
+        let files: Vec<t::File> = project
+            .files
+            .iter()
+            .map(|f| t::File { path: f.path.clone(), content: f.content.clone().into_bytes() })
+            .collect();
+        let limits = self.wit_limits(timeout);
+        let (r, used) = self.call(timeout, REPORT_CAP, |store, plugin| {
+            plugin.plimsoll_provider_provider().call_run_project(
+                store,
+                &files,
+                &project.steps,
+                &project.artifacts,
+                limits,
+            )
+        });
+        let r = r.map_err(|e| Self::failed(&used, e))?;
+        let (result, e) = r.map_err(|e| Self::run_error(&used, e))?;
+        let evidence = self.evidence(&used, &e);
+        after_run_floor(evidence.tier, floor)?;
+        let outcome = match result.outcome {
+            t::ProjectOutcome::Completed => ProjectOutcome::Completed,
+            t::ProjectOutcome::SetupFailed => ProjectOutcome::SetupFailed,
+            t::ProjectOutcome::TimedOut => ProjectOutcome::TimedOut,
+            t::ProjectOutcome::ProtocolError => ProjectOutcome::ProtocolError,
+        };
+        Ok(Ran {
+            result: ProjectResult {
+                steps: result
+                    .steps
+                    .into_iter()
+                    .map(|s| StepResult {
+                        command: s.command,
+                        stdout: s.stdout.bytes,
+                        stderr: s.stderr.bytes,
+                        exit_code: s.exit_code,
+                        timed_out: s.timed_out,
+                        duration_ms: i64::from(s.duration_ms),
+                        stdout_truncated: s.stdout.truncated,
+                        stderr_truncated: s.stderr.truncated,
+                    })
+                    .collect(),
+                outcome,
+                artifacts: result
+                    .artifacts
+                    .into_iter()
+                    .map(|a| Artifact { path: a.path, content: a.content })
+                    .collect(),
+                outcome_detail: result.detail,
+                artifacts_truncated: result.artifacts_truncated,
+                advice: Vec::new(),
+            },
+            evidence,
+        })
+    }
+}
+
+/// The run happened, but below the floor: the caller gets no result, and the code
+/// did run, so this is never a refusal.
+fn after_run_floor(tier: Tier, floor: Option<Floor>) -> Result<(), RunError> {
+    match floor {
+        Some(f) if !tier.meets(f) => Err(RunError::MayHaveRun(format!(
+            "the run's evidence ({tier}) is below the request's floor ({f}); its result is withheld"
+        ))),
+        _ => Ok(()),
+    }
+}
