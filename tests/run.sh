@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: formatting, lints, the guest components'
-# reproducibility, and every test of the workspace. Prerequisites (Debian packages,
-# the wasm32-wasip2 target) come from .ci/install; a missing one fails here with
-# the command that installs it.
+# reproducibility, the plugins, and every test of the workspace. Prerequisites
+# (Debian packages, the wasm32-wasip2 target, dockerd with runsc, the sandbox image)
+# come from .ci/install; a missing one fails here with the command that installs it.
+# The docker suite skips with a note when the engine or image is missing, unless
+# CI=true (or PLIMSOLL_DOCKER_TESTS=required), where it fails instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,9 +17,10 @@ if [ ${#missing[@]} -gt 0 ]; then
   exit 1
 fi
 
-step "format (host workspace and guests)"
+step "format (host workspace, guests, plugins)"
 cargo fmt --all --check
 cargo fmt --all --check --manifest-path guests/Cargo.toml
+cargo fmt --all --check --manifest-path plugins/Cargo.toml
 
 step "clippy (host workspace)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
@@ -29,8 +32,15 @@ step "clippy (guests, wasm32-wasip2)"
     --target-dir "$target_dir" -- -D warnings
 )
 
+step "clippy and unit tests (plugins)"
+cargo clippy --locked --release --target wasm32-wasip2 --manifest-path plugins/Cargo.toml -- -D warnings
+cargo test --locked --manifest-path plugins/Cargo.toml
+
 step "guest components reproduce from their sources"
 guests/check.sh
+
+step "provider plugins (plugins/out; the docker suite signs them with a throwaway key)"
+plugins/build.sh
 
 step "tests"
 cargo test --workspace --locked

@@ -3,6 +3,7 @@
 
 mod config;
 mod daemon;
+mod docker;
 mod python;
 mod raw;
 
@@ -90,6 +91,11 @@ impl Daemon {
             assert!(Instant::now() < deadline, "the daemon did not listen: {:?}", lines.lock().expect("lock"));
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// The daemon's process ID.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The base URL.

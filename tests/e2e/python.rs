@@ -8,7 +8,7 @@ use std::process::Command;
 
 use super::{Daemon, callers, scratch};
 
-fn python() -> String {
+pub fn python() -> String {
     if let Ok(p) = std::env::var("PLIMSOLL_E2E_PYTHON") {
         return p;
     }

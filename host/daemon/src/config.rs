@@ -68,6 +68,25 @@ struct SandboxTable {
     total_memory_mb: Option<u32>,
 }
 
+/// The `[docker]` table: the docker provider's image, runtime and guest.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct DockerTable {
+    image: Option<String>,
+    runtime: Option<String>,
+    guest_uid: Option<u32>,
+    seccomp: Option<PathBuf>,
+}
+
+/// A `[plugins.<name>]` table: where the plugin is, whom to trust, what it may use.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct PluginTable {
+    path: Option<PathBuf>,
+    trusted_keys: Option<Vec<PathBuf>>,
+    approve: Option<Vec<String>>,
+}
+
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -76,6 +95,36 @@ struct File {
     daemon: DaemonTable,
     #[serde(default)]
     sandbox: SandboxTable,
+    #[serde(default)]
+    docker: DockerTable,
+    #[serde(default)]
+    plugins: std::collections::BTreeMap<String, PluginTable>,
+}
+
+/// Where a provider plugin comes from and what the operator allows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginConfig {
+    /// The plugin's directory (`plugin.toml`, the component, `plugin.sig`).
+    pub dir: PathBuf,
+    /// Public keys (SPKI PEM files) whose signatures are trusted.
+    pub trusted_keys: Vec<PathBuf>,
+    /// Approved capabilities (`containers`, `http`, `log`).
+    pub approve: Vec<String>,
+}
+
+/// The docker provider's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DockerConfig {
+    /// The sandbox image, by content ID (or a name resolved to its ID once at startup).
+    pub image: String,
+    /// `runc` (the container tier) or `runsc` (gVisor, the kernel tier).
+    pub runtime: String,
+    /// The guest uid and gid.
+    pub guest_uid: u32,
+    /// A seccomp profile replacing the built-in one under runc.
+    pub seccomp: Option<PathBuf>,
+    /// The plugin.
+    pub plugin: PluginConfig,
 }
 
 /// Which provider the daemon runs.
@@ -85,6 +134,8 @@ pub enum ProviderKind {
     Disabled,
     /// QuickJS in-process, the process tier.
     Wasm,
+    /// Locked-down containers through the docker plugin: container (runc) or kernel (runsc).
+    Docker,
 }
 
 impl ProviderKind {
@@ -93,6 +144,7 @@ impl ProviderKind {
         match self {
             ProviderKind::Disabled => "disabled",
             ProviderKind::Wasm => "wasm",
+            ProviderKind::Docker => "docker",
         }
     }
 }
@@ -172,13 +224,15 @@ pub struct Config {
     pub total_memory_mb: u32,
     /// `PLIMSOLL_CACHE_DIR`: precompiled components.
     pub cache_dir: Option<PathBuf>,
+    /// The docker provider's settings, when it is the provider.
+    pub docker: Option<DockerConfig>,
     /// Settings the operator stated explicitly (hardened mode wants some of them).
     pub explicit: Vec<&'static str>,
 }
 
 /// Every variable the daemon reads, with the file key it overrides and what it does.
 /// `serve --help` prints this table, so the usage text and the code cannot drift.
-pub const VARIABLES: [(&str, &str, &str); 22] = [
+pub const VARIABLES: [(&str, &str, &str); 29] = [
     ("PLIMSOLL_CONFIG", "", "path of plimsoll.toml"),
     ("PLIMSOLL_ADDR", "daemon.addr", "RPC listener, default :8746"),
     ("PLIMSOLL_METRICS_ADDR", "daemon.metrics-addr", "metrics listener, default 127.0.0.1:9464; off"),
@@ -201,6 +255,13 @@ pub const VARIABLES: [(&str, &str, &str); 22] = [
     ("SANDBOX_RATE_PER_MIN", "sandbox.rate-per-min", "runs per minute per caller, default 30, 0 = off"),
     ("SANDBOX_RATE_BURST", "sandbox.rate-burst", "bucket size per caller, default the rate"),
     ("SANDBOX_TOTAL_MEMORY_MB", "sandbox.total-memory-mb", "clamps max-concurrent to what fits, 0 = off"),
+    ("SANDBOX_DOCKER_IMAGE", "docker.image", "the sandbox image's ID (images/build.sh prints it)"),
+    ("SANDBOX_DOCKER_RUNTIME", "docker.runtime", "runc (container tier, default) or runsc (kernel tier)"),
+    ("SANDBOX_DOCKER_GUEST_UID", "docker.guest-uid", "the guest's uid and gid, default 61000"),
+    ("SANDBOX_DOCKER_SECCOMP", "docker.seccomp", "a seccomp profile replacing the built-in one (runc)"),
+    ("SANDBOX_DOCKER_PLUGIN", "plugins.docker.path", "the docker plugin's directory"),
+    ("SANDBOX_DOCKER_PLUGIN_KEYS", "plugins.docker.trusted-keys", "trusted public keys (PEM files), comma-separated"),
+    ("SANDBOX_DOCKER_PLUGIN_APPROVE", "plugins.docker.approve", "capabilities approved, comma-separated"),
 ];
 
 /// Names that belong to plimsoll's clients and tools, not the daemon: set in the
@@ -338,7 +399,7 @@ impl Config {
                     .map_err(|e| ConfigError::File { path: p.display().to_string(), message: e.to_string() })?
             }
         };
-        let File { daemon: d, sandbox: s } = file;
+        let File { daemon: d, sandbox: s, docker: docker_table, mut plugins } = file;
         let mut pick = Pick { env, explicit: Vec::new() };
 
         let addr = pick.string("PLIMSOLL_ADDR", d.addr).unwrap_or_else(|| ":8746".into());
@@ -398,21 +459,29 @@ impl Config {
         let cache_dir =
             pick.string("PLIMSOLL_CACHE_DIR", d.cache_dir.map(|p| p.display().to_string())).map(PathBuf::from);
 
-        let provider =
-            match pick.string("SANDBOX_PROVIDER", s.provider).map(|p| p.trim().to_ascii_lowercase()).as_deref() {
-                None | Some("") | Some("disabled") => ProviderKind::Disabled,
-                Some("wasm") => ProviderKind::Wasm,
-                Some(p @ ("docker" | "e2b" | "dockercloud" | "openshell" | "agentsandbox")) => {
-                    return Err(ConfigError::Value(format!(
-                        "SANDBOX_PROVIDER={p:?}: that provider is not built into this version yet; this build runs wasm"
-                    )));
-                }
-                Some(other) => {
-                    return Err(ConfigError::Value(format!(
-                        "SANDBOX_PROVIDER={other:?} is not a provider; use wasm (or leave it unset)"
-                    )));
-                }
-            };
+        let provider = match pick
+            .string("SANDBOX_PROVIDER", s.provider)
+            .map(|p| p.trim().to_ascii_lowercase())
+            .as_deref()
+        {
+            None | Some("") | Some("disabled") => ProviderKind::Disabled,
+            Some("wasm") => ProviderKind::Wasm,
+            Some("docker") => ProviderKind::Docker,
+            Some(p @ ("e2b" | "dockercloud" | "openshell" | "agentsandbox")) => {
+                return Err(ConfigError::Value(format!(
+                    "SANDBOX_PROVIDER={p:?}: that provider is not built into this version yet; this build runs wasm and docker"
+                )));
+            }
+            Some(other) => {
+                return Err(ConfigError::Value(format!(
+                    "SANDBOX_PROVIDER={other:?} is not a provider; use wasm or docker (or leave it unset)"
+                )));
+            }
+        };
+        let docker = docker_config(&mut pick, provider, docker_table, plugins.remove("docker"))?;
+        if let Some(name) = plugins.keys().next() {
+            return Err(ConfigError::Value(format!("[plugins.{name}]: this build loads only the docker plugin")));
+        }
         let min_isolation = match pick.string("SANDBOX_MIN_ISOLATION", s.min_isolation) {
             None => None,
             Some(v) if v.is_empty() => None,
@@ -504,6 +573,7 @@ impl Config {
             admission: Admission { max_concurrent, per_key_concurrent, rate_per_min, rate_burst },
             total_memory_mb,
             cache_dir,
+            docker,
             explicit: pick.explicit,
         })
     }
@@ -570,6 +640,72 @@ impl Config {
     }
 }
 
+/// Reads the docker settings: required when docker is the provider, refused when
+/// it is not (a docker setting on another provider would be silently ignored).
+fn docker_config(
+    pick: &mut Pick<'_>,
+    provider: ProviderKind,
+    t: DockerTable,
+    plugin: Option<PluginTable>,
+) -> Result<Option<DockerConfig>, ConfigError> {
+    let plugin = plugin.unwrap_or_default();
+    let list = |v: String| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect::<Vec<_>>();
+    let image = pick.string("SANDBOX_DOCKER_IMAGE", t.image);
+    let runtime = pick.string("SANDBOX_DOCKER_RUNTIME", t.runtime);
+    let guest_uid = pick.u32("SANDBOX_DOCKER_GUEST_UID", t.guest_uid)?;
+    let seccomp = pick.string("SANDBOX_DOCKER_SECCOMP", t.seccomp.map(|p| p.display().to_string()));
+    let dir = pick.string("SANDBOX_DOCKER_PLUGIN", plugin.path.map(|p| p.display().to_string()));
+    let keys = match pick.string("SANDBOX_DOCKER_PLUGIN_KEYS", None) {
+        Some(v) => list(v).into_iter().map(PathBuf::from).collect(),
+        None => plugin.trusted_keys.unwrap_or_default(),
+    };
+    let approve = match pick.string("SANDBOX_DOCKER_PLUGIN_APPROVE", None) {
+        Some(v) => list(v),
+        None => plugin.approve.unwrap_or_default(),
+    };
+    if provider != ProviderKind::Docker {
+        let set = [
+            ("SANDBOX_DOCKER_IMAGE", image.is_some()),
+            ("SANDBOX_DOCKER_RUNTIME", runtime.is_some()),
+            ("SANDBOX_DOCKER_GUEST_UID", guest_uid.is_some()),
+            ("SANDBOX_DOCKER_SECCOMP", seccomp.is_some()),
+            ("SANDBOX_DOCKER_PLUGIN", dir.is_some()),
+        ];
+        if let Some((name, _)) = set.iter().find(|(_, s)| *s) {
+            return Err(ConfigError::Value(format!(
+                "{name} is set, but SANDBOX_PROVIDER is {}; set SANDBOX_PROVIDER=docker or unset it",
+                provider.as_str()
+            )));
+        }
+        return Ok(None);
+    }
+    let image = image.filter(|i| !i.trim().is_empty()).ok_or_else(|| {
+        ConfigError::Value("SANDBOX_PROVIDER=docker needs SANDBOX_DOCKER_IMAGE: build the image with images/build.sh and set the ID it prints".into())
+    })?;
+    if image.starts_with('-') || image.trim() != image {
+        return Err(ConfigError::Value(format!("SANDBOX_DOCKER_IMAGE={image:?} is not an image reference")));
+    }
+    let runtime = runtime.unwrap_or_else(|| "runc".into());
+    if !matches!(runtime.as_str(), "runc" | "runsc") {
+        return Err(ConfigError::Value(format!("SANDBOX_DOCKER_RUNTIME={runtime:?}: use runc or runsc")));
+    }
+    let dir = dir.filter(|d| !d.is_empty()).ok_or_else(|| {
+        ConfigError::Value("SANDBOX_PROVIDER=docker needs SANDBOX_DOCKER_PLUGIN: the signed plugin's directory (plugins/build.sh, then plimsoll-host plugin sign)".into())
+    })?;
+    if keys.is_empty() {
+        return Err(ConfigError::Value(
+            "SANDBOX_DOCKER_PLUGIN_KEYS is empty: name the public key(s) whose plugin signatures you trust".into(),
+        ));
+    }
+    Ok(Some(DockerConfig {
+        image,
+        runtime,
+        guest_uid: guest_uid.unwrap_or(plimsoll_containers::uid::DEFAULT_GUEST_UID),
+        seccomp: seccomp.filter(|s| !s.is_empty()).map(PathBuf::from),
+        plugin: PluginConfig { dir: PathBuf::from(dir), trusted_keys: keys, approve },
+    }))
+}
+
 /// Whether a listen address is loopback only (`localhost`, `127.0.0.0/8`, `::1`).
 /// `:8746` (every interface) is not.
 pub fn is_loopback(addr: &str) -> bool {
@@ -628,7 +764,7 @@ mod tests {
             ),
             (
                 &[("SANDBOX_PROVIDER", "dokcer")],
-                "SANDBOX_PROVIDER=\"dokcer\" is not a provider; use wasm (or leave it unset)",
+                "SANDBOX_PROVIDER=\"dokcer\" is not a provider; use wasm or docker (or leave it unset)",
             ),
             (
                 &[("PLIMSOLL_TOKEN", "short")],
@@ -645,6 +781,49 @@ mod tests {
         ];
         for (pairs, want) in cases {
             assert_eq!(load(pairs).expect_err(want).to_string(), want);
+        }
+    }
+
+    #[test]
+    fn docker_settings_are_required_for_docker_and_refused_elsewhere() {
+        let full: [(&str, &str); 4] = [
+            ("SANDBOX_PROVIDER", "docker"),
+            ("SANDBOX_DOCKER_IMAGE", "sha256:abc"),
+            ("SANDBOX_DOCKER_PLUGIN", "/opt/plimsoll/docker"),
+            ("SANDBOX_DOCKER_PLUGIN_KEYS", "/etc/plimsoll/ops.pub, /etc/plimsoll/ci.pub"),
+        ];
+        let c = load(&full).expect("loads");
+        let d = c.docker.expect("docker settings");
+        assert_eq!((d.runtime.as_str(), d.guest_uid), ("runc", 61000));
+        assert_eq!(d.plugin.trusted_keys.len(), 2);
+        let without = |name: &str| full.iter().copied().filter(|(k, _)| *k != name).collect::<Vec<_>>();
+        let with = |pair: (&'static str, &'static str)| {
+            let mut v = full.to_vec();
+            v.push(pair);
+            v
+        };
+        let cases: [(Vec<(&str, &str)>, &str); 6] = [
+            (
+                without("SANDBOX_DOCKER_IMAGE"),
+                "SANDBOX_PROVIDER=docker needs SANDBOX_DOCKER_IMAGE: build the image with images/build.sh and set the ID it prints",
+            ),
+            (
+                without("SANDBOX_DOCKER_PLUGIN"),
+                "SANDBOX_PROVIDER=docker needs SANDBOX_DOCKER_PLUGIN: the signed plugin's directory (plugins/build.sh, then plimsoll-host plugin sign)",
+            ),
+            (
+                without("SANDBOX_DOCKER_PLUGIN_KEYS"),
+                "SANDBOX_DOCKER_PLUGIN_KEYS is empty: name the public key(s) whose plugin signatures you trust",
+            ),
+            (with(("SANDBOX_DOCKER_RUNTIME", "kata")), "SANDBOX_DOCKER_RUNTIME=\"kata\": use runc or runsc"),
+            (with(("SANDBOX_DOCKER_GUEST_UID", "root")), "SANDBOX_DOCKER_GUEST_UID=\"root\" is not a whole number"),
+            (
+                vec![("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_DOCKER_IMAGE", "sha256:abc")],
+                "SANDBOX_DOCKER_IMAGE is set, but SANDBOX_PROVIDER is wasm; set SANDBOX_PROVIDER=docker or unset it",
+            ),
+        ];
+        for (pairs, want) in cases {
+            assert_eq!(load(&pairs).expect_err(want).to_string(), want);
         }
     }
 

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use plimsoll_core::provider::{Description, Provider, Ran, RunError, Snippet};
 use plimsoll_core::wire::JavaScriptResult;
 use plimsoll_core::{Refusal, Tier};
+use plimsoll_runtime::plugin::{self, Capability, PluginLimits, PluginProvider, Wall};
 use plimsoll_runtime::{Engine, EngineConfig, WasmConfig, WasmProvider};
 
-use crate::config::{Config, ProviderKind};
+use crate::config::{Config, DockerConfig, ProviderKind};
 
 /// The text every run on a daemon without a provider gets.
 pub const DISABLED: &str = "code execution sandbox is not configured";
@@ -70,5 +71,106 @@ pub fn build(config: &Config) -> Result<Arc<dyn Provider>, BuildError> {
             }
             Ok(Arc::new(WasmProvider::new(&engine, wasm).map_err(err)?))
         }
+        ProviderKind::Docker => {
+            let docker = config.docker.as_ref().ok_or_else(|| docker_err("no docker settings".into()))?;
+            Ok(Arc::new(docker_provider(config, docker)?))
+        }
     }
+}
+
+fn docker_err(message: String) -> BuildError {
+    BuildError { provider: "docker", message }
+}
+
+/// How often the wall is re-checked and expired containers are swept.
+const RECHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Verifies and loads the docker plugin, proves the engine (runtime, image, guest
+/// uid, resolver, the probe), runs the plugin's own smoke test, and starts the
+/// periodic re-check. Nothing is served unless all of it passes.
+fn docker_provider(config: &Config, docker: &DockerConfig) -> Result<PluginProvider, BuildError> {
+    let mut keys = Vec::new();
+    for path in &docker.plugin.trusted_keys {
+        let pem = std::fs::read_to_string(path)
+            .map_err(|e| docker_err(format!("reading trusted key {}: {e}", path.display())))?;
+        keys.push(
+            plugin::signature::public_key(&pem)
+                .map_err(|e| docker_err(format!("trusted key {}: {e}", path.display())))?,
+        );
+    }
+    let approved: Vec<Capability> = docker
+        .plugin
+        .approve
+        .iter()
+        .map(|c| Capability::parse(c).map_err(|e| docker_err(format!("SANDBOX_DOCKER_PLUGIN_APPROVE: {e}"))))
+        .collect::<Result<_, _>>()?;
+    let verified = plugin::verify(&docker.plugin.dir, &keys, &approved).map_err(|e| docker_err(e.to_string()))?;
+
+    let cache_dir = config.cache_dir.clone().or_else(EngineConfig::default_cache_dir);
+    let seccomp = match &docker.seccomp {
+        Some(p) => std::fs::read_to_string(p)
+            .map_err(|e| docker_err(format!("SANDBOX_DOCKER_SECCOMP={}: {e}", p.display())))?,
+        None => plimsoll_containers::SECCOMP_PROFILE.to_string(),
+    };
+    serde_json::from_str::<serde_json::Value>(&seccomp)
+        .map_err(|e| docker_err(format!("the seccomp profile is not JSON: {e}")))?;
+    let resolv_path = cache_dir
+        .clone()
+        .unwrap_or_else(|| std::env::temp_dir().join(format!("plimsoll-{}", std::process::id())))
+        .join("resolv.conf");
+    let r = &config.resources;
+    let limits = PluginLimits {
+        memory_mb: if r.memory_mb > 0 { r.memory_mb } else { 256 },
+        cpus_milli: if r.cpus > 0.0 { (r.cpus * 1000.0).round() as u32 } else { 1000 },
+        pids: if r.pids > 0 { r.pids } else { 256 },
+        disk_mb: if r.disk_mb > 0 { r.disk_mb } else { 160 },
+        ..PluginLimits::default()
+    };
+    let ceilings = plimsoll_containers::Ceilings {
+        memory_mb: limits.memory_mb,
+        cpus_milli: limits.cpus_milli,
+        pids: limits.pids,
+        disk_mb: limits.disk_mb,
+        ..plimsoll_containers::Ceilings::default()
+    };
+    let settings = plimsoll_containers::startup::Settings {
+        docker_host: std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()),
+        image: docker.image.clone(),
+        runtime: docker.runtime.clone(),
+        guest_uid: docker.guest_uid,
+        seccomp: (docker.runtime == "runc").then_some(seccomp),
+        resolv_path,
+        ceilings,
+        owner: format!("plimsoll-host-{}", std::process::id()),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("plimsoll-engine")
+        .enable_all()
+        .build()
+        .map_err(|e| docker_err(format!("starting the engine runtime: {e}")))?;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let proven = rt.block_on(plimsoll_containers::startup::prove(&settings, now)).map_err(docker_err)?;
+    let tier = if docker.runtime == "runsc" { Tier::Kernel } else { Tier::Container };
+    let tiers = [(docker.runtime.clone(), tier)].into();
+    let wall = Arc::new(Wall::new(proven.engine, proven.lockdown, tiers, rt));
+    let max_instances = (config.admission.max_concurrent * 2).max(16);
+    let engine = Engine::new(&EngineConfig { max_instances, cache_dir }).map_err(|e| docker_err(e.to_string()))?;
+    let provider = PluginProvider::new(&engine, verified, approved, Some(Arc::clone(&wall)), &docker.runtime, limits)
+        .map_err(|e| docker_err(e.to_string()))?;
+    provider.smoke_test().map_err(docker_err)?;
+    let weak = Arc::downgrade(&wall);
+    std::thread::Builder::new()
+        .name("plimsoll-recheck".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(RECHECK_EVERY);
+                let Some(wall) = weak.upgrade() else { return };
+                if let Err(e) = wall.recheck() {
+                    eprintln!("docker re-check failed, runs are refused until it passes: {e}");
+                }
+            }
+        })
+        .map_err(|e| docker_err(format!("starting the re-check: {e}")))?;
+    Ok(provider)
 }

@@ -131,13 +131,18 @@ impl Server {
         if verifier.is_open() && config.insecure {
             log.warn("PLIMSOLL_INSECURE=1: the daemon runs code for anyone who can reach it", &[]);
         }
+        // Building and preflight block (a plugin drives its engine synchronously), so
+        // both run off the async workers.
         let provider = {
             let config = config.clone();
-            tokio::task::spawn_blocking(move || providers::build(&config))
-                .await
-                .map_err(|e| StartError::Preflight(e.to_string()))??
+            tokio::task::spawn_blocking(move || {
+                let provider = providers::build(&config)?;
+                provider.preflight().map_err(|r| StartError::Preflight(r.message))?;
+                Ok::<_, StartError>(provider)
+            })
+            .await
+            .map_err(|e| StartError::Preflight(e.to_string()))??
         };
-        provider.preflight().map_err(|r| StartError::Preflight(r.message))?;
         let tier = provider.tier();
         let name = provider.describe().name;
         if let Some(floor) = config.min_isolation

@@ -1,0 +1,125 @@
+//! Fresh-container snippet latency on the docker provider, runc and runsc side by
+//! side: two real `plimsoll-host serve` daemons (one per runtime) with the signed
+//! docker plugin, runs alternating between them, as the Rust client sees them.
+//! Prints medians, tails and the ratio; asserts nothing.
+//!
+//! Needs dockerd with runsc, `images/build.sh` and `plugins/build.sh`.
+//! `cargo bench -p plimsoll-host --bench docker [-- RUNS]` (default 40 per runtime).
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use plimsoll_client::{Client, Options};
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+const TOKEN: &str = "bench-token-bench-token-bench-token-0123";
+
+/// Kills and reaps a daemon however the bench ends.
+struct Daemon(Child);
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn host() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_plimsoll-host"))
+}
+
+fn signed_plugin(dir: &Path) -> (PathBuf, PathBuf) {
+    let plugin = dir.join("docker");
+    std::fs::create_dir_all(&plugin).expect("mkdir");
+    for f in ["plugin.toml", "docker.wasm"] {
+        std::fs::copy(Path::new(ROOT).join("plugins/out/docker").join(f), plugin.join(f))
+            .expect("run plugins/build.sh");
+    }
+    let key = dir.join("bench");
+    assert!(host().args(["plugin", "keygen"]).arg(&key).output().expect("keygen").status.success());
+    let signed = host().args(["plugin", "sign", "--key"]).arg(key.with_extension("key")).arg(&plugin).output();
+    assert!(signed.expect("sign").status.success());
+    (plugin, key.with_extension("pub"))
+}
+
+fn start(runtime: &str, image: &str, plugin: &Path, key: &Path) -> (Daemon, String) {
+    let mut daemon = Daemon(
+        host()
+            .arg("serve")
+            .env("SANDBOX_PROVIDER", "docker")
+            .env("SANDBOX_DOCKER_IMAGE", image)
+            .env("SANDBOX_DOCKER_RUNTIME", runtime)
+            .env("SANDBOX_DOCKER_PLUGIN", plugin)
+            .env("SANDBOX_DOCKER_PLUGIN_KEYS", key)
+            .env("SANDBOX_DOCKER_PLUGIN_APPROVE", "containers,log")
+            .env("PLIMSOLL_TOKEN", TOKEN)
+            .env("PLIMSOLL_ADDR", "127.0.0.1:0")
+            .env("PLIMSOLL_METRICS_ADDR", "off")
+            .env("SANDBOX_RATE_PER_MIN", "0")
+            .env("PLIMSOLL_LOG_FORMAT", "json")
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("serve"),
+    );
+    let mut lines = BufReader::new(daemon.0.stderr.take().expect("stderr")).lines();
+    let addr = loop {
+        let line = lines.next().expect("the daemon exited").expect("log line");
+        if line.contains(r#""msg":"listening""#) {
+            let v: serde_json::Value = serde_json::from_str(&line).expect("json");
+            break v["addr"].as_str().expect("addr").to_string();
+        }
+        assert!(!line.contains("startup refused"), "{line}");
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (daemon, format!("http://{addr}"))
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+fn main() {
+    let runs: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(40);
+    let image = std::fs::read_to_string(Path::new(ROOT).join("images/out/sandbox.id")).expect("run images/build.sh");
+    let dir = std::env::temp_dir().join(format!("plimsoll-bench-docker-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let (plugin, key) = signed_plugin(&dir);
+    let runtimes = ["runc", "runsc"];
+    let daemons: Vec<(Daemon, Client)> = runtimes
+        .iter()
+        .map(|r| {
+            let (d, url) = start(r, image.trim(), &plugin, &key);
+            (d, Client::new(&url, Some(TOKEN.into())).expect("client"))
+        })
+        .collect();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    let opts = Options::default();
+    let mut times = vec![Vec::with_capacity(runs); runtimes.len()];
+    rt.block_on(async {
+        for (_, c) in &daemons {
+            for _ in 0..3 {
+                c.run_javascript("console.log(1)", &opts).await.expect("warm-up");
+            }
+        }
+        for _ in 0..runs {
+            for (i, (_, c)) in daemons.iter().enumerate() {
+                let t = Instant::now();
+                c.run_javascript("console.log(1)", &opts).await.expect("run");
+                times[i].push(t.elapsed());
+            }
+        }
+    });
+    drop(daemons);
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("docker snippets     {runs} fresh-container runs of `console.log(1)` per runtime, alternating");
+    let mut medians = Vec::new();
+    for (r, t) in runtimes.iter().zip(&mut times) {
+        t.sort();
+        let p = |q: f64| t[((t.len() - 1) as f64 * q).round() as usize];
+        println!("  {r:<6} p50 {:>9}  p95 {:>9}  max {:>9}", ms(p(0.5)), ms(p(0.95)), ms(t[t.len() - 1]));
+        medians.push(p(0.5));
+    }
+    println!("  runsc/runc median ratio {:.2}", medians[1].as_secs_f64() / medians[0].as_secs_f64());
+}

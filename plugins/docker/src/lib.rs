@@ -1,0 +1,478 @@
+//! The docker provider plugin. It drives containers only through the host's
+//! `plimsoll:host/containers` capability, which checks every spec against the
+//! lockdown; this plugin chooses commands, sizes and how to read results.
+//!
+//! Two rules from the original docker provider hold here:
+//! - **the start marker**: a shell writes a fresh random marker to stderr before the
+//!   guest's interpreter exists; without it, nothing the container printed is a
+//!   guest result (the engine, not the guest, failed);
+//! - **authenticated reports**: a project's result is only what the runner reports
+//!   in a frame whose HMAC verifies under a key no step can read.
+
+mod report;
+
+wit_bindgen::generate!({
+    world: "plimsoll:provider/provider-plugin",
+    path: ["../../wit/types", "../../wit/host", "../../wit/provider"],
+    generate_all,
+});
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use exports::plimsoll::provider::provider::{Description, Guest, GuestSession, RunError, Session};
+use plimsoll::host::containers::{self, Container, ExecResult, Mount};
+use plimsoll::host::log;
+use plimsoll::types::types::{
+    Evidence, File, Limits, ModuleRequest, ModuleResult, Output, ProjectOutcome, ProjectResult, Refusal, RefusalReason,
+    SnippetResult, StepResult, Tier,
+};
+
+/// Defaults for a limit the host left at zero.
+const MEMORY_MB: u32 = 256;
+const CPUS_MILLI: u32 = 1000;
+const PIDS: u32 = 256;
+const DISK_MB: u32 = 160;
+const TMP_MB: u32 = 16;
+const SHM_MB: u32 = 16;
+const GUEST_UID: u32 = 61000;
+/// The environment every guest process starts with (nothing from the image or host).
+const GUEST_ENV: [&str; 3] = ["PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"];
+const RUNNER: &str = "/opt/plimsoll/runner.py";
+/// Exit code of a snippet its deadline ended.
+const EXIT_TIMEOUT: i32 = 124;
+/// Exit status of a process ended by SIGKILL.
+const EXIT_SIGKILL: i32 = 137;
+
+struct Plugin;
+
+fn refused(reason: RefusalReason, message: impl Into<String>) -> Refusal {
+    Refusal { reason, message: message.into() }
+}
+
+fn random_hex(n: usize) -> String {
+    let mut b = vec![0u8; n];
+    // The WASI random source is the host's; without it no marker or key can be trusted.
+    if getrandom::fill(&mut b).is_err() {
+        return String::new();
+    }
+    hex::encode(b)
+}
+
+/// The runtime and image to use: the host lists only what it proved.
+fn target() -> Result<(String, String), Refusal> {
+    let runtime = containers::runtimes().into_iter().next();
+    let image = containers::images().into_iter().next();
+    match (runtime, image) {
+        (Some(r), Some((id, _))) => Ok((r, id)),
+        (None, _) => Err(refused(RefusalReason::Environment, "no container runtime was verified at startup")),
+        (_, None) => Err(refused(RefusalReason::Environment, "no sandbox image was proven at startup")),
+    }
+}
+
+fn or(v: u32, default: u32) -> u32 {
+    if v == 0 { default } else { v }
+}
+
+fn evidence(image: &str, runtime: &str) -> Evidence {
+    Evidence {
+        tier: if runtime == "runsc" { Tier::Kernel } else { Tier::Container },
+        environment: format!("docker-image:{image}"),
+        software_identity: None,
+        instance: None,
+        claims: vec![("runtime".into(), runtime.into())],
+    }
+}
+
+/// A container's spec for `command`, with a `/work` tmpfs when `work` is set.
+fn spec(
+    limits: &Limits,
+    runtime: &str,
+    image: &str,
+    command: Vec<String>,
+    work: bool,
+) -> Result<containers::Spec, Refusal> {
+    let disk = or(limits.disk_mb, DISK_MB);
+    let mut tmpfs =
+        vec![Mount { target: "/tmp".into(), size_mb: TMP_MB }, Mount { target: "/dev/shm".into(), size_mb: SHM_MB }];
+    if work {
+        let rest = disk.saturating_sub(TMP_MB + SHM_MB);
+        if rest < 1 {
+            return Err(refused(
+                RefusalReason::Environment,
+                format!(
+                    "a disk budget of {disk} MiB leaves no room for /work after /tmp and /dev/shm ({} MiB)",
+                    TMP_MB + SHM_MB
+                ),
+            ));
+        }
+        tmpfs.push(Mount { target: "/work".into(), size_mb: rest });
+    }
+    let lifetime = (limits.timeout_ms / 1000).saturating_add(300);
+    Ok(containers::Spec {
+        image_id: image.into(),
+        runtime: runtime.into(),
+        user: GUEST_UID,
+        memory_mb: or(limits.memory_mb, MEMORY_MB),
+        cpus_milli: or(limits.cpus_milli, CPUS_MILLI),
+        pids: or(limits.pids, PIDS),
+        tmpfs,
+        workdir: if work { "/work".into() } else { "/tmp".into() },
+        command,
+        env: Vec::new(),
+        labels: vec![("dev.plimsoll.plugin.provider".into(), "docker".into())],
+        lifetime_s: lifetime,
+    })
+}
+
+/// `env -i` + a shell that writes `marker` to stderr, then execs `argv`.
+fn marked(marker: &str, argv: &[&str]) -> Vec<String> {
+    let mut cmd: Vec<String> = vec!["/usr/bin/env".into(), "-i".into()];
+    cmd.extend(GUEST_ENV.iter().map(|s| s.to_string()));
+    cmd.extend(["/bin/sh".into(), "-c".into(), "printf '%s' \"$0\" >&2 && exec \"$@\"".into(), marker.into()]);
+    cmd.extend(argv.iter().map(|s| s.to_string()));
+    cmd
+}
+
+/// Runs a container to its end: create, start with `stdin`, wait.
+fn run(spec: containers::Spec, stdin: Vec<u8>, timeout_ms: u32, max_output: u32) -> Result<ExecResult, RunError> {
+    let c = Container::create(&spec).map_err(|e| RunError::Refused(refused(RefusalReason::Environment, e)))?;
+    c.start(&stdin).map_err(|e| RunError::MayHaveRun(format!("starting the container: {e}")))?;
+    let r = c.wait(timeout_ms, max_output).map_err(|e| RunError::MayHaveRun(format!("waiting for the container: {e}")));
+    c.remove();
+    r
+}
+
+/// Splits the marker off stderr. None: the guest's command never ran.
+fn strip_marker(stderr: &[u8], marker: &str) -> Option<Vec<u8>> {
+    stderr.strip_prefix(marker.as_bytes()).map(<[u8]>::to_vec)
+}
+
+fn output(bytes: Vec<u8>, truncated: bool) -> Output {
+    Output { bytes, truncated }
+}
+
+fn snippet(language: &str, code: &str, limits: &Limits) -> Result<(SnippetResult, Evidence), RunError> {
+    let argv: &[&str] = match language {
+        "javascript" => &["node", "-"],
+        "python" => &["python3", "-I", "-"],
+        other => {
+            return Err(RunError::Refused(refused(
+                RefusalReason::Unsupported,
+                format!("the docker provider runs javascript and python, not {other}"),
+            )));
+        }
+    };
+    let (runtime, image) = target().map_err(RunError::Refused)?;
+    let marker = random_hex(16);
+    if marker.is_empty() {
+        return Err(RunError::Refused(refused(RefusalReason::Environment, "no randomness for the start marker")));
+    }
+    let spec = spec(limits, &runtime, &image, marked(&marker, argv), false).map_err(RunError::Refused)?;
+    let r = run(spec, code.as_bytes().to_vec(), limits.timeout_ms, limits.max_output_bytes)?;
+    let Some(mut stderr) = strip_marker(&r.stderr, &marker) else {
+        return Err(RunError::MayHaveRun(format!(
+            "docker did not run the container's command (no start marker; exit {:?}, timed out {})",
+            r.exit_code, r.timed_out
+        )));
+    };
+    let exit_code = match (r.timed_out, r.exit_code) {
+        (true, _) => EXIT_TIMEOUT,
+        // SIGKILL that was neither the deadline nor the OOM killer came from outside
+        // the sandbox (an operator, the engine). A guest that SIGKILLs its own main
+        // process lands here too: an error, never a result the engine may have faked.
+        (false, Some(EXIT_SIGKILL)) if !r.oom_killed => {
+            return Err(RunError::MayHaveRun(
+                "the sandbox's main process was killed from outside (SIGKILL, not the deadline or the OOM killer)"
+                    .into(),
+            ));
+        }
+        (false, Some(code)) => code,
+        (false, None) => return Err(RunError::MayHaveRun("the container ended without an exit status".into())),
+    };
+    if r.oom_killed {
+        let note =
+            format!("\nplimsoll: the sandbox ran out of memory (limit {} MiB)\n", or(limits.memory_mb, MEMORY_MB));
+        stderr.extend_from_slice(note.as_bytes());
+    }
+    let result = SnippetResult {
+        exit_code,
+        timed_out: r.timed_out,
+        stdout: output(r.stdout, r.stdout_truncated),
+        stderr: output(stderr, r.stderr_truncated),
+    };
+    Ok((result, evidence(&image, &runtime)))
+}
+
+fn project_result(outcome: ProjectOutcome, detail: impl Into<String>) -> ProjectResult {
+    ProjectResult {
+        outcome,
+        detail: detail.into(),
+        steps: Vec::new(),
+        artifacts: Vec::new(),
+        artifacts_truncated: false,
+    }
+}
+
+fn project(
+    files: &[File],
+    steps: &[String],
+    artifacts: &[String],
+    limits: &Limits,
+) -> Result<(ProjectResult, Evidence), RunError> {
+    let (runtime, image) = target().map_err(RunError::Refused)?;
+    let (marker, key) = (random_hex(16), random_hex(32));
+    if marker.is_empty() || key.is_empty() {
+        return Err(RunError::Refused(refused(
+            RefusalReason::Environment,
+            "no randomness for the marker and report key",
+        )));
+    }
+    LAST_KEY.with(|k| *k.borrow_mut() = key.clone());
+    let max_output = or(limits.max_output_bytes, 1 << 20);
+    let plan = serde_json::json!({
+        "files": files.iter().map(|f| serde_json::json!({"path": f.path, "content": STANDARD.encode(&f.content)})).collect::<Vec<_>>(),
+        "steps": steps,
+        "artifacts": artifacts,
+        "timeoutMs": limits.timeout_ms,
+        "maxOutput": max_output,
+        "env": GUEST_ENV.iter().filter_map(|kv| kv.split_once('=')).collect::<std::collections::BTreeMap<_, _>>(),
+        "reportKey": key,
+    });
+    let spec =
+        spec(limits, &runtime, &image, marked(&marker, &["python3", "-I", RUNNER]), true).map_err(RunError::Refused)?;
+    // The runner's own deadline is the budget; the container gets a little more to report.
+    let wait_ms = limits.timeout_ms.saturating_add(5000);
+    let report_cap = max_output.saturating_mul(2).saturating_mul(steps.len().max(1) as u32).saturating_add(8 << 20);
+    let r = run(spec, plan.to_string().into_bytes(), wait_ms, report_cap)?;
+    if strip_marker(&r.stderr, &marker).is_none() {
+        return Err(RunError::MayHaveRun(format!(
+            "docker did not run the container's command (no start marker; exit {:?})",
+            r.exit_code
+        )));
+    }
+    let evidence = evidence(&image, &runtime);
+    let key = hex::decode(&key).unwrap_or_default();
+    let body = match report::find(&r.stdout, &key) {
+        report::Found::Authentic(b) => b,
+        _ if r.timed_out => {
+            return Ok((project_result(ProjectOutcome::TimedOut, "run exceeded the time budget"), evidence));
+        }
+        report::Found::Forged => {
+            return Ok((project_result(ProjectOutcome::ProtocolError, "no authenticated runner report"), evidence));
+        }
+        report::Found::Missing => {
+            let why = if r.oom_killed { " after running out of memory" } else { "" };
+            let detail = format!("the runner did not report{why} (container exit {})", r.exit_code.unwrap_or(-1));
+            return Ok((project_result(ProjectOutcome::ProtocolError, detail), evidence));
+        }
+    };
+    let Ok(report) = serde_json::from_slice::<report::Report>(&body) else {
+        return Ok((project_result(ProjectOutcome::ProtocolError, "could not parse sandbox result"), evidence));
+    };
+    if let Some(e) = report.error {
+        return Ok((project_result(ProjectOutcome::SetupFailed, e), evidence));
+    }
+    let decode = |s: &str| STANDARD.decode(s).unwrap_or_default();
+    let steps: Vec<StepResult> = report
+        .steps
+        .iter()
+        .map(|s| StepResult {
+            command: s.command.clone(),
+            exit_code: s.exit_code,
+            timed_out: s.timed_out,
+            duration_ms: s.duration_ms,
+            stdout: output(decode(&s.stdout), s.stdout_truncated),
+            stderr: output(decode(&s.stderr), s.stderr_truncated),
+        })
+        .collect();
+    let (outcome, detail) = match steps.iter().position(|s| s.timed_out) {
+        Some(i) => (ProjectOutcome::TimedOut, format!("step {} exceeded its time budget", i + 1)),
+        None => (ProjectOutcome::Completed, String::new()),
+    };
+    let artifacts =
+        report.artifacts.iter().map(|a| File { path: a.path.clone(), content: decode(&a.content) }).collect();
+    Ok((ProjectResult { outcome, detail, steps, artifacts, artifacts_truncated: report.artifacts_truncated }, evidence))
+}
+
+/// A step that hunts for the runner's report key.
+fn key_probe() -> File {
+    let script = r#"
+import os, re
+me = os.getpid()
+hexes, probed = set(), []
+def scan(data):
+    for m in re.finditer(rb"[0-9a-f]{64}", data):
+        hexes.add(m.group().decode())
+def hunt(pid):
+    for name in ("environ", "cmdline"):
+        try:
+            scan(open(f"/proc/{pid}/{name}", "rb").read()); probed.append(f"{pid}/{name}")
+        except OSError:
+            pass
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        fds = []
+    for fd in fds:
+        try:
+            f = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK)
+            scan(os.read(f, 1 << 20)); os.close(f); probed.append(f"{pid}/fd/{fd}")
+        except OSError:
+            pass
+    try:
+        mem = open(f"/proc/{pid}/mem", "rb")
+        maps = open(f"/proc/{pid}/maps").read().splitlines()
+    except OSError:
+        return
+    for line in maps:
+        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+        try:
+            mem.seek(lo); scan(mem.read(hi - lo)); probed.append(f"{pid}/mem")
+        except (OSError, ValueError, OverflowError):
+            pass
+# Every process but this one: the runner (PID 1), the shell that started this step.
+for pid in sorted(int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) != me):
+    hunt(pid)
+print("probed " + ",".join(sorted(set(probed))))
+for h in sorted(hexes):
+    print(h)
+"#;
+    File { path: "keyprobe.py".into(), content: script.as_bytes().to_vec() }
+}
+
+thread_local! {
+    /// The report key of the last project this instance ran, for the smoke test's
+    /// key probe to compare against (a fresh instance serves each host call).
+    static LAST_KEY: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// The plugin's own smoke test: the real snippet path for each language, and a
+/// project whose step tries to read the runner's report key.
+fn smoke() -> Result<Evidence, Refusal> {
+    let limits =
+        Limits { timeout_ms: 60_000, memory_mb: 0, cpus_milli: 0, pids: 0, disk_mb: 0, max_output_bytes: 65536 };
+    let fail = |check: &str, detail: String| refused(RefusalReason::Environment, format!("{check}: {detail}"));
+    for (lang, code) in [("javascript", "console.log(6*7)"), ("python", "print(6*7)")] {
+        match snippet(lang, code, &limits) {
+            Ok((r, _)) if r.exit_code == 0 && r.stdout.bytes == b"42\n" => {}
+            Ok((r, _)) => {
+                let got = String::from_utf8_lossy(&r.stderr.bytes).into_owned();
+                return Err(fail(&format!("{lang} snippet"), format!("exit {}, stderr {got:?}", r.exit_code)));
+            }
+            Err(RunError::Refused(r)) => return Err(r),
+            Err(RunError::MayHaveRun(e)) => return Err(fail(&format!("{lang} snippet"), e)),
+        }
+    }
+    // The step tries every way to the runner's key it might have (environment,
+    // command line, open descriptors, memory) and prints each 64-hex string it
+    // finds; the key must not be among them. Files a step may open are fine as long
+    // as the key is not in them (gVisor, for one, lets a same-uid step read the
+    // runner's environment, but not its memory).
+    let (r, evidence) = match project(&[key_probe()], &["python3 -I keyprobe.py".to_string()], &[], &limits) {
+        Ok(ok) => ok,
+        Err(RunError::Refused(r)) => return Err(r),
+        Err(RunError::MayHaveRun(e)) => return Err(fail("runner", e)),
+    };
+    if r.outcome != ProjectOutcome::Completed {
+        return Err(fail("runner", format!("outcome {:?}: {}", r.outcome, r.detail)));
+    }
+    let Some(step) = r.steps.first().filter(|s| s.exit_code == 0) else {
+        let why = r
+            .steps
+            .first()
+            .map(|s| format!("exit {}, stderr {:?}", s.exit_code, String::from_utf8_lossy(&s.stderr.bytes)));
+        return Err(fail("report key", format!("the key probe did not run to its end ({})", why.unwrap_or_default())));
+    };
+    let seen = String::from_utf8_lossy(&step.stdout.bytes).into_owned();
+    if !seen.contains("probed ") {
+        return Err(fail("report key", format!("the key probe printed {seen:?}")));
+    }
+    if seen.lines().any(|l| l.len() == 64 && LAST_KEY.with(|k| k.borrow().as_str() == l)) {
+        return Err(fail("report key", "a step read the runner's report key".into()));
+    }
+    log::info(&format!(
+        "smoke test passed: javascript, python, runner report key not found ({})",
+        seen.lines().next().unwrap_or("")
+    ));
+    Ok(evidence)
+}
+
+impl Guest for Plugin {
+    type Session = Unsupported;
+
+    fn describe() -> Description {
+        Description {
+            name: "docker".into(),
+            languages: vec!["javascript".into(), "python".into()],
+            projects: true,
+            modules: false,
+            sessions: false,
+            max_timeout_ms: 300_000,
+            max_project_timeout_ms: 1_800_000,
+        }
+    }
+
+    fn preflight() -> Result<Evidence, Refusal> {
+        let (runtime, image) = target()?;
+        Ok(evidence(&image, &runtime))
+    }
+
+    fn smoke_test() -> Result<Evidence, Refusal> {
+        smoke()
+    }
+
+    fn run_snippet(language: String, code: String, limits: Limits) -> Result<(SnippetResult, Evidence), RunError> {
+        snippet(&language, &code, &limits)
+    }
+
+    fn run_project(
+        files: Vec<File>,
+        steps: Vec<String>,
+        artifacts: Vec<String>,
+        limits: Limits,
+    ) -> Result<(ProjectResult, Evidence), RunError> {
+        project(&files, &steps, &artifacts, &limits)
+    }
+
+    fn run_module(_request: ModuleRequest, _limits: Limits) -> Result<(ModuleResult, Evidence), RunError> {
+        Err(RunError::Refused(refused(
+            RefusalReason::Unsupported,
+            "the docker provider does not run module tables yet",
+        )))
+    }
+}
+
+/// Sessions arrive with the sessions work; until then opening one is refused.
+struct Unsupported;
+
+impl GuestSession for Unsupported {
+    fn open(_limits: Limits) -> Result<Session, Refusal> {
+        Err(refused(RefusalReason::Unsupported, "the docker provider does not keep sessions yet"))
+    }
+
+    fn evidence(&self) -> Evidence {
+        evidence("", "")
+    }
+
+    fn cell(
+        &self,
+        _: String,
+        _: String,
+        _: Vec<File>,
+        _: Limits,
+    ) -> Result<plimsoll::types::types::CellResult, RunError> {
+        Err(RunError::Refused(refused(RefusalReason::Unsupported, "sessions are not supported")))
+    }
+
+    fn snippet(&self, _: String, _: String, _: Limits) -> Result<SnippetResult, RunError> {
+        Err(RunError::Refused(refused(RefusalReason::Unsupported, "sessions are not supported")))
+    }
+
+    fn project(&self, _: Vec<File>, _: Vec<String>, _: Vec<String>, _: Limits) -> Result<ProjectResult, RunError> {
+        Err(RunError::Refused(refused(RefusalReason::Unsupported, "sessions are not supported")))
+    }
+
+    fn close(&self) {}
+}
+
+export!(Plugin);
