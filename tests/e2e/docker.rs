@@ -242,13 +242,8 @@ fn suite(d: &Daemon, runtime: &str) {
     let p = r.expect("escape probes").project.expect("project");
     assert_eq!(p.outcome, ProjectOutcome::Completed, "{}", p.outcome_detail);
     let seen: serde_json::Value = serde_json::from_slice(&p.steps[0].stdout).expect("probe json");
-    for probe in ["write_root", "connect_addr", "connect_name", "setuid_root", "mount", "raise_capability"] {
+    for probe in ["write_root", "connect_addr", "connect_name", "setuid_root", "mount", "ptrace", "raise_capability"] {
         assert!(seen[probe].as_str().is_some_and(|s| s.starts_with("failed")), "{runtime}: {probe}: {seen}");
-    }
-    if runtime == "runc" {
-        // Under gVisor ptrace is the Sentry's to emulate inside the sandbox; under
-        // runc the seccomp profile denies it outright.
-        assert!(seen["ptrace"].as_str().is_some_and(|s| s.starts_with("failed")), "{seen}");
     }
     assert_eq!(seen["interfaces"], serde_json::json!(["lo"]), "{seen}");
     assert_eq!(seen["host_env_visible"], false, "{seen}");
