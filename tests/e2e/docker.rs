@@ -534,3 +534,30 @@ fn a_failed_recheck_lowers_the_tier_until_it_passes() {
     assert_eq!((ok.tier_of("runc"), ok.healthy()), (Tier::Container, true));
     drop((gone, ok));
 }
+
+#[test]
+fn the_manifest_max_tier_caps_what_the_host_states() {
+    let Some(fx) = fixture("runsc") else { return };
+    let dir = scratch("docker-max-tier");
+    let plugin = dir.join("plugin");
+    std::fs::create_dir_all(&plugin).expect("mkdir");
+    std::fs::copy(fx.plugin.join("docker.wasm"), plugin.join("docker.wasm")).expect("copy");
+    let manifest = std::fs::read_to_string(fx.plugin.join("plugin.toml")).expect("manifest");
+    assert!(manifest.contains("max-tier = \"kernel\""), "{manifest}");
+    std::fs::write(plugin.join("plugin.toml"), manifest.replace("max-tier = \"kernel\"", "max-tier = \"container\""))
+        .expect("write");
+    let key = dir.join("ci");
+    assert!(host().args(["plugin", "keygen"]).arg(&key).output().expect("keygen").status.success());
+    let signed = host().args(["plugin", "sign", "--key"]).arg(key.with_extension("key")).arg(&plugin).output();
+    assert!(signed.expect("sign").status.success());
+    // gVisor would justify kernel; the signed manifest says container at most.
+    let d = start(&docker_env(&fx, &plugin, &key.with_extension("pub"), "runsc"));
+    let client = Client::new(&d.url(), Some(TOKEN.into())).expect("client");
+    let rt = rt();
+    assert_eq!(rt.block_on(client.describe()).expect("describe").isolation, "container");
+    let r = rt.block_on(client.run_javascript("console.log(1)", &opts(0))).expect("run");
+    assert_eq!(r.record.expect("record").isolation, "container");
+    let kernel = Options { floor: Some(Floor::Kernel), ..Options::default() };
+    let err = rt.block_on(client.run_javascript("1", &kernel)).expect_err("a kernel floor");
+    assert_eq!(err.not_dispatched(), Some(Reason::Isolation), "{err}");
+}

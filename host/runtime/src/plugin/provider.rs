@@ -424,3 +424,41 @@ fn after_run_floor(tier: Tier, floor: Option<Floor>) -> Result<(), RunError> {
         _ => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn used(runtimes: &[&str]) -> Used {
+        Used { runtimes: runtimes.iter().map(|r| r.to_string()).collect(), images: Default::default() }
+    }
+
+    fn refusal() -> wit::RunError {
+        wit::RunError::Refused(t::Refusal { reason: t::RefusalReason::Unsupported, message: "no".into() })
+    }
+
+    #[test]
+    fn a_plugin_refusal_stands_only_when_no_container_was_created() {
+        let before = PluginProvider::run_error(&used(&[]), refusal());
+        assert_eq!(before, RunError::Refused(Refusal::new(Reason::Unsupported, "no")));
+        let after = PluginProvider::run_error(&used(&["runc"]), refusal());
+        assert_eq!(after, RunError::MayHaveRun("the plugin refused after creating a container: no".into()));
+    }
+
+    #[test]
+    fn a_plugin_failure_is_a_refusal_only_before_any_container() {
+        let e = PluginProvider::failed(&used(&[]), "trap".into());
+        assert_eq!(e, RunError::Refused(Refusal::new(Reason::Environment, "nothing ran: trap")));
+        assert_eq!(PluginProvider::failed(&used(&["runsc"]), "trap".into()), RunError::MayHaveRun("trap".into()));
+    }
+
+    #[test]
+    fn evidence_below_the_floor_withholds_the_result_as_may_have_run() {
+        assert_eq!(after_run_floor(Tier::Kernel, Some(Floor::Container)), Ok(()));
+        assert_eq!(after_run_floor(Tier::None, None), Ok(()));
+        let e = after_run_floor(Tier::Container, Some(Floor::Kernel)).expect_err("below");
+        assert!(
+            matches!(e, RunError::MayHaveRun(m) if m.contains("(container) is below the request's floor (kernel)"))
+        );
+    }
+}
