@@ -8,10 +8,16 @@
 pub mod connect;
 pub mod details;
 pub mod json;
+pub mod session;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+pub use session::{
+    CloseSessionRequest, CloseSessionResponse, OpenSessionRequest, OpenSessionResponse, SessionEnd, SessionRunResponse,
+    SessionTimes,
+};
 
 use json::{
     de_bool, de_bytes, de_f64, de_f64_vec, de_i32, de_i64, de_string, de_u32, de_u64, de_vec, is_zero, is_zero_f64,
