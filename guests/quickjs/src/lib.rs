@@ -272,7 +272,7 @@ impl GuestInterpreter for Interpreter {
                     let value = done.as_object().and_then(|o| o.get::<_, Value>("value").ok()).unwrap_or(done);
                     if !value.is_undefined() {
                         let text = js
-                            .helper(&ctx, "inspect")
+                            .helper(&ctx, "display")
                             .and_then(|inspect| inspect.call::<_, String>((value,)))
                             .unwrap_or_default();
                         write(Channel::Stdout, format!("{text}\n").as_bytes());

@@ -316,5 +316,6 @@
     };
   }
 
-  return { inspect: (v) => inspect(v), describe, nextTimer, installHost };
+  // `display` is a cell's trailing value as a REPL shows it: strings quoted too.
+  return { inspect: (v) => inspect(v), display: (v) => inspect(v, 0, [], true), describe, nextTimer, installHost };
 });

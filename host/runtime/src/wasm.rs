@@ -5,16 +5,17 @@
 //! pooling allocator), a memory limit, an epoch deadline and capped output. Nothing
 //! a run does survives it.
 
+use std::collections::BTreeMap;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use plimsoll_core::limits::OUTPUT_CAP_BYTES;
 use plimsoll_core::provider::{self, Description, Evidence, KindSupport, Provider, Ran, RunError, Snippet};
 use plimsoll_core::validate::Language;
-use plimsoll_core::wire::JavaScriptResult;
+use plimsoll_core::wire::{CellResult, JavaScriptResult};
 use plimsoll_core::{Reason, Refusal, Tier};
 use sha2::{Digest, Sha256};
-use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime::component::{HasSelf, Linker, ResourceAny, ResourceTable};
 use wasmtime::{ResourceLimiter, Store, Trap};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
@@ -202,6 +203,15 @@ impl WasmProvider {
     /// Refused (nothing ran) when no instance could be made: `capacity` when the
     /// instance pool is full, `environment` otherwise.
     pub fn run_javascript(&self, code: &str, timeout: Duration) -> Result<JavaScriptResult, Refusal> {
+        let (mut store, instance, guest_stderr) = self.instantiate(timeout)?;
+        let outcome = instance.plimsoll_engine_evaluate().call_run(&mut store, code, None);
+        let state = store.into_data();
+        Ok(self.ended(outcome, state.stdout, state.stderr, state.limiter.denied, &guest_stderr))
+    }
+
+    /// A fresh store and instance, with the memory limit and output caps set and an
+    /// epoch deadline `timeout` from now (instantiation counts against it).
+    fn instantiate(&self, timeout: Duration) -> Result<(Store<RunState>, EngineWorld, MemoryOutputPipe), Refusal> {
         let memory_bytes = (self.config.memory_mb as usize) << 20;
         // The guest's own WASI stderr (a Rust panic message) is read back on a trap.
         let guest_stderr = MemoryOutputPipe::new(4096);
@@ -225,13 +235,25 @@ impl WasmProvider {
                 Refusal::new(Reason::Environment, format!("the wasm engine could not start an instance: {text}"))
             }
         })?;
-        let outcome = instance.plimsoll_engine_evaluate().call_run(&mut store, code, None);
-        let state = store.into_data();
+        Ok((store, instance, guest_stderr))
+    }
+
+    /// How a run or cell ended, as a result: 0 completed, 1 raised, 124 at the
+    /// deadline, 134 on any other trap (with the reason on stderr when the guest
+    /// printed nothing).
+    fn ended(
+        &self,
+        outcome: wasmtime::Result<Status>,
+        stdout: Captured,
+        stderr: Captured,
+        out_of_memory: bool,
+        guest_stderr: &MemoryOutputPipe,
+    ) -> JavaScriptResult {
         let mut result = JavaScriptResult {
-            stdout: state.stdout.bytes,
-            stdout_truncated: state.stdout.truncated,
-            stderr: state.stderr.bytes,
-            stderr_truncated: state.stderr.truncated,
+            stdout: stdout.bytes,
+            stdout_truncated: stdout.truncated,
+            stderr: stderr.bytes,
+            stderr_truncated: stderr.truncated,
             ..JavaScriptResult::default()
         };
         match outcome {
@@ -244,7 +266,7 @@ impl WasmProvider {
             Err(e) => {
                 result.exit_code = EXIT_TRAP;
                 if result.stderr.is_empty() {
-                    let why = if state.limiter.denied {
+                    let why = if out_of_memory {
                         format!("guest aborted: out of memory (the run's limit is {} MiB)\n", self.config.memory_mb)
                     } else {
                         let panic = String::from_utf8_lossy(&guest_stderr.contents()).trim().to_string();
@@ -255,15 +277,124 @@ impl WasmProvider {
                             format!("guest aborted: {trap}: {panic}\n")
                         }
                     };
-                    let cap = self.config.output_cap;
                     let mut stderr = Captured::default();
-                    stderr.push(cap, why.as_bytes());
+                    stderr.push(self.config.output_cap, why.as_bytes());
                     result.stderr = stderr.bytes;
                     result.stderr_truncated = stderr.truncated;
                 }
             }
         }
-        Ok(result)
+        result
+    }
+
+    /// A session: one kept QuickJS interpreter for JavaScript cells, and the
+    /// session's files, which the host keeps so a fresh interpreter gets them too.
+    pub fn session(&self) -> WasmSession<'_> {
+        WasmSession { provider: self, live: None, files: BTreeMap::new(), cells: 0 }
+    }
+}
+
+/// The budget for starting an interpreter and writing the session's files into it.
+const INTERPRETER_START: Duration = Duration::from_secs(10);
+
+/// A live interpreter: its store (memory, output), instance and resource.
+struct Live {
+    store: Store<RunState>,
+    instance: EngineWorld,
+    interpreter: ResourceAny,
+    guest_stderr: MemoryOutputPipe,
+}
+
+/// A wasm session's state: the kept interpreter (started on first use, again after
+/// one ended) and the session's files.
+pub struct WasmSession<'p> {
+    provider: &'p WasmProvider,
+    live: Option<Live>,
+    files: BTreeMap<String, Vec<u8>>,
+    cells: u32,
+}
+
+impl std::fmt::Debug for WasmSession<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmSession")
+            .field("live", &self.live.is_some())
+            .field("files", &self.files.len())
+            .field("cells", &self.cells)
+            .finish()
+    }
+}
+
+impl WasmSession<'_> {
+    /// Runs one JavaScript cell after writing `files` into the session's work
+    /// directory (`readFile(path)` reads them). A deadline or any trap ends the
+    /// interpreter (`interpreter_ended`); the next cell starts a fresh one
+    /// (`interpreter_started`) that sees every file written so far.
+    ///
+    /// # Errors
+    ///
+    /// Refused (nothing ran) when no interpreter could be started.
+    pub fn cell(&mut self, code: &str, files: &[(String, Vec<u8>)], timeout: Duration) -> Result<CellResult, Refusal> {
+        for (path, content) in files {
+            self.files.insert(path.clone(), content.clone());
+        }
+        let started = self.live.is_none();
+        if started {
+            self.live = Some(self.start()?);
+        }
+        let Some(live) = self.live.as_mut() else {
+            return Err(Refusal::new(Reason::Environment, "the session's interpreter could not be started"));
+        };
+        if !started {
+            let evaluate = live.instance.plimsoll_engine_evaluate();
+            for (path, content) in files {
+                if let Err(e) = evaluate.interpreter().call_write_file(&mut live.store, live.interpreter, path, content)
+                {
+                    self.live = None;
+                    return Err(Refusal::new(Reason::Environment, format!("writing {path} into the session: {e:#}")));
+                }
+            }
+        }
+        self.cells += 1;
+        live.store.data_mut().stdout = Captured::default();
+        live.store.data_mut().stderr = Captured::default();
+        live.store.set_epoch_deadline(Engine::deadline_ticks(timeout));
+        let outcome = live.instance.plimsoll_engine_evaluate().interpreter().call_cell(
+            &mut live.store,
+            live.interpreter,
+            code,
+            self.cells,
+        );
+        let ended = outcome.is_err();
+        let state = live.store.data_mut();
+        let (stdout, stderr, oom) =
+            (std::mem::take(&mut state.stdout), std::mem::take(&mut state.stderr), state.limiter.denied);
+        let r = self.provider.ended(outcome, stdout, stderr, oom, &live.guest_stderr);
+        if ended {
+            // A trapped instance cannot be entered again: the interpreter is gone.
+            self.live = None;
+        }
+        Ok(CellResult {
+            stdout: r.stdout,
+            stderr: r.stderr,
+            exit_code: r.exit_code,
+            timed_out: r.timed_out,
+            stdout_truncated: r.stdout_truncated,
+            stderr_truncated: r.stderr_truncated,
+            interpreter_started: started,
+            interpreter_ended: ended,
+        })
+    }
+
+    /// A fresh interpreter holding every file of the session.
+    fn start(&self) -> Result<Live, Refusal> {
+        let (mut store, instance, guest_stderr) = self.provider.instantiate(INTERPRETER_START)?;
+        let fail = |e: wasmtime::Error| Refusal::new(Reason::Environment, format!("starting the interpreter: {e:#}"));
+        let evaluate = instance.plimsoll_engine_evaluate();
+        let interpreter = evaluate.interpreter().call_constructor(&mut store).map_err(fail)?;
+        for (path, content) in &self.files {
+            evaluate.interpreter().call_write_file(&mut store, interpreter, path, content).map_err(fail)?;
+        }
+        Ok(Live { store, instance, interpreter, guest_stderr })
     }
 }
 
