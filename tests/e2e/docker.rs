@@ -62,11 +62,16 @@ fn fixture(runtime: &str) -> Option<Fixture> {
 /// Copies the built plugin into `dir/plugin`, makes a throwaway key pair with
 /// `plimsoll-host plugin keygen` and signs the copy with it.
 fn signed_plugin(fx: &Fixture, dir: &Path) -> (PathBuf, PathBuf) {
+    signed_plugin_with(fx, dir, |manifest| manifest)
+}
+
+/// [`signed_plugin`], with the manifest changed by `edit` before signing.
+fn signed_plugin_with(fx: &Fixture, dir: &Path, edit: impl FnOnce(String) -> String) -> (PathBuf, PathBuf) {
     let plugin = dir.join("plugin");
     std::fs::create_dir_all(&plugin).expect("mkdir");
-    for f in ["plugin.toml", "docker.wasm"] {
-        std::fs::copy(fx.plugin.join(f), plugin.join(f)).expect("copy plugin");
-    }
+    std::fs::copy(fx.plugin.join("docker.wasm"), plugin.join("docker.wasm")).expect("copy plugin");
+    let manifest = std::fs::read_to_string(fx.plugin.join("plugin.toml")).expect("manifest");
+    std::fs::write(plugin.join("plugin.toml"), edit(manifest)).expect("write manifest");
     let key = dir.join("ci");
     let o = host().args(["plugin", "keygen"]).arg(&key).output().expect("keygen");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -347,22 +352,23 @@ except InsufficientIsolationError as e:
 print("python client ok")
 "#;
 
+/// The conformance suite against a fresh daemon under `runtime`.
+fn conformance(runtime: &str) {
+    let Some(fx) = fixture(runtime) else { return };
+    let dir = scratch(&format!("docker-{runtime}"));
+    let (plugin, key) = signed_plugin(&fx, &dir);
+    let d = start(&docker_env(&fx, &plugin, &key, runtime));
+    suite(&d, runtime);
+}
+
 #[test]
 fn conformance_under_runc() {
-    let Some(fx) = fixture("runc") else { return };
-    let dir = scratch("docker-runc");
-    let (plugin, key) = signed_plugin(&fx, &dir);
-    let d = start(&docker_env(&fx, &plugin, &key, "runc"));
-    suite(&d, "runc");
+    conformance("runc");
 }
 
 #[test]
 fn conformance_under_runsc() {
-    let Some(fx) = fixture("runsc") else { return };
-    let dir = scratch("docker-runsc");
-    let (plugin, key) = signed_plugin(&fx, &dir);
-    let d = start(&docker_env(&fx, &plugin, &key, "runsc"));
-    suite(&d, "runsc");
+    conformance("runsc");
 }
 
 /// Expects `serve` to refuse to start with `needle` in its error.
@@ -539,19 +545,12 @@ fn a_failed_recheck_lowers_the_tier_until_it_passes() {
 fn the_manifest_max_tier_caps_what_the_host_states() {
     let Some(fx) = fixture("runsc") else { return };
     let dir = scratch("docker-max-tier");
-    let plugin = dir.join("plugin");
-    std::fs::create_dir_all(&plugin).expect("mkdir");
-    std::fs::copy(fx.plugin.join("docker.wasm"), plugin.join("docker.wasm")).expect("copy");
-    let manifest = std::fs::read_to_string(fx.plugin.join("plugin.toml")).expect("manifest");
-    assert!(manifest.contains("max-tier = \"kernel\""), "{manifest}");
-    std::fs::write(plugin.join("plugin.toml"), manifest.replace("max-tier = \"kernel\"", "max-tier = \"container\""))
-        .expect("write");
-    let key = dir.join("ci");
-    assert!(host().args(["plugin", "keygen"]).arg(&key).output().expect("keygen").status.success());
-    let signed = host().args(["plugin", "sign", "--key"]).arg(key.with_extension("key")).arg(&plugin).output();
-    assert!(signed.expect("sign").status.success());
+    let (plugin, key) = signed_plugin_with(&fx, &dir, |manifest| {
+        assert!(manifest.contains("max-tier = \"kernel\""), "{manifest}");
+        manifest.replace("max-tier = \"kernel\"", "max-tier = \"container\"")
+    });
     // gVisor would justify kernel; the signed manifest says container at most.
-    let d = start(&docker_env(&fx, &plugin, &key.with_extension("pub"), "runsc"));
+    let d = start(&docker_env(&fx, &plugin, &key, "runsc"));
     let client = Client::new(&d.url(), Some(TOKEN.into())).expect("client");
     let rt = rt();
     assert_eq!(rt.block_on(client.describe()).expect("describe").isolation, "container");

@@ -6,29 +6,15 @@
 //! Needs dockerd with runsc, `images/build.sh` and `plugins/build.sh`.
 //! `cargo bench -p plimsoll-host --bench docker [-- RUNS]` (default 40 per runtime).
 
-use std::io::{BufRead as _, BufReader};
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use plimsoll_client::{Client, Options};
+use support::{Daemon, TOKEN, host, serve};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-const TOKEN: &str = "bench-token-bench-token-bench-token-0123";
-
-/// Kills and reaps a daemon however the bench ends.
-struct Daemon(Child);
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn host() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_plimsoll-host"))
-}
 
 fn signed_plugin(dir: &Path) -> (PathBuf, PathBuf) {
     let plugin = dir.join("docker");
@@ -45,35 +31,15 @@ fn signed_plugin(dir: &Path) -> (PathBuf, PathBuf) {
 }
 
 fn start(runtime: &str, image: &str, plugin: &Path, key: &Path) -> (Daemon, String) {
-    let mut daemon = Daemon(
-        host()
-            .arg("serve")
-            .env("SANDBOX_PROVIDER", "docker")
-            .env("SANDBOX_DOCKER_IMAGE", image)
-            .env("SANDBOX_DOCKER_RUNTIME", runtime)
-            .env("SANDBOX_DOCKER_PLUGIN", plugin)
-            .env("SANDBOX_DOCKER_PLUGIN_KEYS", key)
-            .env("SANDBOX_DOCKER_PLUGIN_APPROVE", "containers,log")
-            .env("PLIMSOLL_TOKEN", TOKEN)
-            .env("PLIMSOLL_ADDR", "127.0.0.1:0")
-            .env("PLIMSOLL_METRICS_ADDR", "off")
-            .env("SANDBOX_RATE_PER_MIN", "0")
-            .env("PLIMSOLL_LOG_FORMAT", "json")
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("serve"),
-    );
-    let mut lines = BufReader::new(daemon.0.stderr.take().expect("stderr")).lines();
-    let addr = loop {
-        let line = lines.next().expect("the daemon exited").expect("log line");
-        if line.contains(r#""msg":"listening""#) {
-            let v: serde_json::Value = serde_json::from_str(&line).expect("json");
-            break v["addr"].as_str().expect("addr").to_string();
-        }
-        assert!(!line.contains("startup refused"), "{line}");
-    };
-    std::thread::spawn(move || for _ in lines {});
-    (daemon, format!("http://{addr}"))
+    let (plugin, key) = (plugin.display().to_string(), key.display().to_string());
+    serve(&[
+        ("SANDBOX_PROVIDER", "docker"),
+        ("SANDBOX_DOCKER_IMAGE", image),
+        ("SANDBOX_DOCKER_RUNTIME", runtime),
+        ("SANDBOX_DOCKER_PLUGIN", &plugin),
+        ("SANDBOX_DOCKER_PLUGIN_KEYS", &key),
+        ("SANDBOX_DOCKER_PLUGIN_APPROVE", "containers,log"),
+    ])
 }
 
 fn ms(d: Duration) -> String {

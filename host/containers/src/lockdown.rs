@@ -161,12 +161,16 @@ fn is_content_id(s: &str) -> bool {
         .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
 }
 
+/// Whether the dynamic loader or libc reads `name` at startup (`LD_*` and the rest).
+pub(crate) fn is_loader_variable(name: &str) -> bool {
+    name.starts_with("LD_") || LOADER_ENV.contains(&name)
+}
+
 fn is_env_name(s: &str) -> bool {
     !s.is_empty()
         && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
         && !s.as_bytes()[0].is_ascii_digit()
-        && !s.starts_with("LD_")
-        && !LOADER_ENV.contains(&s)
+        && !is_loader_variable(s)
 }
 
 impl Lockdown {

@@ -9,7 +9,7 @@ use serde::Deserialize;
 use sha2::{Digest as _, Sha256};
 
 use crate::engine::{Engine, ImageFacts};
-use crate::lockdown::{Lockdown, Spec, Tmpfs};
+use crate::lockdown::{Lockdown, Spec, Tmpfs, is_loader_variable};
 
 /// The resolver file every container sees, bound read-only from the host.
 pub const RESOLV_CONF: &[u8] = include_bytes!("../../../images/resolv.conf");
@@ -44,11 +44,6 @@ struct Observed {
     no_new_privs: bool,
 }
 
-/// Environment names the dynamic loader or libc read at startup.
-fn loader_variable(name: &str) -> bool {
-    name.starts_with("LD_") || matches!(name, "GLIBC_TUNABLES" | "LOCPATH" | "NLSPATH" | "GCONV_PATH" | "HOSTALIASES")
-}
-
 /// Checks an image's static facts: no `VOLUME` (an anonymous volume would bypass
 /// the read-only root and the size caps) and no loader variables in its env.
 ///
@@ -62,7 +57,7 @@ pub fn check_image(name: &str, facts: &ImageFacts) -> Result<(), String> {
             facts.id, facts.volumes
         ));
     }
-    if let Some(var) = facts.env.iter().find(|kv| loader_variable(kv.split('=').next().unwrap_or(""))) {
+    if let Some(var) = facts.env.iter().find(|kv| is_loader_variable(kv.split('=').next().unwrap_or(""))) {
         return Err(format!("image {name} ({}) sets {var:?}, which the dynamic loader reads; it is refused", facts.id));
     }
     Ok(())

@@ -139,6 +139,11 @@ impl From<Refusal> for RunError {
     }
 }
 
+/// The refusal for a payload kind (`projects`, `module tables`) a provider does not run.
+pub fn unsupported_kind(provider: &str, kind: &str) -> Refusal {
+    Refusal::unsupported(format!("the {provider} provider does not run {kind}"))
+}
+
 /// The refusal for a floor above the boundary a provider would use.
 pub fn isolation_refusal(tier: Tier, floor: Floor) -> Refusal {
     Refusal::new(
@@ -194,7 +199,7 @@ pub trait Provider: Send + Sync {
         floor: Option<Floor>,
     ) -> Result<Ran<ProjectResult>, RunError> {
         let _ = (project, timeout, floor);
-        Err(Refusal::unsupported(format!("the {} provider does not run projects", self.describe().name)).into())
+        Err(unsupported_kind(&self.describe().name, "projects").into())
     }
 
     /// Runs a module table.
@@ -209,7 +214,7 @@ pub trait Provider: Send + Sync {
         floor: Option<Floor>,
     ) -> Result<Ran<ModuleResult>, RunError> {
         let _ = (module, timeout, floor);
-        Err(Refusal::unsupported(format!("the {} provider does not run module tables", self.describe().name)).into())
+        Err(unsupported_kind(&self.describe().name, "module tables").into())
     }
 }
 

@@ -213,21 +213,28 @@ fn project_result(outcome: ProjectOutcome, detail: impl Into<String>) -> Project
     }
 }
 
+/// A fresh 32-byte report key, hex-encoded, for one project run.
+fn report_key() -> Result<String, Refusal> {
+    let key = random_hex(32);
+    if key.is_empty() {
+        return Err(refused(RefusalReason::Environment, "no randomness for the report key"));
+    }
+    Ok(key)
+}
+
+/// Runs a project whose runner authenticates its report with `key` (hex).
 fn project(
     files: &[File],
     steps: &[String],
     artifacts: &[String],
     limits: &Limits,
+    key: &str,
 ) -> Result<(ProjectResult, Evidence), RunError> {
     let (runtime, image) = target().map_err(RunError::Refused)?;
-    let (marker, key) = (random_hex(16), random_hex(32));
-    if marker.is_empty() || key.is_empty() {
-        return Err(RunError::Refused(refused(
-            RefusalReason::Environment,
-            "no randomness for the marker and report key",
-        )));
+    let marker = random_hex(16);
+    if marker.is_empty() {
+        return Err(RunError::Refused(refused(RefusalReason::Environment, "no randomness for the start marker")));
     }
-    LAST_KEY.with(|k| *k.borrow_mut() = key.clone());
     let max_output = or(limits.max_output_bytes, 1 << 20);
     let plan = serde_json::json!({
         "files": files.iter().map(|f| serde_json::json!({"path": f.path, "content": STANDARD.encode(&f.content)})).collect::<Vec<_>>(),
@@ -251,7 +258,7 @@ fn project(
         )));
     }
     let evidence = evidence(&image, &runtime);
-    let key = hex::decode(&key).unwrap_or_default();
+    let key = hex::decode(key).unwrap_or_default();
     let body = match report::find(&r.stdout, &key) {
         report::Found::Authentic(b) => b,
         _ if r.timed_out => {
@@ -340,12 +347,6 @@ for h in sorted(hexes):
     File { path: "keyprobe.py".into(), content: script.as_bytes().to_vec() }
 }
 
-thread_local! {
-    /// The report key of the last project this instance ran, for the smoke test's
-    /// key probe to compare against (a fresh instance serves each host call).
-    static LAST_KEY: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
-}
-
 /// The plugin's own smoke test: the real snippet path for each language, and a
 /// project whose step tries to read the runner's report key.
 fn smoke() -> Result<Evidence, Refusal> {
@@ -368,7 +369,8 @@ fn smoke() -> Result<Evidence, Refusal> {
     // finds; the key must not be among them. Files a step may open are fine as long
     // as the key is not in them (gVisor, for one, lets a same-uid step read the
     // runner's environment, but not its memory).
-    let (r, evidence) = match project(&[key_probe()], &["python3 -I keyprobe.py".to_string()], &[], &limits) {
+    let key = report_key()?;
+    let (r, evidence) = match project(&[key_probe()], &["python3 -I keyprobe.py".to_string()], &[], &limits, &key) {
         Ok(ok) => ok,
         Err(RunError::Refused(r)) => return Err(r),
         Err(RunError::MayHaveRun(e)) => return Err(fail("runner", e)),
@@ -387,7 +389,7 @@ fn smoke() -> Result<Evidence, Refusal> {
     if !seen.contains("probed ") {
         return Err(fail("report key", format!("the key probe printed {seen:?}")));
     }
-    if seen.lines().any(|l| l.len() == 64 && LAST_KEY.with(|k| k.borrow().as_str() == l)) {
+    if seen.lines().any(|l| l == key) {
         return Err(fail("report key", "a step read the runner's report key".into()));
     }
     log::info(&format!(
@@ -431,7 +433,7 @@ impl Guest for Plugin {
         artifacts: Vec<String>,
         limits: Limits,
     ) -> Result<(ProjectResult, Evidence), RunError> {
-        project(&files, &steps, &artifacts, &limits)
+        project(&files, &steps, &artifacts, &limits, &report_key().map_err(RunError::Refused)?)
     }
 
     fn run_module(_request: ModuleRequest, _limits: Limits) -> Result<(ModuleResult, Evidence), RunError> {

@@ -356,7 +356,7 @@ impl Provider for PluginProvider {
     ) -> Result<Ran<ProjectResult>, RunError> {
         provider::check_floor(self.tier(), floor)?;
         if self.description.project.is_none() {
-            return Err(Refusal::unsupported(format!("the {} provider does not run projects", self.name)).into());
+            return Err(provider::unsupported_kind(&self.name, "projects").into());
         }
         let files: Vec<t::File> = project
             .files
