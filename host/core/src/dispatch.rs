@@ -10,9 +10,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use crate::provider::{Description, Evidence, KindSupport, Provider, Ran, RunError, Snippet, check_floor};
 use crate::record::{self, VERSION};
 use crate::refusal::{Reason, Refusal};
+use crate::session::{Call, CallError, Cell, Ending, Output, Session};
 use crate::tier::{Floor, Tier};
 use crate::validate::{self, Language};
-use crate::wire::{Payload, PayloadError, RunRecord, RunRequest, RunResponse};
+use crate::wire::{Payload, PayloadError, RunRecord, RunRequest, RunResponse, SessionRunRequest, SoftwareRule};
 
 /// A request that passed every check before admission.
 #[derive(Clone, Debug)]
@@ -258,6 +259,253 @@ pub fn execute(provider: &dyn Provider, prepared: Prepared, started: &Started) -
     }
     let rule_id = record::rule_id(prepared.request.software_rule.as_ref().filter(|r| !r.mode.is_empty()));
     Ok(answer(resp, &name, &evidence, prepared.request_sha256, rule_id, started, (String::new(), 0, String::new())))
+}
+
+/// What a session stated at open, which every call is checked against.
+#[derive(Clone, Debug)]
+pub struct SessionFacts {
+    /// The provider's name.
+    pub provider: String,
+    /// Where the session's calls run.
+    pub support: KindSupport,
+    /// Whether the provider runs projects in its sessions.
+    pub projects: bool,
+    /// The evidence measured at open.
+    pub evidence: Evidence,
+    /// The floor the open set, which every call meets too.
+    pub floor: Option<Floor>,
+    /// The software rule the open carried (with a mode), which every call must carry.
+    pub rule: Option<SoftwareRule>,
+    /// The session's fingerprint.
+    pub fingerprint: String,
+}
+
+/// A session call that passed every check before it waits for its turn.
+#[derive(Clone, Debug)]
+pub struct PreparedCall {
+    /// The call in its stored form, without the session ID.
+    pub request: RunRequest,
+    /// Its floor, parsed.
+    pub floor: Option<Floor>,
+    /// A cell's language.
+    pub language: Option<Language>,
+    /// The budget the session gets for it.
+    pub timeout: Duration,
+    /// The digest of what the caller sent (the session ID is not part of it).
+    pub request_sha256: String,
+}
+
+/// The text a call gets when the open carried a software rule and the call does not.
+pub const RULE_OMITTED: &str = "invalid request: session call omitted the software rule established at open";
+
+/// Checks a `SessionRun` call against what the session stated at open, before it
+/// waits for the session's turn, so an impossible call is never reported as busy.
+///
+/// # Errors
+///
+/// A [`Refusal`]: nothing ran, and the session is unchanged.
+pub fn prepare_call(facts: &SessionFacts, tier: Tier, request: &SessionRunRequest) -> Result<PreparedCall, Refusal> {
+    let payload = request.payload().map_err(|e| {
+        Refusal::request(match e {
+            PayloadError::Missing => "invalid request: a session call carries exactly one of javascript, project, or cell",
+            PayloadError::Several => {
+                "invalid request: a session call carries exactly one of javascript, project, or cell; this one sets several"
+            }
+        })
+    })?;
+    let floor = Floor::stronger(validate::floor(&request.minimum_isolation)?, facts.floor);
+    if let Some(rule) = &request.software_rule {
+        validate::software_rule(rule)?;
+    }
+    let mut language = None;
+    match payload {
+        Payload::JavaScript(js) => {
+            validate::javascript(js)?;
+            if !js.grant_profile.is_empty() {
+                return Err(Refusal::new(
+                    Reason::Permission,
+                    format!("grant_profile {:?} is not available to this caller", js.grant_profile),
+                ));
+            }
+        }
+        Payload::Project(p) => {
+            validate::project(p)?;
+            if !p.grant_profile.is_empty() {
+                return Err(Refusal::new(
+                    Reason::Permission,
+                    format!("grant_profile {:?} is not available to this caller", p.grant_profile),
+                ));
+            }
+            if !facts.projects {
+                return Err(Refusal::unsupported(format!(
+                    "the {} provider's sessions run cells and snippets, not projects; the docker provider runs projects in sessions",
+                    facts.provider
+                )));
+            }
+        }
+        Payload::Module(_) => return Err(Refusal::request("invalid request: module tables do not run in sessions")),
+        Payload::Cell(c) => {
+            let l = validate::cell(c)?;
+            if !facts.support.languages.contains(&l) {
+                let stated: Vec<&str> = facts.support.languages.iter().map(|l| l.as_str()).collect();
+                return Err(Refusal::unsupported(format!(
+                    "the {} provider's sessions run {} cells, not {}",
+                    facts.provider,
+                    stated.join(" and "),
+                    l.as_str()
+                )));
+            }
+            language = Some(l);
+        }
+    }
+    check_floor(tier.min(facts.evidence.tier), floor)?;
+    match (&facts.rule, request.software_rule.as_ref().filter(|r| !r.mode.is_empty())) {
+        (Some(_), None) => return Err(Refusal::request(RULE_OMITTED)),
+        (_, Some(rule))
+            if !rule.identities.is_empty() && !rule.identities.contains(&facts.evidence.software_identity) =>
+        {
+            return Err(Refusal::new(
+                Reason::Environment,
+                "the software this session runs is outside the call's software rule",
+            ));
+        }
+        _ => {}
+    }
+    let timeout = facts.support.resolve_timeout(request.timeout_ms).min(crate::limits::MAX_RUN_TIMEOUT);
+    let stored = request.as_run_request();
+    let request_sha256 = record::request_digest(&stored);
+    Ok(PreparedCall { request: stored, floor, language, timeout, request_sha256 })
+}
+
+/// Why a session call produced no answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CallFailure {
+    /// Nothing ran; the session goes on.
+    Refused(Refusal),
+    /// Nothing ran, and the session is over.
+    Ended(Ending),
+    /// The call may have run: it takes its place in the chain with `record`, which
+    /// states no result; the detail is for the log.
+    Unanswered {
+        /// The chained record the error carries.
+        record: Box<RunRecord>,
+        /// For the log only.
+        detail: String,
+        /// The session's end, if the failure took the sandbox.
+        ended: Option<Ending>,
+    },
+}
+
+/// A session call's place in its chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Link {
+    /// The call's number, from 1.
+    pub sequence: u64,
+    /// The previous record's digest, empty for the first call.
+    pub previous_sha256: String,
+}
+
+/// Runs a prepared call in `session` and answers it with its chained record.
+///
+/// # Errors
+///
+/// [`CallFailure`]: refused or ended (nothing ran, no record, no number), or
+/// unanswered (a record without a result, numbered in the chain).
+pub fn execute_call(
+    session: &mut dyn Session,
+    facts: &SessionFacts,
+    tier: Tier,
+    prepared: &PreparedCall,
+    link: Link,
+    started: &Started,
+) -> Result<(RunResponse, Option<Ending>), CallFailure> {
+    let req = &prepared.request;
+    let call = match req.payload() {
+        Ok(Payload::JavaScript(js)) => Call::Snippet(Snippet {
+            language: Language::JavaScript,
+            code: &js.code,
+            timeout: prepared.timeout,
+            floor: prepared.floor,
+        }),
+        Ok(Payload::Project(p)) => Call::Project { project: p, timeout: prepared.timeout, floor: prepared.floor },
+        Ok(Payload::Cell(c)) => Call::Cell(Cell {
+            language: prepared.language.unwrap_or(Language::JavaScript),
+            code: &c.code,
+            files: &c.files,
+            timeout: prepared.timeout,
+            floor: prepared.floor,
+        }),
+        Ok(Payload::Module(_)) | Err(_) => {
+            return Err(CallFailure::Refused(Refusal::request("invalid request: not a session call")));
+        }
+    };
+    let rule_id = record::rule_id(req.software_rule.as_ref().filter(|r| !r.mode.is_empty()));
+    let chain = (facts.fingerprint.clone(), link.sequence, link.previous_sha256.clone());
+    let unanswered = |detail: String, ended: Option<Ending>| CallFailure::Unanswered {
+        record: Box::new(unanswered_record(facts, prepared.request_sha256.clone(), rule_id.clone(), started, &link)),
+        detail,
+        ended,
+    };
+    let answered = match session.call(call) {
+        Ok(a) => a,
+        Err(CallError::Refused(r)) => return Err(CallFailure::Refused(r)),
+        Err(CallError::Ended(e)) => return Err(CallFailure::Ended(e)),
+        Err(CallError::MayHaveRun { detail, ended }) => return Err(unanswered(detail, ended)),
+    };
+    let mut evidence = answered.evidence;
+    evidence.tier = evidence.tier.min(tier).min(facts.evidence.tier);
+    if let Some(floor) = prepared.floor
+        && !evidence.tier.meets(floor)
+    {
+        let detail = format!(
+            "the {} provider ran a session call with floor {floor} at {} (its evidence fell during the call)",
+            facts.provider, evidence.tier
+        );
+        return Err(unanswered(detail, answered.ended));
+    }
+    let mut resp = RunResponse::default();
+    match answered.output {
+        Output::JavaScript(r) => resp.javascript = Some(r),
+        Output::Project(r) => resp.project = Some(r),
+        Output::Cell(r) => resp.cell = Some(r),
+    }
+    let resp = answer(resp, &facts.provider, &evidence, prepared.request_sha256.clone(), rule_id, started, chain);
+    Ok((resp, answered.ended))
+}
+
+/// The record of a session call that may have run without an answer: no result
+/// digest, `unanswered` naming the Connect code the caller gets (`internal`), and
+/// the evidence the session stated at open.
+pub fn unanswered_record(
+    facts: &SessionFacts,
+    request_sha256: String,
+    rule_id: String,
+    started: &Started,
+    link: &Link,
+) -> RunRecord {
+    let ev = &facts.evidence;
+    let record = RunRecord {
+        version: VERSION,
+        request_sha256,
+        unanswered: "internal".into(),
+        provider: facts.provider.clone(),
+        isolation: ev.tier.as_str().to_string(),
+        environment: ev.environment.clone(),
+        policy: ev.policy.clone(),
+        software_identity: ev.software_identity.clone(),
+        software_rule_id: rule_id,
+        instance: ev.instance.clone(),
+        started_unix_ms: started.unix_ms,
+        ended_unix_ms: started.end_unix_ms().max(started.unix_ms),
+        session: facts.fingerprint.clone(),
+        sequence: link.sequence,
+        previous_sha256: link.previous_sha256.clone(),
+        ..RunRecord::default()
+    };
+    match record::seal(record) {
+        Ok(r) => r,
+        Err(_) => unreachable!("record version {VERSION} is always known"),
+    }
 }
 
 #[cfg(test)]

@@ -30,6 +30,7 @@ pub mod protocol;
 pub mod provider;
 pub mod record;
 pub mod refusal;
+pub mod session;
 pub mod tier;
 pub mod validate;
 pub mod wire;

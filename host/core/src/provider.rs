@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use crate::refusal::{Reason, Refusal};
+use crate::session::Opened;
 use crate::tier::{Floor, Tier};
 use crate::validate::Language;
 use crate::wire::{JavaScriptResult, ModuleResult, ModuleRun, PayloadEnvironment, ProjectResult, ProjectRun};
@@ -215,6 +216,23 @@ pub trait Provider: Send + Sync {
     ) -> Result<Ran<ModuleResult>, RunError> {
         let _ = (module, timeout, floor);
         Err(unsupported_kind(&self.describe().name, "module tables").into())
+    }
+
+    /// Where a session's calls run, when the provider keeps sessions: the
+    /// environment `Describe` states, its budgets and its cell languages.
+    fn session_support(&self) -> Option<KindSupport> {
+        None
+    }
+
+    /// Opens a session: one sandbox kept for many calls.
+    ///
+    /// # Errors
+    ///
+    /// Refused `unsupported` unless the provider keeps sessions; refused when the
+    /// floor is above its boundary; may-have-run when the sandbox was made and lost.
+    fn open_session(&self, floor: Option<Floor>) -> Result<Opened, RunError> {
+        let _ = floor;
+        Err(unsupported_kind(&self.describe().name, "sessions").into())
     }
 }
 
