@@ -36,6 +36,10 @@ step "clippy and unit tests (plugins)"
 cargo clippy --locked --release --target wasm32-wasip2 --manifest-path plugins/Cargo.toml -- -D warnings
 cargo test --locked --manifest-path plugins/Cargo.toml
 
+step "guest source unit tests (host-runnable modules)"
+rustc --edition 2024 --test guests/quickjs/src/redeclare.rs -o target/guest-redeclare-tests
+target/guest-redeclare-tests -q
+
 step "guest components reproduce from their sources"
 guests/check.sh
 

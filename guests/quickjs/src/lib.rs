@@ -29,6 +29,8 @@ const PRELUDE: &str = include_str!("prelude.js");
 /// recursion raises a `RangeError` the caller can read instead of a trap.
 const MAX_STACK_BYTES: usize = 512 << 10;
 
+mod redeclare;
+
 struct Engine;
 
 export!(Engine);
@@ -250,6 +252,7 @@ impl GuestInterpreter for Interpreter {
         let js = &self.js;
         let name = format!("<cell {number}>");
         let shown = js.ctx.with(|ctx| {
+            let code = redeclare::redeclarable(&code);
             let promise = match ctx.eval_with_options::<Promise, _>(code, options(&name, true)).catch(&ctx) {
                 Ok(p) => p,
                 Err(err) => {

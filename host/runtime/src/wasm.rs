@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use plimsoll_core::limits::OUTPUT_CAP_BYTES;
 use plimsoll_core::provider::{self, Description, Evidence, KindSupport, Provider, Ran, RunError, Snippet};
+use plimsoll_core::session::{Answered, Call, CallError, Opened, Output, Session};
 use plimsoll_core::validate::Language;
 use plimsoll_core::wire::{CellResult, JavaScriptResult};
-use plimsoll_core::{Reason, Refusal, Tier};
+use plimsoll_core::{Floor, Reason, Refusal, Tier};
 use sha2::{Digest, Sha256};
 use wasmtime::component::{HasSelf, Linker, ResourceAny, ResourceTable};
 use wasmtime::{ResourceLimiter, Store, Trap};
@@ -150,7 +151,8 @@ impl host_api::Host for RunState {
     }
 }
 
-/// The built-in wasm provider.
+/// The built-in wasm provider. Cloning shares the compiled component.
+#[derive(Clone)]
 pub struct WasmProvider {
     engine: Engine,
     pre: EnginePre<RunState>,
@@ -289,8 +291,8 @@ impl WasmProvider {
 
     /// A session: one kept QuickJS interpreter for JavaScript cells, and the
     /// session's files, which the host keeps so a fresh interpreter gets them too.
-    pub fn session(&self) -> WasmSession<'_> {
-        WasmSession { provider: self, live: None, files: BTreeMap::new(), cells: 0 }
+    pub fn session(&self) -> WasmSession {
+        WasmSession { provider: self.clone(), live: None, files: BTreeMap::new(), file_bytes: 0, cells: 0 }
     }
 }
 
@@ -305,16 +307,20 @@ struct Live {
     guest_stderr: MemoryOutputPipe,
 }
 
+/// The bytes a wasm session's files may hold in all (they live in host memory).
+pub const SESSION_FILE_BYTES: usize = 64 << 20;
+
 /// A wasm session's state: the kept interpreter (started on first use, again after
 /// one ended) and the session's files.
-pub struct WasmSession<'p> {
-    provider: &'p WasmProvider,
+pub struct WasmSession {
+    provider: WasmProvider,
     live: Option<Live>,
     files: BTreeMap<String, Vec<u8>>,
+    file_bytes: usize,
     cells: u32,
 }
 
-impl std::fmt::Debug for WasmSession<'_> {
+impl std::fmt::Debug for WasmSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WasmSession")
             .field("live", &self.live.is_some())
@@ -324,7 +330,7 @@ impl std::fmt::Debug for WasmSession<'_> {
     }
 }
 
-impl WasmSession<'_> {
+impl WasmSession {
     /// Runs one JavaScript cell after writing `files` into the session's work
     /// directory (`readFile(path)` reads them). A deadline or any trap ends the
     /// interpreter (`interpreter_ended`); the next cell starts a fresh one
@@ -332,11 +338,23 @@ impl WasmSession<'_> {
     ///
     /// # Errors
     ///
-    /// Refused (nothing ran) when no interpreter could be started.
+    /// Refused (nothing ran): `request` when the files would take the session over
+    /// [`SESSION_FILE_BYTES`] (none is written), `environment` or `capacity` when
+    /// no interpreter could be started.
     pub fn cell(&mut self, code: &str, files: &[(String, Vec<u8>)], timeout: Duration) -> Result<CellResult, Refusal> {
+        // A later file of the same path replaces an earlier one, in this call too.
+        let pending: BTreeMap<&str, usize> = files.iter().map(|(p, c)| (p.as_str(), c.len())).collect();
+        let replaced: usize = pending.keys().map(|p| self.files.get(*p).map_or(0, Vec::len)).sum();
+        let after = self.file_bytes - replaced + pending.values().sum::<usize>();
+        if after > SESSION_FILE_BYTES {
+            return Err(Refusal::request(format!(
+                "invalid request: the session's files would hold {after} bytes, over its budget of {SESSION_FILE_BYTES}; nothing was written"
+            )));
+        }
         for (path, content) in files {
             self.files.insert(path.clone(), content.clone());
         }
+        self.file_bytes = after;
         let started = self.live.is_none();
         if started {
             self.live = Some(self.start()?);
@@ -398,7 +416,55 @@ impl WasmSession<'_> {
     }
 }
 
+impl Session for WasmSession {
+    fn call(&mut self, call: Call<'_>) -> Result<Answered, CallError> {
+        let output = match call {
+            Call::Cell(c) => {
+                provider::check_floor(Tier::Process, c.floor)?;
+                if c.language != Language::JavaScript {
+                    return Err(Refusal::unsupported(format!(
+                        "the wasm provider's sessions run javascript cells, not {}",
+                        c.language.as_str()
+                    ))
+                    .into());
+                }
+                let files: Vec<(String, Vec<u8>)> =
+                    c.files.iter().map(|f| (f.path.clone(), f.content.as_bytes().to_vec())).collect();
+                Output::Cell(self.cell(c.code, &files, c.timeout)?)
+            }
+            // A snippet is a fresh interpreter in the session's sandbox; on wasm it
+            // shares nothing with the cells (their files live in the interpreter).
+            Call::Snippet(s) => Output::JavaScript(
+                self.provider
+                    .run_snippet(&s)
+                    .map_err(|e| match e {
+                        RunError::Refused(r) => CallError::Refused(r),
+                        RunError::MayHaveRun(detail) => CallError::MayHaveRun { detail, ended: None },
+                    })?
+                    .result,
+            ),
+            Call::Project { .. } => return Err(provider::unsupported_kind("wasm", "projects").into()),
+        };
+        Ok(Answered { output, evidence: self.provider.evidence(), ended: None })
+    }
+
+    fn close(&mut self) {
+        self.live = None;
+        self.files.clear();
+        self.file_bytes = 0;
+    }
+}
+
 impl Provider for WasmProvider {
+    fn session_support(&self) -> Option<KindSupport> {
+        self.describe().snippet
+    }
+
+    fn open_session(&self, floor: Option<Floor>) -> Result<Opened, RunError> {
+        provider::check_floor(Tier::Process, floor)?;
+        Ok(Opened { session: Box::new(self.session()), evidence: self.evidence() })
+    }
+
     fn describe(&self) -> Description {
         Description {
             name: "wasm".into(),

@@ -10,7 +10,7 @@ use super::{text, wasm};
 
 const BUDGET: Duration = Duration::from_secs(5);
 
-fn cell(s: &mut WasmSession<'_>, code: &str) -> CellResult {
+fn cell(s: &mut WasmSession, code: &str) -> CellResult {
     s.cell(code, &[], BUDGET).expect("a cell result")
 }
 
@@ -92,4 +92,20 @@ fn output_is_per_cell() {
     cell(&mut s, "console.log('first')");
     let r = cell(&mut s, "console.error('second')");
     assert_eq!((text(&r.stdout), text(&r.stderr)), (String::new(), "second\n".into()));
+}
+
+#[test]
+fn top_level_let_const_and_class_may_be_declared_again() {
+    let mut s = wasm().session();
+    for code in ["let base = 40", "const k = 1; class C { v() { return 1 } }"] {
+        let r = cell(&mut s, code);
+        assert_eq!(r.exit_code, 0, "{}", text(&r.stderr));
+    }
+    let r = cell(&mut s, "let base = 41; const k = 2; class C { v() { return base + k } }\nnew C().v()");
+    assert_eq!((r.exit_code, text(&r.stdout)), (0, "43\n".into()), "{}", text(&r.stderr));
+    assert!(!r.interpreter_started);
+    // Below the top level, the language's own rules still hold.
+    let r = cell(&mut s, "{ let x = 1; let x = 2 }");
+    assert_eq!(r.exit_code, 1);
+    assert!(text(&r.stderr).contains("SyntaxError"), "{}", text(&r.stderr));
 }
