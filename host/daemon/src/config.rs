@@ -4,6 +4,7 @@
 //! fails startup naming it, so a typo can never silently weaken a wall.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use plimsoll_core::Floor;
 use serde::Deserialize;
@@ -66,6 +67,12 @@ struct SandboxTable {
     rate_per_min: Option<u32>,
     rate_burst: Option<u32>,
     total_memory_mb: Option<u32>,
+    max_sessions: Option<u32>,
+    max_sessions_per_caller: Option<u32>,
+    max_sessions_per_owner: Option<u32>,
+    session_lifetime: Option<String>,
+    session_idle: Option<String>,
+    session_disk_mb: Option<u32>,
 }
 
 /// The `[docker]` table: the docker provider's image, runtime and guest.
@@ -195,6 +202,70 @@ pub struct Admission {
     pub rate_burst: u32,
 }
 
+/// The session settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionSettings {
+    /// Sessions open at once across the daemon (`SANDBOX_MAX_SESSIONS`, 0 = sessions off).
+    pub max: u32,
+    /// Sessions one caller may hold (`SANDBOX_MAX_SESSIONS_PER_CALLER`, 0 = no cap).
+    pub per_caller: u32,
+    /// Sessions one owner may hold (`SANDBOX_MAX_SESSIONS_PER_OWNER`, 0 = no cap).
+    pub per_owner: u32,
+    /// A session's lifetime (`SANDBOX_SESSION_LIFETIME`, default 30m, 1s..12h).
+    pub lifetime: Duration,
+    /// Idle time before a session is suspended (`SANDBOX_SESSION_IDLE`, default 5m, 0 = never).
+    pub idle: Duration,
+    /// A session's disk budget in MiB (`SANDBOX_SESSION_DISK_MB`, default 1024, 0 = unbounded).
+    pub disk_mb: u32,
+}
+
+impl Default for SessionSettings {
+    fn default() -> SessionSettings {
+        SessionSettings {
+            max: 0,
+            per_caller: 0,
+            per_owner: 0,
+            lifetime: Duration::from_secs(30 * 60),
+            idle: Duration::from_secs(5 * 60),
+            disk_mb: 1024,
+        }
+    }
+}
+
+/// The longest session lifetime and idle timeout an operator may set.
+pub const MAX_SESSION_TIME: Duration = Duration::from_secs(12 * 3600);
+
+/// Reads a duration as the original's settings write them: `90s`, `5m`, `1h30m`,
+/// `250ms`, or a bare number of seconds.
+fn parse_duration(name: &str, v: &str) -> Result<Duration, ConfigError> {
+    let bad = || ConfigError::Value(format!("{name}={v:?} is not a duration: write it as 90s, 5m, 1h30m or 250ms"));
+    let v = v.trim();
+    if let Ok(secs) = v.parse::<u64>() {
+        return Ok(Duration::from_secs(secs));
+    }
+    let mut total = Duration::ZERO;
+    let mut rest = v;
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
+        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let part = match &rest[..unit] {
+            "ms" => Duration::from_millis(n),
+            "s" => Duration::from_secs(n),
+            "m" => Duration::from_secs(n.saturating_mul(60)),
+            "h" => Duration::from_secs(n.saturating_mul(3600)),
+            _ => return Err(bad()),
+        };
+        total = total.saturating_add(part);
+        rest = &rest[unit..];
+    }
+    Ok(total)
+}
+
 /// The daemon's configuration, resolved.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -226,13 +297,15 @@ pub struct Config {
     pub cache_dir: Option<PathBuf>,
     /// The docker provider's settings, when it is the provider.
     pub docker: Option<DockerConfig>,
+    /// Sessions: off unless `SANDBOX_MAX_SESSIONS` is above 0.
+    pub sessions: SessionSettings,
     /// Settings the operator stated explicitly (hardened mode wants some of them).
     pub explicit: Vec<&'static str>,
 }
 
 /// Every variable the daemon reads, with the file key it overrides and what it does.
 /// `serve --help` prints this table, so the usage text and the code cannot drift.
-pub const VARIABLES: [(&str, &str, &str); 29] = [
+pub const VARIABLES: [(&str, &str, &str); 35] = [
     ("PLIMSOLL_CONFIG", "", "path of plimsoll.toml"),
     ("PLIMSOLL_ADDR", "daemon.addr", "RPC listener, default :8746"),
     ("PLIMSOLL_METRICS_ADDR", "daemon.metrics-addr", "metrics listener, default 127.0.0.1:9464; off"),
@@ -255,6 +328,16 @@ pub const VARIABLES: [(&str, &str, &str); 29] = [
     ("SANDBOX_RATE_PER_MIN", "sandbox.rate-per-min", "runs per minute per caller, default 30, 0 = off"),
     ("SANDBOX_RATE_BURST", "sandbox.rate-burst", "bucket size per caller, default the rate"),
     ("SANDBOX_TOTAL_MEMORY_MB", "sandbox.total-memory-mb", "clamps max-concurrent to what fits, 0 = off"),
+    ("SANDBOX_MAX_SESSIONS", "sandbox.max-sessions", "sessions open at once, 0 = sessions off (default)"),
+    ("SANDBOX_MAX_SESSIONS_PER_CALLER", "sandbox.max-sessions-per-caller", "sessions per caller, 0 = no cap"),
+    (
+        "SANDBOX_MAX_SESSIONS_PER_OWNER",
+        "sandbox.max-sessions-per-owner",
+        "sessions per owner; at the cap an open replaces the owner's least recently used idle one",
+    ),
+    ("SANDBOX_SESSION_LIFETIME", "sandbox.session-lifetime", "a session's lifetime, default 30m, 1s..12h"),
+    ("SANDBOX_SESSION_IDLE", "sandbox.session-idle", "idle time before a session is suspended, default 5m, 0 = never"),
+    ("SANDBOX_SESSION_DISK_MB", "sandbox.session-disk-mb", "a session's disk budget, default 1024, 0 = unbounded"),
     ("SANDBOX_DOCKER_IMAGE", "docker.image", "the sandbox image's ID (images/build.sh prints it)"),
     ("SANDBOX_DOCKER_RUNTIME", "docker.runtime", "runc (container tier, default) or runsc (kernel tier)"),
     ("SANDBOX_DOCKER_GUEST_UID", "docker.guest-uid", "the guest's uid and gid, default 61000"),
@@ -559,6 +642,49 @@ impl Config {
             return Err(ConfigError::Value("SANDBOX_RATE_BURST=0 with a rate set would refuse every run".into()));
         }
 
+        let sessions = SessionSettings {
+            max: pick.u32("SANDBOX_MAX_SESSIONS", s.max_sessions)?.unwrap_or(0),
+            per_caller: pick.u32("SANDBOX_MAX_SESSIONS_PER_CALLER", s.max_sessions_per_caller)?.unwrap_or(0),
+            per_owner: pick.u32("SANDBOX_MAX_SESSIONS_PER_OWNER", s.max_sessions_per_owner)?.unwrap_or(0),
+            lifetime: match pick.string("SANDBOX_SESSION_LIFETIME", s.session_lifetime) {
+                Some(v) => parse_duration("SANDBOX_SESSION_LIFETIME", &v)?,
+                None => SessionSettings::default().lifetime,
+            },
+            idle: match pick.string("SANDBOX_SESSION_IDLE", s.session_idle) {
+                Some(v) => parse_duration("SANDBOX_SESSION_IDLE", &v)?,
+                None => SessionSettings::default().idle,
+            },
+            disk_mb: pick.u32("SANDBOX_SESSION_DISK_MB", s.session_disk_mb)?.unwrap_or(1024),
+        };
+        if sessions.lifetime < Duration::from_secs(1) || sessions.lifetime > MAX_SESSION_TIME {
+            return Err(ConfigError::Value(format!(
+                "SANDBOX_SESSION_LIFETIME={:?} is outside 1s..12h",
+                sessions.lifetime
+            )));
+        }
+        if !sessions.idle.is_zero() && (sessions.idle < Duration::from_secs(1) || sessions.idle > MAX_SESSION_TIME) {
+            return Err(ConfigError::Value(format!(
+                "SANDBOX_SESSION_IDLE={:?} is outside 1s..12h (0 = never suspend)",
+                sessions.idle
+            )));
+        }
+        if sessions.disk_mb > 1_048_576 {
+            return Err(ConfigError::Value(format!(
+                "SANDBOX_SESSION_DISK_MB={} is over 1048576 (1 TiB)",
+                sessions.disk_mb
+            )));
+        }
+        for (name, cap) in [
+            ("SANDBOX_MAX_SESSIONS_PER_CALLER", sessions.per_caller),
+            ("SANDBOX_MAX_SESSIONS_PER_OWNER", sessions.per_owner),
+        ] {
+            if cap > 0 && sessions.max == 0 {
+                return Err(ConfigError::Value(format!(
+                    "{name}={cap} has no effect: sessions are off; set SANDBOX_MAX_SESSIONS above 0 to turn them on"
+                )));
+            }
+        }
+
         Ok(Config {
             addr,
             metrics_addr,
@@ -574,6 +700,7 @@ impl Config {
             total_memory_mb,
             cache_dir,
             docker,
+            sessions,
             explicit: pick.explicit,
         })
     }
@@ -741,6 +868,52 @@ mod tests {
             Admission { max_concurrent: 8, per_key_concurrent: 4, rate_per_min: 30, rate_burst: 30 }
         );
         assert_eq!(c.auth, AuthSource::Open);
+    }
+
+    #[test]
+    fn sessions_are_off_by_default_and_read_the_originals_durations() {
+        let c = load(&[]).expect("defaults");
+        assert_eq!(c.sessions, SessionSettings::default());
+        assert_eq!(
+            (c.sessions.max, c.sessions.lifetime, c.sessions.idle),
+            (0, Duration::from_secs(1800), Duration::from_secs(300))
+        );
+        let c = load(&[
+            ("SANDBOX_MAX_SESSIONS", "16"),
+            ("SANDBOX_MAX_SESSIONS_PER_OWNER", "2"),
+            ("SANDBOX_SESSION_LIFETIME", "1h30m"),
+            ("SANDBOX_SESSION_IDLE", "0"),
+            ("SANDBOX_SESSION_DISK_MB", "0"),
+        ])
+        .expect("sessions");
+        assert_eq!((c.sessions.max, c.sessions.per_owner), (16, 2));
+        assert_eq!(
+            (c.sessions.lifetime, c.sessions.idle, c.sessions.disk_mb),
+            (Duration::from_secs(5400), Duration::ZERO, 0)
+        );
+        assert_eq!(parse_duration("X", "250ms").expect("ms"), Duration::from_millis(250));
+        assert_eq!(parse_duration("X", "90").expect("bare seconds"), Duration::from_secs(90));
+    }
+
+    #[test]
+    fn bad_session_settings_name_the_variable_and_the_fix() {
+        let cases: [(&[(&str, &str)], &str); 5] = [
+            (
+                &[("SANDBOX_SESSION_LIFETIME", "soon")],
+                "SANDBOX_SESSION_LIFETIME=\"soon\" is not a duration: write it as 90s, 5m, 1h30m or 250ms",
+            ),
+            (&[("SANDBOX_SESSION_LIFETIME", "13h")], "SANDBOX_SESSION_LIFETIME=46800s is outside 1s..12h"),
+            (&[("SANDBOX_SESSION_IDLE", "500ms")], "SANDBOX_SESSION_IDLE=500ms is outside 1s..12h (0 = never suspend)"),
+            (&[("SANDBOX_SESSION_DISK_MB", "2000000")], "SANDBOX_SESSION_DISK_MB=2000000 is over 1048576 (1 TiB)"),
+            (
+                &[("SANDBOX_MAX_SESSIONS_PER_CALLER", "2")],
+                "SANDBOX_MAX_SESSIONS_PER_CALLER=2 has no effect: sessions are off; set SANDBOX_MAX_SESSIONS above 0 to turn them on",
+            ),
+        ];
+        for (vars, want) in cases {
+            let e = load(vars).expect_err("refused");
+            assert_eq!(e.to_string(), want, "{vars:?}");
+        }
     }
 
     #[test]

@@ -25,3 +25,4 @@ pub mod metrics;
 pub mod providers;
 pub mod server;
 pub mod service;
+pub mod sessions;

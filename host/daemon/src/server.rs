@@ -173,7 +173,14 @@ impl Server {
             None => None,
         };
         let limiter = Limiter::new(config.admission.clone());
-        let daemon = Arc::new(Daemon::new(provider, verifier, limiter, Arc::default(), log));
+        let daemon =
+            Arc::new(Daemon::new(provider, verifier, limiter, Arc::default(), log).with_sessions(config.sessions));
+        if config.sessions.max > 0 && daemon.sessions().is_none() {
+            log.warn(
+                "SANDBOX_MAX_SESSIONS is set but the provider keeps no sessions; session calls are refused",
+                &[("provider", json!(name))],
+            );
+        }
         let local = rpc.local_addr().map(|a| a.to_string()).unwrap_or_default();
         let metrics_local = metrics.as_ref().and_then(|m| m.local_addr().ok()).map(|a| a.to_string());
         log.info(
@@ -274,6 +281,12 @@ impl Server {
         );
         if tokio::time::timeout(DRAIN, graceful.shutdown()).await.is_err() {
             log.warn("shutdown: requests still in flight after the drain period", &[]);
+        }
+        if let Some(sessions) = self.daemon.sessions() {
+            log.info("shutdown: ending sessions", &[("sessions", json!(sessions.live()))]);
+            if tokio::time::timeout(DRAIN, sessions.shutdown()).await.is_err() {
+                log.warn("shutdown: sessions still ending after the drain period", &[]);
+            }
         }
         log.info("stopped", &[]);
     }

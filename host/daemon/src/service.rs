@@ -21,9 +21,15 @@ use serde_json::{Value, json};
 
 use crate::admission::Limiter;
 use crate::auth::{AuthError, Principal, SCOPE_RUN, Verifier};
+use crate::config::SessionSettings;
 use crate::log::{Log, cut};
 use crate::metrics::Metrics;
 use crate::providers::DISABLED;
+use crate::sessions::Sessions;
+
+/// The text session calls get on a daemon without sessions.
+pub const NO_SESSIONS: &str =
+    "sessions are not available: this daemon has no sessions (the provider has none, or SANDBOX_MAX_SESSIONS is unset)";
 
 /// The procedures of `plimsoll.v1.SandboxService`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,6 +108,7 @@ pub struct Daemon {
     limiter: Arc<Limiter>,
     metrics: Arc<Metrics>,
     log: Log,
+    sessions: Option<Arc<Sessions>>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -119,6 +126,16 @@ struct Envelope {
 #[derive(serde::Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Empty {}
+
+/// An internal fault: the caller sees an ID, `log` holds the detail.
+pub fn internal_error(log: &Log, detail: &str) -> RpcError {
+    let id = error_id();
+    log.error("internal error", &[("error_id", json!(id)), ("detail", json!(cut(detail)))]);
+    RpcError {
+        code: Code::Internal,
+        body: ErrorBody::new(Code::Internal, format!("internal error {id}; the daemon's log holds its detail")),
+    }
+}
 
 /// A fresh internal-error ID: 16 hex characters.
 fn error_id() -> String {
@@ -142,7 +159,7 @@ impl Daemon {
     ) -> Daemon {
         let describe = provider.describe();
         let disabled = describe.name == "disabled";
-        Daemon { provider, describe, disabled, verifier, limiter, metrics, log }
+        Daemon { provider, describe, disabled, verifier, limiter, metrics, log, sessions: None }
     }
 
     /// The admission limiter (for the in-flight gauge).
@@ -172,12 +189,29 @@ impl Daemon {
 
     /// An internal fault: the caller sees an ID, the log holds the detail.
     pub fn internal(&self, detail: &str) -> RpcError {
-        let id = error_id();
-        self.log.error("internal error", &[("error_id", json!(id)), ("detail", json!(cut(detail)))]);
-        RpcError {
-            code: Code::Internal,
-            body: ErrorBody::new(Code::Internal, format!("internal error {id}; the daemon's log holds its detail")),
+        internal_error(&self.log, detail)
+    }
+
+    /// Turns sessions on with `settings`, when they are on (`SANDBOX_MAX_SESSIONS`
+    /// above 0) and the provider keeps sessions; otherwise session calls are refused
+    /// `unsupported`. Starts the reaper, so call it inside the runtime.
+    pub fn with_sessions(mut self, settings: SessionSettings) -> Daemon {
+        self.sessions = Sessions::new(
+            Arc::clone(&self.provider),
+            settings,
+            Arc::clone(&self.limiter),
+            Arc::clone(&self.metrics),
+            self.log,
+        );
+        if let Some(s) = &self.sessions {
+            s.spawn_reaper();
         }
+        self
+    }
+
+    /// The sessions, when they are on.
+    pub fn sessions(&self) -> Option<&Arc<Sessions>> {
+        self.sessions.as_ref()
     }
 
     /// Authenticates and authorises a call before its body is read.
@@ -205,7 +239,9 @@ impl Daemon {
         let reply = match procedure {
             Procedure::Describe => self.describe(body),
             Procedure::Run => Arc::clone(self).run(caller, body).await,
-            Procedure::OpenSession | Procedure::SessionRun | Procedure::CloseSession => self.sessions(procedure, body),
+            Procedure::OpenSession | Procedure::SessionRun | Procedure::CloseSession => {
+                self.session_procedure(procedure, caller, body).await
+            }
         };
         if let Err(e) = &reply
             && e.reason().is_some()
@@ -239,6 +275,16 @@ impl Daemon {
             policy: d.policy.clone(),
             ..DescribeResponse::default()
         };
+        let mut resp = resp;
+        if let Some(s) = &self.sessions {
+            let settings = s.settings();
+            resp.supports_sessions = true;
+            resp.session_lifetime_ms = u32::try_from(settings.lifetime.as_millis()).unwrap_or(u32::MAX);
+            resp.session_idle_timeout_ms = u32::try_from(settings.idle.as_millis()).unwrap_or(u32::MAX);
+            resp.session_environment = Some(s.support().environment());
+            resp.max_sessions_per_caller = settings.per_caller;
+            resp.max_sessions_per_owner = settings.per_owner;
+        }
         serde_json::to_vec(&resp).map_err(|e| self.internal(&format!("encoding DescribeResponse: {e}")))
     }
 
@@ -264,13 +310,19 @@ impl Daemon {
         })
     }
 
-    fn sessions(&self, procedure: Procedure, body: &[u8]) -> Reply {
-        Self::protocol(body, procedure.name())?;
-        Err(RpcError::refused(
-            Code::Unimplemented,
-            Reason::Unsupported,
-            "sessions are not available: this daemon has no sessions (the provider has none, or SANDBOX_MAX_SESSIONS is unset)",
-        ))
+    async fn session_procedure(&self, procedure: Procedure, caller: &Principal, body: &[u8]) -> Reply {
+        Self::protocol(body, &format!("{}Request", procedure.name()))?;
+        if self.disabled {
+            return Err(RpcError::refused(Code::FailedPrecondition, Reason::Unsupported, DISABLED));
+        }
+        let Some(sessions) = &self.sessions else {
+            return Err(RpcError::refused(Code::Unimplemented, Reason::Unsupported, NO_SESSIONS));
+        };
+        match procedure {
+            Procedure::OpenSession => sessions.open(caller, body).await,
+            Procedure::SessionRun => sessions.call(caller, body).await,
+            _ => sessions.close(caller, body).await,
+        }
     }
 
     async fn run(self: Arc<Self>, caller: &Principal, body: &[u8]) -> Reply {
@@ -448,11 +500,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn sessions_are_unsupported_until_they_land() {
+    async fn the_disabled_provider_opens_no_sessions() {
         let d = daemon(Arc::new(Disabled));
         let (code, reason, msg) = refusal(call(&d, Procedure::OpenSession, r#"{"protocol":4}"#).await);
-        assert_eq!((code, reason), (Code::Unimplemented, Some(Reason::Unsupported)));
-        assert!(msg.ends_with("this daemon has no sessions (the provider has none, or SANDBOX_MAX_SESSIONS is unset)"));
+        assert_eq!((code, reason, msg.as_str()), (Code::FailedPrecondition, Some(Reason::Unsupported), DISABLED));
     }
 
     /// A provider whose runs fail after they may have started.
