@@ -6,6 +6,7 @@ mod daemon;
 mod docker;
 mod python;
 mod raw;
+mod sessions;
 
 use std::io::{BufRead as _, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -91,9 +91,14 @@ pub fn post(addr: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Re
 
 /// A `Run` call with JSON, a token and a request ID.
 pub fn run(addr: &str, token: &str, body: &str) -> Reply {
+    rpc(addr, token, "Run", body)
+}
+
+/// A call of `procedure` with JSON, a token and a request ID.
+pub fn rpc(addr: &str, token: &str, procedure: &str, body: &str) -> Reply {
     post(
         addr,
-        "/plimsoll.v1.SandboxService/Run",
+        &format!("/plimsoll.v1.SandboxService/{procedure}"),
         &[
             ("Content-Type", "application/json"),
             ("Authorization", &format!("Bearer {token}")),

@@ -38,9 +38,14 @@ use plimsoll_core::protocol::{self, NOT_DISPATCHED_HEADER, REQUEST_ID_HEADER};
 use plimsoll_core::record;
 use plimsoll_core::wire::connect::{Code, ErrorBody};
 use plimsoll_core::wire::{
-    DescribeResponse, JavaScriptRun, Kind, ProjectFile, ProjectRun, RunRequest, RunResponse, SoftwareRule, from_json,
+    DescribeResponse, JavaScriptRun, Kind, ProjectFile, ProjectRun, RunRecord, RunRequest, RunResponse, SessionEnd,
+    SoftwareRule, from_json,
 };
+
+mod session;
+
 use plimsoll_core::{Floor, Reason, Refusal, Tier, validate};
+pub use session::{Session, SessionOptions, owner_digest};
 
 /// The largest answer read: above any legitimate project answer.
 pub const MAX_RESPONSE_BYTES: usize = 32 << 20;
@@ -61,6 +66,9 @@ pub enum Mismatch {
     IsolationEvidence,
     /// The result is of another kind than the request, or there are several.
     ResultKind,
+    /// A session call's record does not continue the chain this client followed, or
+    /// the daemon's count at close differs: someone else used the session.
+    Chain,
 }
 
 /// Why a call produced no checked result.
@@ -114,19 +122,49 @@ pub enum Error {
     /// The client could not be set up (a bad URL, an unreadable CA file).
     #[error("client configuration: {0}")]
     Config(String),
+    /// A session call or close the daemon refused because the session ended, or is
+    /// not this caller's (`not_found`). Nothing ran.
+    #[error("not dispatched ({reason}): {message}")]
+    SessionEnded {
+        /// Why the session ended.
+        end: SessionEnd,
+        /// The daemon's words on why.
+        detail: String,
+        /// The not-dispatched reason.
+        reason: Reason,
+        /// The text.
+        message: String,
+    },
+    /// A session call that may have run, answered without a result. Its record
+    /// (checked, and chained as the session's next call) is kept here.
+    #[error("{code}: {message} (the call may have run; its record is call {} of the session)", record.sequence)]
+    Unanswered {
+        /// The Connect code.
+        code: Code,
+        /// The daemon's text.
+        message: String,
+        /// The call's record: no result, and its place in the chain.
+        record: Box<RunRecord>,
+    },
 }
 
 impl Error {
     /// Whether the code may have run: never for a refusal or a request that was not
     /// sent, always otherwise. A call that may have run is never retried by itself.
     pub fn may_have_run(&self) -> bool {
-        !matches!(self, Error::NotDispatched { .. } | Error::Transport { sent: false, .. } | Error::Config(_))
+        !matches!(
+            self,
+            Error::NotDispatched { .. }
+                | Error::SessionEnded { .. }
+                | Error::Transport { sent: false, .. }
+                | Error::Config(_)
+        )
     }
 
     /// The not-dispatched reason, when nothing ran.
     pub fn not_dispatched(&self) -> Option<Reason> {
         match self {
-            Error::NotDispatched { reason, .. } => Some(*reason),
+            Error::NotDispatched { reason, .. } | Error::SessionEnded { reason, .. } => Some(*reason),
             Error::Transport { sent: false, .. } => Some(Reason::Environment),
             _ => None,
         }
@@ -272,7 +310,7 @@ impl Client {
 
     /// POSTs `body` to `procedure` and returns the bound answer's body, or the
     /// error it states.
-    async fn call(&self, procedure: &str, body: Vec<u8>) -> Result<Bytes, Error> {
+    pub(crate) async fn call(&self, procedure: &str, body: Vec<u8>) -> Result<Bytes, Error> {
         let id = request_id()?;
         let uri = format!("{}/plimsoll.v1.SandboxService/{procedure}", self.base);
         let mut req = Request::post(uri)
@@ -446,7 +484,17 @@ fn error_from(status: u16, body: &[u8], mark: Option<Reason>) -> Error {
         .map(|b| b.message.clone())
         .filter(|m| !m.is_empty())
         .unwrap_or_else(|| format!("HTTP {status}"));
-    match parsed.as_ref().and_then(ErrorBody::reason).or(mark) {
+    let reason = parsed.as_ref().and_then(ErrorBody::reason).or(mark);
+    if let (Some(reason), Some((end, detail))) = (reason, parsed.as_ref().and_then(ErrorBody::session_end)) {
+        let end = SessionEnd::from_number(end).unwrap_or(SessionEnd::NotFound);
+        return Error::SessionEnded { end, detail, reason, message };
+    }
+    if reason.is_none()
+        && let Some(record) = parsed.as_ref().and_then(ErrorBody::unanswered_record)
+    {
+        return Error::Unanswered { code, message, record: Box::new(record) };
+    }
+    match reason {
         Some(reason) => Error::NotDispatched { reason, code: Some(code), message },
         None => Error::Failed { code, message },
     }
@@ -470,8 +518,21 @@ fn valid_instance(s: &str) -> bool {
     kind_ok && rest_ok
 }
 
-/// Every check an answered run gets, in the published clients' order.
+/// Every check an answered single run gets, in the published clients' order.
 fn check_answer(req: &RunRequest, kind: Kind, digest: &str, resp: RunResponse) -> Result<RunResponse, Error> {
+    let resp = checked(req, kind, digest, resp)?;
+    let single =
+        resp.record.as_ref().is_some_and(|r| r.session.is_empty() && r.sequence == 0 && r.previous_sha256.is_empty());
+    if !single {
+        return Err(data_loss(Mismatch::Record, "a single run's record carries session fields", resp));
+    }
+    Ok(resp)
+}
+
+/// The checks every answered call gets, a single run's or a session call's: the
+/// result's kind, the record's version, both digests, the evidence, the rule, the
+/// record's own digest and the floor.
+fn checked(req: &RunRequest, kind: Kind, digest: &str, resp: RunResponse) -> Result<RunResponse, Error> {
     let kinds = [
         (Kind::JavaScript, resp.javascript.is_some()),
         (Kind::Project, resp.project.is_some()),
@@ -547,9 +608,6 @@ fn check_answer(req: &RunRequest, kind: Kind, digest: &str, resp: RunResponse) -
             ));
         }
         Err(e) => return Err(data_loss(Mismatch::Version, e.to_string(), resp)),
-    }
-    if !rec.session.is_empty() || rec.sequence != 0 || !rec.previous_sha256.is_empty() {
-        return Err(data_loss(Mismatch::Record, "a single run's record carries session fields", resp));
     }
     if let Some(floor) = validate::floor(&req.minimum_isolation).ok().flatten()
         && !Tier::from_wire(&resp.isolation).meets(floor)

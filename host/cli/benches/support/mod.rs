@@ -14,6 +14,14 @@ pub fn host() -> Command {
 /// A running daemon, killed and reaped however the bench ends, so no zombie outlives it.
 pub struct Daemon(Child);
 
+impl Daemon {
+    /// The daemon's process ID.
+    #[allow(dead_code, reason = "not every bench reads it")]
+    pub fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.0.kill();
