@@ -20,6 +20,15 @@ pub fn python() -> String {
     venv.to_string()
 }
 
+/// Runs `script` with the published client's interpreter and `env`, and returns its
+/// stdout; a failing script fails the test with both streams.
+pub fn run_script(script: &str, env: &[(&str, &str)]) -> String {
+    let o = Command::new(python()).arg("-c").arg(script).envs(env.iter().copied()).output().expect("python");
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
 const SCRIPT: &str = r#"
 import os, sys, threading
 import plimsoll_client
@@ -85,14 +94,6 @@ fn the_published_client_accepts_our_answers_and_refusals() {
         ("SANDBOX_MAX_CONCURRENT", "32"),
         ("SANDBOX_PER_KEY_CONCURRENT", "32"),
     ]);
-    let o = Command::new(python())
-        .arg("-c")
-        .arg(SCRIPT)
-        .env("URL", d.url())
-        .env("TOKEN", &tokens[0])
-        .output()
-        .expect("python");
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{}", String::from_utf8_lossy(&o.stderr));
+    let out = run_script(SCRIPT, &[("URL", &d.url()), ("TOKEN", &tokens[0])]);
     assert_eq!(out, "runs ok\nrefusals ok\nconcurrent ok\n");
 }

@@ -2,13 +2,11 @@
 //! session can meet, driven by the Rust client (which follows the chain), by raw
 //! HTTP (for what a client refuses to send), and by the published Python client.
 
-use std::process::Command;
-
 use plimsoll_client::{Client, Error, Mismatch, Options, SessionOptions};
 use plimsoll_core::wire::SessionEnd;
 use plimsoll_core::{Floor, Reason};
 
-use super::python::python;
+use super::python::run_script;
 use super::raw;
 use super::{Daemon, callers, rt, scratch};
 
@@ -209,14 +207,6 @@ print("sessions ok")
 #[test]
 fn the_published_client_keeps_state_and_its_chain_check_passes() {
     let (d, tokens) = daemon("sessions-python", &[]);
-    let o = Command::new(python())
-        .arg("-c")
-        .arg(SCRIPT)
-        .env("URL", d.url())
-        .env("TOKEN", &tokens[0])
-        .output()
-        .expect("python");
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{}", String::from_utf8_lossy(&o.stderr));
+    let out = run_script(SCRIPT, &[("URL", &d.url()), ("TOKEN", &tokens[0])]);
     assert_eq!(out, "sessions ok\n");
 }

@@ -46,6 +46,15 @@ fn kind_support<'d>(
     support.as_ref().ok_or_else(|| Refusal::unsupported(format!("the {} provider does not run {what}", desc.name)))
 }
 
+/// Refuses a named grant profile: this build holds none (issue 9 brings grants),
+/// so every name is one the caller may not use.
+fn no_grants(profile: &str) -> Result<(), Refusal> {
+    if profile.is_empty() {
+        return Ok(());
+    }
+    Err(Refusal::new(Reason::Permission, format!("grant_profile {profile:?} is not available to this caller")))
+}
+
 /// Checks a `Run` request before admission: its payload, its limits, its software
 /// rule, its floor against `tier` (the provider's current evidence), and the kind
 /// against what the provider runs. The protocol number is checked earlier, before
@@ -80,21 +89,10 @@ pub fn prepare(desc: &Description, tier: Tier, request: RunRequest) -> Result<Pr
             return Err(Refusal::request("invalid request: a cell runs only in a session (SessionRun)"));
         }
     };
-    if let Payload::JavaScript(js) = payload
-        && !js.grant_profile.is_empty()
-    {
-        return Err(Refusal::new(
-            Reason::Permission,
-            format!("grant_profile {:?} is not available to this caller", js.grant_profile),
-        ));
-    }
-    if let Payload::Project(p) = payload
-        && !p.grant_profile.is_empty()
-    {
-        return Err(Refusal::new(
-            Reason::Permission,
-            format!("grant_profile {:?} is not available to this caller", p.grant_profile),
-        ));
+    match payload {
+        Payload::JavaScript(js) => no_grants(&js.grant_profile)?,
+        Payload::Project(p) => no_grants(&p.grant_profile)?,
+        Payload::Module(_) | Payload::Cell(_) => {}
     }
     check_floor(tier, floor)?;
     if let Some(rule) = request.software_rule.as_ref().filter(|r| !r.identities.is_empty())
@@ -321,21 +319,11 @@ pub fn prepare_call(facts: &SessionFacts, tier: Tier, request: &SessionRunReques
     match payload {
         Payload::JavaScript(js) => {
             validate::javascript(js)?;
-            if !js.grant_profile.is_empty() {
-                return Err(Refusal::new(
-                    Reason::Permission,
-                    format!("grant_profile {:?} is not available to this caller", js.grant_profile),
-                ));
-            }
+            no_grants(&js.grant_profile)?;
         }
         Payload::Project(p) => {
             validate::project(p)?;
-            if !p.grant_profile.is_empty() {
-                return Err(Refusal::new(
-                    Reason::Permission,
-                    format!("grant_profile {:?} is not available to this caller", p.grant_profile),
-                ));
-            }
+            no_grants(&p.grant_profile)?;
             if !facts.projects {
                 return Err(Refusal::unsupported(format!(
                     "the {} provider's sessions run cells and snippets, not projects; the docker provider runs projects in sessions",

@@ -19,7 +19,7 @@ use plimsoll_core::{Reason, Refusal, Tier};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::admission::Limiter;
+use crate::admission::{Limiter, Permit};
 use crate::auth::{AuthError, Principal, SCOPE_RUN, Verifier};
 use crate::config::SessionSettings;
 use crate::log::{Log, cut};
@@ -126,6 +126,15 @@ struct Envelope {
 #[derive(serde::Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Empty {}
+
+/// Admits one call of `caller`, or refuses it `capacity` naming the limit and
+/// counting the shed.
+pub fn admit(limiter: &Arc<Limiter>, metrics: &Metrics, caller: &str) -> Result<Permit, RpcError> {
+    limiter.acquire(caller).map_err(|shed| {
+        metrics.shed(shed.label());
+        RpcError::refused(Code::ResourceExhausted, Reason::Capacity, shed.to_string())
+    })
+}
 
 /// An internal fault: the caller sees an ID, `log` holds the detail.
 pub fn internal_error(log: &Log, detail: &str) -> RpcError {
@@ -389,10 +398,7 @@ impl Daemon {
             return Err(RpcError::refused(Code::FailedPrecondition, Reason::Unsupported, DISABLED));
         }
         let prepared = dispatch::prepare(&self.describe, self.provider.tier(), req).map_err(RpcError::from_refusal)?;
-        let permit = self.limiter.acquire(&caller.id).map_err(|shed| {
-            self.metrics.shed(shed.label());
-            RpcError::refused(Code::ResourceExhausted, Reason::Capacity, shed.to_string())
-        })?;
+        let permit = admit(&self.limiter, &self.metrics, &caller.id)?;
         self.metrics.run();
         let daemon = Arc::clone(self);
         let started = *started;

@@ -32,7 +32,7 @@ use crate::auth::Principal;
 use crate::config::SessionSettings;
 use crate::log::{Log, cut};
 use crate::metrics::Metrics;
-use crate::service::RpcError;
+use crate::service::{RpcError, admit};
 
 /// How long an ended session's count stays collectable by its owner's close.
 pub const TOMBSTONE_TTL: Duration = Duration::from_secs(10 * 60);
@@ -303,10 +303,7 @@ impl Sessions {
             let detail = "a newer session of the same owner replaced it at the per-owner cap";
             self.finish(&victim, &mut state, Ending::new(SessionEnd::Replaced, detail)).await;
         }
-        let limiter_permit = self.limiter.acquire(&caller.id).map_err(|shed| {
-            self.metrics.shed(shed.label());
-            refused(Code::ResourceExhausted, Reason::Capacity, shed.to_string())
-        })?;
+        let limiter_permit = admit(&self.limiter, &self.metrics, &caller.id)?;
         let provider = Arc::clone(&self.provider);
         let opened = tokio::task::spawn_blocking(move || {
             let out = provider.open_session(floor);
@@ -516,10 +513,7 @@ impl Sessions {
             let ending = entry.ended().map(|(e, _, _)| e).unwrap_or_else(|| Ending::new(SessionEnd::Expired, ""));
             return Err(ended_error(&ending, Reason::Request));
         }
-        let permit = self.limiter.acquire(&caller.id).map_err(|shed| {
-            self.metrics.shed(shed.label());
-            refused(Code::ResourceExhausted, Reason::Capacity, shed.to_string())
-        })?;
+        let permit = admit(&self.limiter, &self.metrics, &caller.id)?;
         self.metrics.run();
         let link = Link { sequence: state.calls + 1, previous_sha256: state.last.clone() };
         let facts = entry.facts.clone();
