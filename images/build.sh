@@ -22,7 +22,8 @@ say() { printf '[images] %s\n' "$*" >&2; }
 recipe_digest() {
   {
     printf 'suite=%s\npackages=%s\n' "$suite" "$packages"
-    sha256sum images/build.sh runners/project/runner.py runners/probe/probe.py
+    sha256sum images/build.sh runners/project/runner.py runners/probe/probe.py runners/session/agent.py \
+      runners/session/cell.py runners/session/cell.js
   } | sha256sum | cut -d' ' -f1
 }
 digest=$(recipe_digest)
@@ -63,6 +64,8 @@ install -d -m 0755 "$root/opt/plimsoll"
 install -d -m 1777 "$root/work"
 install -m 0755 runners/project/runner.py "$root/opt/plimsoll/runner.py"
 install -m 0755 runners/probe/probe.py "$root/opt/plimsoll/probe.py"
+install -m 0755 runners/session/agent.py "$root/opt/plimsoll/agent.py"
+install -m 0644 runners/session/cell.py runners/session/cell.js "$root/opt/plimsoll/"
 # No set-uid or set-gid file: no_new_privs already defeats them; defence in depth.
 find "$root" -xdev -type f -perm /6000 -exec chmod ug-s {} +
 # The host binds its own resolver file; the image's copy must not matter.

@@ -40,6 +40,9 @@ step "guest source unit tests (host-runnable modules)"
 rustc --edition 2024 --test guests/quickjs/src/redeclare.rs -o target/guest-redeclare-tests
 target/guest-redeclare-tests -q
 
+step "the docker session interpreters' own tests (node --test)"
+node --test runners/session/
+
 step "guest components reproduce from their sources"
 guests/check.sh
 

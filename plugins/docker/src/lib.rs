@@ -10,6 +10,7 @@
 //!   in a frame whose HMAC verifies under a key no step can read.
 
 mod report;
+mod session;
 
 wit_bindgen::generate!({
     world: "plimsoll:provider/provider-plugin",
@@ -19,7 +20,7 @@ wit_bindgen::generate!({
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use exports::plimsoll::provider::provider::{Description, Guest, GuestSession, RunError, Session};
+use exports::plimsoll::provider::provider::{Description, Guest, RunError};
 use plimsoll::host::containers::{self, Container, ExecResult, Mount};
 use plimsoll::host::log;
 use plimsoll::types::types::{
@@ -83,32 +84,37 @@ fn evidence(image: &str, runtime: &str) -> Evidence {
     }
 }
 
-/// A container's spec for `command`, with a `/work` tmpfs when `work` is set.
+/// The size of a project's `/work`: what the disk budget leaves after `/tmp` and `/dev/shm`.
+fn project_work_mb(limits: &Limits) -> Result<u32, Refusal> {
+    let disk = or(limits.disk_mb, DISK_MB);
+    match disk.saturating_sub(TMP_MB + SHM_MB) {
+        0 => Err(refused(
+            RefusalReason::Environment,
+            format!(
+                "a disk budget of {disk} MiB leaves no room for /work after /tmp and /dev/shm ({} MiB)",
+                TMP_MB + SHM_MB
+            ),
+        )),
+        rest => Ok(rest),
+    }
+}
+
+/// A container's spec for `command`, with a `/work` tmpfs of `work_mb` when set; the
+/// host's orphan sweep removes it `lifetime_s` after creation.
 fn spec(
     limits: &Limits,
     runtime: &str,
     image: &str,
     command: Vec<String>,
-    work: bool,
-) -> Result<containers::Spec, Refusal> {
-    let disk = or(limits.disk_mb, DISK_MB);
+    work_mb: Option<u32>,
+    lifetime_s: u32,
+) -> containers::Spec {
     let mut tmpfs =
         vec![Mount { target: "/tmp".into(), size_mb: TMP_MB }, Mount { target: "/dev/shm".into(), size_mb: SHM_MB }];
-    if work {
-        let rest = disk.saturating_sub(TMP_MB + SHM_MB);
-        if rest < 1 {
-            return Err(refused(
-                RefusalReason::Environment,
-                format!(
-                    "a disk budget of {disk} MiB leaves no room for /work after /tmp and /dev/shm ({} MiB)",
-                    TMP_MB + SHM_MB
-                ),
-            ));
-        }
-        tmpfs.push(Mount { target: "/work".into(), size_mb: rest });
+    if let Some(size_mb) = work_mb {
+        tmpfs.push(Mount { target: "/work".into(), size_mb });
     }
-    let lifetime = (limits.timeout_ms / 1000).saturating_add(300);
-    Ok(containers::Spec {
+    containers::Spec {
         image_id: image.into(),
         runtime: runtime.into(),
         user: GUEST_UID,
@@ -116,12 +122,17 @@ fn spec(
         cpus_milli: or(limits.cpus_milli, CPUS_MILLI),
         pids: or(limits.pids, PIDS),
         tmpfs,
-        workdir: if work { "/work".into() } else { "/tmp".into() },
+        workdir: if work_mb.is_some() { "/work".into() } else { "/tmp".into() },
         command,
         env: Vec::new(),
         labels: vec![("dev.plimsoll.plugin.provider".into(), "docker".into())],
-        lifetime_s: lifetime,
-    })
+        lifetime_s,
+    }
+}
+
+/// A single run's container lifetime: its budget and five minutes.
+fn run_lifetime(limits: &Limits) -> u32 {
+    (limits.timeout_ms / 1000).saturating_add(300)
 }
 
 /// `env -i` + a shell that writes `marker` to stderr, then execs `argv`.
@@ -167,7 +178,7 @@ fn snippet(language: &str, code: &str, limits: &Limits) -> Result<(SnippetResult
     if marker.is_empty() {
         return Err(RunError::Refused(refused(RefusalReason::Environment, "no randomness for the start marker")));
     }
-    let spec = spec(limits, &runtime, &image, marked(&marker, argv), false).map_err(RunError::Refused)?;
+    let spec = spec(limits, &runtime, &image, marked(&marker, argv), None, run_lifetime(limits));
     let r = run(spec, code.as_bytes().to_vec(), limits.timeout_ms, limits.max_output_bytes)?;
     let Some(mut stderr) = strip_marker(&r.stderr, &marker) else {
         return Err(RunError::MayHaveRun(format!(
@@ -222,62 +233,52 @@ fn report_key() -> Result<String, Refusal> {
     Ok(key)
 }
 
-/// Runs a project whose runner authenticates its report with `key` (hex).
-fn project(
-    files: &[File],
-    steps: &[String],
-    artifacts: &[String],
-    limits: &Limits,
-    key: &str,
-) -> Result<(ProjectResult, Evidence), RunError> {
-    let (runtime, image) = target().map_err(RunError::Refused)?;
-    let marker = random_hex(16);
-    if marker.is_empty() {
-        return Err(RunError::Refused(refused(RefusalReason::Environment, "no randomness for the start marker")));
-    }
-    let max_output = or(limits.max_output_bytes, 1 << 20);
-    let plan = serde_json::json!({
+/// The runner's plan: files, steps, artifacts, budget, and the report key (hex).
+fn plan(files: &[File], steps: &[String], artifacts: &[String], limits: &Limits, key: &str) -> serde_json::Value {
+    serde_json::json!({
         "files": files.iter().map(|f| serde_json::json!({"path": f.path, "content": STANDARD.encode(&f.content)})).collect::<Vec<_>>(),
         "steps": steps,
         "artifacts": artifacts,
         "timeoutMs": limits.timeout_ms,
-        "maxOutput": max_output,
+        "maxOutput": or(limits.max_output_bytes, 1 << 20),
         "env": GUEST_ENV.iter().filter_map(|kv| kv.split_once('=')).collect::<std::collections::BTreeMap<_, _>>(),
         "reportKey": key,
-    });
-    let spec =
-        spec(limits, &runtime, &image, marked(&marker, &["python3", "-I", RUNNER]), true).map_err(RunError::Refused)?;
-    // The runner's own deadline is the budget; the container gets a little more to report.
-    let wait_ms = limits.timeout_ms.saturating_add(5000);
-    let report_cap = max_output.saturating_mul(2).saturating_mul(steps.len().max(1) as u32).saturating_add(8 << 20);
-    let r = run(spec, plan.to_string().into_bytes(), wait_ms, report_cap)?;
-    if strip_marker(&r.stderr, &marker).is_none() {
-        return Err(RunError::MayHaveRun(format!(
-            "docker did not run the container's command (no start marker; exit {:?})",
-            r.exit_code
-        )));
-    }
-    let evidence = evidence(&image, &runtime);
+    })
+}
+
+/// The most bytes a runner's report may take on stdout.
+fn report_cap(limits: &Limits, steps: usize) -> u32 {
+    or(limits.max_output_bytes, 1 << 20).saturating_mul(2).saturating_mul(steps.max(1) as u32).saturating_add(8 << 20)
+}
+
+/// How the runner's process ended, for reading its report.
+struct Ended {
+    timed_out: bool,
+    oom_killed: bool,
+    exit_code: Option<i32>,
+}
+
+/// A project's result from what the runner wrote: only a frame whose MAC verifies
+/// under `key` (hex) counts.
+fn read_report(stdout: &[u8], key: &str, ended: &Ended) -> ProjectResult {
     let key = hex::decode(key).unwrap_or_default();
-    let body = match report::find(&r.stdout, &key) {
+    let body = match report::find(stdout, &key) {
         report::Found::Authentic(b) => b,
-        _ if r.timed_out => {
-            return Ok((project_result(ProjectOutcome::TimedOut, "run exceeded the time budget"), evidence));
-        }
+        _ if ended.timed_out => return project_result(ProjectOutcome::TimedOut, "run exceeded the time budget"),
         report::Found::Forged => {
-            return Ok((project_result(ProjectOutcome::ProtocolError, "no authenticated runner report"), evidence));
+            return project_result(ProjectOutcome::ProtocolError, "no authenticated runner report");
         }
         report::Found::Missing => {
-            let why = if r.oom_killed { " after running out of memory" } else { "" };
-            let detail = format!("the runner did not report{why} (container exit {})", r.exit_code.unwrap_or(-1));
-            return Ok((project_result(ProjectOutcome::ProtocolError, detail), evidence));
+            let why = if ended.oom_killed { " after running out of memory" } else { "" };
+            let detail = format!("the runner did not report{why} (exit {})", ended.exit_code.unwrap_or(-1));
+            return project_result(ProjectOutcome::ProtocolError, detail);
         }
     };
     let Ok(report) = serde_json::from_slice::<report::Report>(&body) else {
-        return Ok((project_result(ProjectOutcome::ProtocolError, "could not parse sandbox result"), evidence));
+        return project_result(ProjectOutcome::ProtocolError, "could not parse sandbox result");
     };
     if let Some(e) = report.error {
-        return Ok((project_result(ProjectOutcome::SetupFailed, e), evidence));
+        return project_result(ProjectOutcome::SetupFailed, e);
     }
     let decode = |s: &str| STANDARD.decode(s).unwrap_or_default();
     let steps: Vec<StepResult> = report
@@ -298,7 +299,37 @@ fn project(
     };
     let artifacts =
         report.artifacts.iter().map(|a| File { path: a.path.clone(), content: decode(&a.content) }).collect();
-    Ok((ProjectResult { outcome, detail, steps, artifacts, artifacts_truncated: report.artifacts_truncated }, evidence))
+    ProjectResult { outcome, detail, steps, artifacts, artifacts_truncated: report.artifacts_truncated }
+}
+
+/// Runs a project whose runner authenticates its report with `key` (hex).
+fn project(
+    files: &[File],
+    steps: &[String],
+    artifacts: &[String],
+    limits: &Limits,
+    key: &str,
+) -> Result<(ProjectResult, Evidence), RunError> {
+    let (runtime, image) = target().map_err(RunError::Refused)?;
+    let marker = random_hex(16);
+    if marker.is_empty() {
+        return Err(RunError::Refused(refused(RefusalReason::Environment, "no randomness for the start marker")));
+    }
+    let plan = plan(files, steps, artifacts, limits, key);
+    let work = project_work_mb(limits).map_err(RunError::Refused)?;
+    let command = marked(&marker, &["python3", "-I", RUNNER]);
+    let spec = spec(limits, &runtime, &image, command, Some(work), run_lifetime(limits));
+    // The runner's own deadline is the budget; the container gets a little more to report.
+    let wait_ms = limits.timeout_ms.saturating_add(5000);
+    let r = run(spec, plan.to_string().into_bytes(), wait_ms, report_cap(limits, steps.len()))?;
+    if strip_marker(&r.stderr, &marker).is_none() {
+        return Err(RunError::MayHaveRun(format!(
+            "docker did not run the container's command (no start marker; exit {:?})",
+            r.exit_code
+        )));
+    }
+    let ended = Ended { timed_out: r.timed_out, oom_killed: r.oom_killed, exit_code: r.exit_code };
+    Ok((read_report(&r.stdout, key, &ended), evidence(&image, &runtime)))
 }
 
 /// A step that hunts for the runner's report key.
@@ -392,15 +423,16 @@ fn smoke() -> Result<Evidence, Refusal> {
     if seen.lines().any(|l| l == key) {
         return Err(fail("report key", "a step read the runner's report key".into()));
     }
+    session::smoke(&limits).map_err(|detail| fail("session", detail))?;
     log::info(&format!(
-        "smoke test passed: javascript, python, runner report key not found ({})",
+        "smoke test passed: javascript, python, runner report key not found ({}), a session kept state in both languages and swept a leftover",
         seen.lines().next().unwrap_or("")
     ));
     Ok(evidence)
 }
 
 impl Guest for Plugin {
-    type Session = Unsupported;
+    type Session = session::DockerSession;
 
     fn describe() -> Description {
         Description {
@@ -408,7 +440,7 @@ impl Guest for Plugin {
             languages: vec!["javascript".into(), "python".into()],
             projects: true,
             modules: false,
-            sessions: false,
+            sessions: true,
             max_timeout_ms: 300_000,
             max_project_timeout_ms: 1_800_000,
         }
@@ -442,39 +474,6 @@ impl Guest for Plugin {
             "the docker provider does not run module tables yet",
         )))
     }
-}
-
-/// Sessions arrive with the sessions work; until then opening one is refused.
-struct Unsupported;
-
-impl GuestSession for Unsupported {
-    fn open(_limits: Limits) -> Result<Session, Refusal> {
-        Err(refused(RefusalReason::Unsupported, "the docker provider does not keep sessions yet"))
-    }
-
-    fn evidence(&self) -> Evidence {
-        evidence("", "")
-    }
-
-    fn cell(
-        &self,
-        _: String,
-        _: String,
-        _: Vec<File>,
-        _: Limits,
-    ) -> Result<plimsoll::types::types::CellResult, RunError> {
-        Err(RunError::Refused(refused(RefusalReason::Unsupported, "sessions are not supported")))
-    }
-
-    fn snippet(&self, _: String, _: String, _: Limits) -> Result<SnippetResult, RunError> {
-        Err(RunError::Refused(refused(RefusalReason::Unsupported, "sessions are not supported")))
-    }
-
-    fn project(&self, _: Vec<File>, _: Vec<String>, _: Vec<String>, _: Limits) -> Result<ProjectResult, RunError> {
-        Err(RunError::Refused(refused(RefusalReason::Unsupported, "sessions are not supported")))
-    }
-
-    fn close(&self) {}
 }
 
 export!(Plugin);
