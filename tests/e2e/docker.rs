@@ -18,7 +18,7 @@ use super::raw;
 use super::{Daemon, host, refused_start, rt, scratch};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-const TOKEN: &str = "docker-suite-token-docker-suite-token-0123";
+pub(super) const TOKEN: &str = "docker-suite-token-docker-suite-token-0123";
 
 fn required() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
@@ -26,13 +26,13 @@ fn required() -> bool {
 }
 
 /// What the suite needs: the image ID and the unsigned plugin directory.
-struct Fixture {
+pub(super) struct Fixture {
     image: String,
     plugin: PathBuf,
 }
 
 /// The fixture, or None (with a note) when something is missing outside required mode.
-fn fixture(runtime: &str) -> Option<Fixture> {
+pub(super) fn fixture(runtime: &str) -> Option<Fixture> {
     let missing = |what: String| {
         assert!(!required(), "required mode: {what}");
         eprintln!("skipping the docker suite: {what} (CI=true makes this a failure)");
@@ -61,7 +61,7 @@ fn fixture(runtime: &str) -> Option<Fixture> {
 
 /// Copies the built plugin into `dir/plugin`, makes a throwaway key pair with
 /// `plimsoll-host plugin keygen` and signs the copy with it.
-fn signed_plugin(fx: &Fixture, dir: &Path) -> (PathBuf, PathBuf) {
+pub(super) fn signed_plugin(fx: &Fixture, dir: &Path) -> (PathBuf, PathBuf) {
     signed_plugin_with(fx, dir, |manifest| manifest)
 }
 
@@ -81,7 +81,7 @@ fn signed_plugin_with(fx: &Fixture, dir: &Path, edit: impl FnOnce(String) -> Str
     (plugin, key.with_extension("pub"))
 }
 
-fn docker_env(fx: &Fixture, plugin: &Path, key: &Path, runtime: &str) -> Vec<(String, String)> {
+pub(super) fn docker_env(fx: &Fixture, plugin: &Path, key: &Path, runtime: &str) -> Vec<(String, String)> {
     [
         ("SANDBOX_PROVIDER", "docker".to_string()),
         ("SANDBOX_DOCKER_IMAGE", fx.image.clone()),
@@ -98,7 +98,7 @@ fn docker_env(fx: &Fixture, plugin: &Path, key: &Path, runtime: &str) -> Vec<(St
     .collect()
 }
 
-fn start(env: &[(String, String)]) -> Daemon {
+pub(super) fn start(env: &[(String, String)]) -> Daemon {
     let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     Daemon::start(&pairs)
 }
@@ -112,12 +112,12 @@ fn text(b: &[u8]) -> String {
 }
 
 /// The daemon's PID, from its owner label's value in the containers it creates.
-fn owner(d: &Daemon) -> String {
+pub(super) fn owner(d: &Daemon) -> String {
     format!("plimsoll-host-{}", d.pid())
 }
 
 /// Container IDs created by `owner` between `since` and now.
-fn created_since(owner: &str, since: u64) -> Vec<String> {
+pub(super) fn created_since(owner: &str, since: u64) -> Vec<String> {
     let until = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() + 1).unwrap_or(0);
     let o = Command::new("docker")
         .args(["events", "--since", &since.to_string(), "--until", &until.to_string()])
@@ -130,7 +130,7 @@ fn created_since(owner: &str, since: u64) -> Vec<String> {
 
 /// The first whole second after everything created so far (engine events have
 /// one-second resolution).
-fn now() -> u64 {
+pub(super) fn now() -> u64 {
     std::thread::sleep(Duration::from_millis(1100));
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }

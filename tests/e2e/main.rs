@@ -4,6 +4,7 @@
 mod config;
 mod daemon;
 mod docker;
+mod docker_sessions;
 mod python;
 mod raw;
 mod sessions;

@@ -1,18 +1,23 @@
-//! Fresh-container snippet latency on the docker provider, runc and runsc side by
-//! side: two real `plimsoll-host serve` daemons (one per runtime) with the signed
-//! docker plugin, runs alternating between them, as the Rust client sees them.
-//! Prints medians, tails and the ratio; asserts nothing.
+//! The docker provider, runc and runsc side by side: two real `plimsoll-host serve`
+//! daemons (one per runtime) with the signed docker plugin, calls alternating
+//! between them, as the Rust client sees them. Measures fresh-container snippets,
+//! session cells (Python `x + 1` in a kept interpreter) and the memory an idle
+//! session holds (its container, and the daemon's own share). Prints medians, tails
+//! and ratios; asserts nothing.
 //!
 //! Needs dockerd with runsc, `images/build.sh` and `plugins/build.sh`.
-//! `cargo bench -p plimsoll-host --bench docker [-- RUNS]` (default 40 per runtime).
+//! `cargo bench -p plimsoll-host --bench docker [-- RUNS]` (default 40 per runtime;
+//! cells run five times as many).
 
 mod support;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use plimsoll_client::{Client, Options};
-use support::{Daemon, TOKEN, host, serve};
+use std::process::Command;
+
+use plimsoll_client::{Client, Options, SessionOptions};
+use support::{Daemon, TOKEN, host, rss_kib, serve};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
@@ -39,11 +44,49 @@ fn start(runtime: &str, image: &str, plugin: &Path, key: &Path) -> (Daemon, Stri
         ("SANDBOX_DOCKER_PLUGIN", &plugin),
         ("SANDBOX_DOCKER_PLUGIN_KEYS", &key),
         ("SANDBOX_DOCKER_PLUGIN_APPROVE", "containers,log"),
+        ("SANDBOX_MAX_SESSIONS", "16"),
+        ("SANDBOX_MAX_CONCURRENT", "16"),
     ])
 }
 
 fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// One line of percentiles.
+fn line(name: &str, t: &mut [Duration]) -> Duration {
+    t.sort();
+    let p = |q: f64| t[((t.len() - 1) as f64 * q).round() as usize];
+    println!("  {name:<6} p50 {:>9}  p95 {:>9}  max {:>9}", ms(p(0.5)), ms(p(0.95)), ms(t[t.len() - 1]));
+    p(0.5)
+}
+
+/// Memory the engine charges to the containers a daemon owns, in KiB, by container.
+fn container_kib(owner: &str) -> Vec<u64> {
+    let o = Command::new("docker")
+        .args(["ps", "-q", "--no-trunc", "--filter", &format!("label=dev.plimsoll.owner={owner}")])
+        .output()
+        .expect("docker ps");
+    let ids: Vec<String> = String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_string).collect();
+    let mut args = vec!["stats".to_string(), "--no-stream".into(), "--format".into(), "{{.MemUsage}}".into()];
+    args.extend(ids);
+    let o = Command::new("docker").args(&args).output().expect("docker stats");
+    String::from_utf8_lossy(&o.stdout)
+        .lines()
+        .filter_map(|l| {
+            let used = l.split('/').next()?.trim();
+            let (n, unit) = used.split_at(used.find(|c: char| c.is_ascii_alphabetic())?);
+            let n: f64 = n.parse().ok()?;
+            let kib = match unit {
+                "B" => n / 1024.0,
+                "KiB" | "kB" => n,
+                "MiB" | "MB" => n * 1024.0,
+                "GiB" | "GB" => n * 1024.0 * 1024.0,
+                _ => return None,
+            };
+            Some(kib as u64)
+        })
+        .collect()
 }
 
 fn main() {
@@ -77,15 +120,70 @@ fn main() {
             }
         }
     });
+    // Session cells: one session per runtime with `x` defined, cells alternating.
+    let cell_runs = runs * 5;
+    let mut cells = vec![Vec::with_capacity(cell_runs); runtimes.len()];
+    rt.block_on(async {
+        let mut sessions = Vec::new();
+        for (_, c) in &daemons {
+            let s = c.open_session(&SessionOptions::default()).await.expect("open");
+            s.run_cell("python", "x = 41", &[], &opts).await.expect("define");
+            for _ in 0..5 {
+                s.run_cell("python", "x + 1", &[], &opts).await.expect("warm-up");
+            }
+            sessions.push(s);
+        }
+        for _ in 0..cell_runs {
+            for (i, s) in sessions.iter().enumerate() {
+                let t = Instant::now();
+                let r = s.run_cell("python", "x + 1", &[], &opts).await.expect("cell");
+                cells[i].push(t.elapsed());
+                assert_eq!(r.cell.map(|c| c.stdout), Some(b"42\n".to_vec()), "the cell's answer");
+            }
+        }
+        for s in &sessions {
+            s.close().await.expect("close");
+        }
+    });
+    // Idle sessions: each with a kept Python interpreter holding `x`.
+    const IDLE: usize = 4;
+    let mut idle = Vec::new();
+    for (d, c) in &daemons {
+        let before = rss_kib(d.pid());
+        let kept = rt.block_on(async {
+            let mut kept = Vec::new();
+            for _ in 0..IDLE {
+                let s = c.open_session(&SessionOptions::default()).await.expect("open");
+                s.run_cell("python", "x = 41", &[], &opts).await.expect("define");
+                kept.push(s);
+            }
+            kept
+        });
+        let daemon_kib = rss_kib(d.pid()).saturating_sub(before) / IDLE as u64;
+        let containers = container_kib(&format!("plimsoll-host-{}", d.pid()));
+        let container_kib = containers.iter().sum::<u64>() / containers.len().max(1) as u64;
+        rt.block_on(async {
+            for s in &kept {
+                s.close().await.expect("close");
+            }
+        });
+        idle.push((daemon_kib, container_kib, containers.len()));
+    }
     drop(daemons);
     let _ = std::fs::remove_dir_all(&dir);
     println!("docker snippets     {runs} fresh-container runs of `console.log(1)` per runtime, alternating");
-    let mut medians = Vec::new();
-    for (r, t) in runtimes.iter().zip(&mut times) {
-        t.sort();
-        let p = |q: f64| t[((t.len() - 1) as f64 * q).round() as usize];
-        println!("  {r:<6} p50 {:>9}  p95 {:>9}  max {:>9}", ms(p(0.5)), ms(p(0.95)), ms(t[t.len() - 1]));
-        medians.push(p(0.5));
-    }
+    let medians: Vec<Duration> = runtimes.iter().zip(&mut times).map(|(r, t)| line(r, t)).collect();
     println!("  runsc/runc median ratio {:.2}", medians[1].as_secs_f64() / medians[0].as_secs_f64());
+    println!(
+        "docker session cells {cell_runs} Python cells of `x + 1` per runtime in one kept interpreter, alternating"
+    );
+    let cell_medians: Vec<Duration> = runtimes.iter().zip(&mut cells).map(|(r, t)| line(r, t)).collect();
+    println!("  runsc/runc median ratio {:.2}", cell_medians[1].as_secs_f64() / cell_medians[0].as_secs_f64());
+    for (r, (cell, fresh)) in runtimes.iter().zip(cell_medians.iter().zip(&medians)) {
+        println!("  {r:<6} cell/fresh snippet median {:.2}", cell.as_secs_f64() / fresh.as_secs_f64());
+    }
+    println!("idle docker sessions {IDLE} per runtime, each with one kept Python interpreter");
+    for (r, (daemon_kib, container_kib, n)) in runtimes.iter().zip(&idle) {
+        println!("  {r:<6} container {container_kib} KiB (mean of {n})  daemon {daemon_kib} KiB per session");
+    }
 }

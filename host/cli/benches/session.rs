@@ -9,7 +9,7 @@ mod support;
 use std::time::{Duration, Instant};
 
 use plimsoll_client::{Client, Options, SessionOptions};
-use support::{TOKEN, serve};
+use support::{TOKEN, rss_kib, serve};
 
 fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1000.0)
@@ -19,16 +19,6 @@ fn percentiles(mut times: Vec<Duration>) -> [Duration; 3] {
     times.sort();
     let p = |q: f64| times[((times.len() - 1) as f64 * q).round() as usize];
     [p(0.50), p(0.95), p(0.99)]
-}
-
-/// The daemon's resident set, from /proc.
-fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
 }
 
 fn main() {

@@ -67,12 +67,18 @@ pub struct Inspection {
     pub read_only_root: bool,
     /// The network mode.
     pub network: String,
+    /// The networks it is attached to, sorted (`none` only, for plimsoll's).
+    pub networks: Vec<String>,
     /// `target:options`, sorted.
     pub mounts: Vec<String>,
     /// Memory, MiB.
     pub memory_mb: u32,
     /// The pids limit.
     pub pids: u32,
+    /// CPU in billionths of a core.
+    pub nano_cpus: i64,
+    /// The user processes run as.
+    pub user: String,
     /// Whether the main process runs.
     pub running: bool,
     /// Whether it is frozen.
@@ -350,6 +356,9 @@ impl Engine {
         let c = self.docker.inspect_container(id, None).await?;
         let hc = c.host_config.unwrap_or_default();
         let state = c.state.unwrap_or_default();
+        let mut networks: Vec<String> =
+            c.network_settings.and_then(|n| n.networks).map(|n| n.into_keys().collect()).unwrap_or_default();
+        networks.sort();
         let mut mounts: Vec<String> =
             hc.tmpfs.unwrap_or_default().into_iter().map(|(target, opts)| format!("{target}:{opts}")).collect();
         mounts.sort();
@@ -358,9 +367,12 @@ impl Engine {
             runtime: hc.runtime.unwrap_or_default(),
             read_only_root: hc.readonly_rootfs.unwrap_or(false),
             network: hc.network_mode.unwrap_or_default(),
+            networks,
             mounts,
             memory_mb: u32::try_from(hc.memory.unwrap_or(0) / (1024 * 1024)).unwrap_or(u32::MAX),
             pids: u32::try_from(hc.pids_limit.unwrap_or(0)).unwrap_or(0),
+            nano_cpus: hc.nano_cpus.unwrap_or(0),
+            user: c.config.and_then(|c| c.user).unwrap_or_default(),
             running: state.running.unwrap_or(false),
             paused: state.paused.unwrap_or(false),
             exit_code: state.exit_code,

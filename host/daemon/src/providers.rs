@@ -82,6 +82,12 @@ fn docker_err(message: String) -> BuildError {
     BuildError { provider: "docker", message }
 }
 
+/// `/tmp` and `/dev/shm` of a session's container, beside its disk budget in `/work`.
+const SESSION_SIDE_MOUNTS_MB: u32 = 32;
+/// Seconds a session container's lifetime label may outlast the session (the plugin
+/// host adds ten minutes; the rest is slack for the clock).
+const SESSION_LABEL_MARGIN_S: u32 = 15 * 60;
+
 /// How often the wall is re-checked and expired containers are swept.
 const RECHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 
@@ -124,14 +130,26 @@ fn docker_provider(config: &Config, docker: &DockerConfig) -> Result<PluginProvi
         cpus_milli: if r.cpus > 0.0 { (r.cpus * 1000.0).round() as u32 } else { 1000 },
         pids: if r.pids > 0 { r.pids } else { 256 },
         disk_mb: if r.disk_mb > 0 { r.disk_mb } else { 160 },
+        session_disk_mb: config.sessions.disk_mb,
+        session_lifetime: config.sessions.lifetime,
         ..PluginLimits::default()
+    };
+    let defaults = plimsoll_containers::Ceilings::default();
+    // A session's container holds its disk budget in /work beside /tmp and /dev/shm,
+    // and lives as long as the session, with the label's margin.
+    let session_disk =
+        if config.sessions.max > 0 { config.sessions.disk_mb.saturating_add(SESSION_SIDE_MOUNTS_MB) } else { 0 };
+    let session_lifetime = if config.sessions.max > 0 {
+        u32::try_from(config.sessions.lifetime.as_secs()).unwrap_or(u32::MAX).saturating_add(SESSION_LABEL_MARGIN_S)
+    } else {
+        0
     };
     let ceilings = plimsoll_containers::Ceilings {
         memory_mb: limits.memory_mb,
         cpus_milli: limits.cpus_milli,
         pids: limits.pids,
-        disk_mb: limits.disk_mb,
-        ..plimsoll_containers::Ceilings::default()
+        disk_mb: limits.disk_mb.max(session_disk),
+        lifetime_s: defaults.lifetime_s.max(session_lifetime),
     };
     let settings = plimsoll_containers::startup::Settings {
         docker_host: std::env::var("DOCKER_HOST").ok().filter(|h| !h.is_empty()),

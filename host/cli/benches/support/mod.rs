@@ -29,6 +29,17 @@ impl Drop for Daemon {
     }
 }
 
+/// A process's resident set in KiB, from /proc.
+#[allow(dead_code, reason = "not every bench reads it")]
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
 /// Starts `serve` with `env` on an ephemeral loopback port (the shared token, no
 /// metrics listener, no rate limit, JSON log), waits until it listens, and returns
 /// it with its base URL. Panics with the log line when startup is refused.

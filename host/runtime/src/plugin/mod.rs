@@ -12,6 +12,7 @@ pub mod signature;
 
 mod host;
 mod provider;
+mod session;
 
 use std::path::{Path, PathBuf};
 

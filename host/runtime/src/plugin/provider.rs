@@ -5,8 +5,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use plimsoll_core::provider::{self, Description, Evidence, KindSupport, Provider, Ran, RunError, Snippet};
+use plimsoll_core::session::Opened;
 use plimsoll_core::validate::Language;
-use plimsoll_core::wire::{Artifact, JavaScriptResult, ProjectOutcome, ProjectResult, ProjectRun, StepResult};
+use plimsoll_core::wire::{
+    Artifact, JavaScriptResult, ProjectFile, ProjectOutcome, ProjectResult, ProjectRun, StepResult,
+};
 use plimsoll_core::{Floor, Reason, Refusal, Tier};
 use wasmtime::component::{Linker, ResourceTable};
 use wasmtime::{Store, StoreLimits, StoreLimitsBuilder};
@@ -40,6 +43,26 @@ pub struct PluginLimits {
     pub max_project_timeout: Duration,
     /// Memory for the plugin's own store.
     pub plugin_memory_mb: u32,
+    /// A session's writable storage, all mounts together (`SANDBOX_SESSION_DISK_MB`).
+    pub session_disk_mb: u32,
+    /// The longest a session lives (`SANDBOX_SESSION_LIFETIME`); its container's
+    /// lifetime label adds a margin, so the orphan sweep never takes a live one.
+    pub session_lifetime: Duration,
+}
+
+impl PluginLimits {
+    /// One call's envelope as a plugin receives it: `timeout` and `disk_mb`, the rest
+    /// as configured.
+    pub(super) fn wit(&self, timeout: Duration, disk_mb: u32) -> t::Limits {
+        t::Limits {
+            timeout_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
+            memory_mb: self.memory_mb,
+            cpus_milli: self.cpus_milli,
+            pids: self.pids,
+            disk_mb,
+            max_output_bytes: self.max_output,
+        }
+    }
 }
 
 impl Default for PluginLimits {
@@ -54,6 +77,8 @@ impl Default for PluginLimits {
             max_timeout: Duration::from_secs(60),
             max_project_timeout: Duration::from_secs(300),
             plugin_memory_mb: 128,
+            session_disk_mb: 1024,
+            session_lifetime: Duration::from_secs(30 * 60),
         }
     }
 }
@@ -68,15 +93,16 @@ const REPORT_CAP: usize = 32 << 20;
 
 /// A loaded, verified provider plugin.
 pub struct PluginProvider {
-    name: String,
-    max_tier: Tier,
+    pub(super) name: String,
+    pub(super) max_tier: Tier,
     runtime: String,
     approved: Vec<Capability>,
     engine: Engine,
     pre: ProviderPluginPre<PluginState>,
-    wall: Option<Arc<Wall>>,
-    limits: PluginLimits,
+    pub(super) wall: Option<Arc<Wall>>,
+    pub(super) limits: PluginLimits,
     description: Description,
+    sessions: bool,
 }
 
 impl std::fmt::Debug for PluginProvider {
@@ -89,7 +115,7 @@ fn component_error(name: &str, e: impl std::fmt::Display) -> PluginError {
     PluginError::Component { name: name.into(), error: e.to_string() }
 }
 
-fn reason(r: t::RefusalReason) -> Reason {
+pub(super) fn reason(r: t::RefusalReason) -> Reason {
     match r {
         t::RefusalReason::Request => Reason::Request,
         t::RefusalReason::Permission => Reason::Permission,
@@ -153,6 +179,7 @@ impl PluginProvider {
                 memory_mb: 0,
                 policy: String::new(),
             },
+            sessions: false,
         };
         let d = p
             .call(Duration::from_secs(10), 0, |store, plugin| plugin.plimsoll_provider_provider().call_describe(store))
@@ -162,6 +189,7 @@ impl PluginProvider {
             return Err(component_error(&name, format!("describes itself as {:?}, not its manifest's name", d.name)));
         }
         p.description = p.describe_from(&d);
+        p.sessions = d.sessions;
         Ok(p)
     }
 
@@ -191,23 +219,12 @@ impl PluginProvider {
     }
 
     fn wit_limits(&self, timeout: Duration) -> t::Limits {
-        t::Limits {
-            timeout_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
-            memory_mb: self.limits.memory_mb,
-            cpus_milli: self.limits.cpus_milli,
-            pids: self.limits.pids,
-            disk_mb: self.limits.disk_mb,
-            max_output_bytes: self.limits.max_output,
-        }
+        self.limits.wit(timeout, self.limits.disk_mb)
     }
 
-    /// Runs one export call in a fresh store; returns what the call used.
-    fn call<T>(
-        &self,
-        budget: Duration,
-        collect_cap: usize,
-        f: impl FnOnce(&mut Store<PluginState>, &ProviderPlugin) -> wasmtime::Result<T>,
-    ) -> (Result<T, String>, Used) {
+    /// A fresh store for the plugin, bounded by `budget` (plus the plugin's grace)
+    /// and its memory cap; each process it runs keeps `collect_cap` bytes per stream.
+    pub(super) fn store(&self, budget: Duration, collect_cap: usize) -> Store<PluginState> {
         let limits: StoreLimits =
             StoreLimitsBuilder::new().memory_size(self.limits.plugin_memory_mb as usize * 1024 * 1024).build();
         let state = PluginState {
@@ -225,6 +242,17 @@ impl PluginProvider {
         let mut store = Store::new(self.engine.wasmtime(), state);
         store.limiter(|s| &mut s.limits);
         store.set_epoch_deadline(Engine::deadline_ticks(budget + PLUGIN_GRACE));
+        store
+    }
+
+    /// Runs one export call in a fresh store; returns what the call used.
+    fn call<T>(
+        &self,
+        budget: Duration,
+        collect_cap: usize,
+        f: impl FnOnce(&mut Store<PluginState>, &ProviderPlugin) -> wasmtime::Result<T>,
+    ) -> (Result<T, String>, Used) {
+        let mut store = self.store(budget, collect_cap);
         let result = self
             .pre
             .instantiate(&mut store)
@@ -236,27 +264,8 @@ impl PluginProvider {
         (result, used)
     }
 
-    /// The tier the host can justify for what a call used: the weakest runtime it
-    /// created a container under, never above the manifest's `max-tier` or what the
-    /// plugin itself claims. A call that created no container justifies nothing.
-    fn justified(&self, used: &Used, claimed: Tier) -> Tier {
-        let Some(wall) = &self.wall else { return Tier::None };
-        let weakest = used.runtimes.iter().map(|r| wall.tier_of(r)).min().unwrap_or(Tier::None);
-        weakest.min(self.max_tier).min(claimed)
-    }
-
     fn evidence(&self, used: &Used, e: &t::Evidence) -> Evidence {
-        let environment = match used.images.iter().collect::<Vec<_>>().as_slice() {
-            [only] => format!("docker-image:{only}"),
-            _ => e.environment.clone(),
-        };
-        Evidence {
-            tier: self.justified(used, wit_tier(e.tier)),
-            environment,
-            software_identity: e.software_identity.clone().unwrap_or_default(),
-            instance: e.instance.clone().unwrap_or_default(),
-            policy: String::new(),
-        }
+        evidence_of(self.wall.as_deref(), self.max_tier, used, e)
     }
 
     /// A plugin error after a call: a refusal stands only if no container was
@@ -334,18 +343,7 @@ impl Provider for PluginProvider {
         let (result, e) = r.map_err(|e| Self::run_error(&used, e))?;
         let evidence = self.evidence(&used, &e);
         after_run_floor(evidence.tier, snippet.floor)?;
-        Ok(Ran {
-            result: JavaScriptResult {
-                stdout: result.stdout.bytes,
-                stderr: result.stderr.bytes,
-                exit_code: result.exit_code,
-                timed_out: result.timed_out,
-                stdout_truncated: result.stdout.truncated,
-                stderr_truncated: result.stderr.truncated,
-                advice: Vec::new(),
-            },
-            evidence,
-        })
+        Ok(Ran { result: snippet_result(result), evidence })
     }
 
     fn run_project(
@@ -358,11 +356,7 @@ impl Provider for PluginProvider {
         if self.description.project.is_none() {
             return Err(provider::unsupported_kind(&self.name, "projects").into());
         }
-        let files: Vec<t::File> = project
-            .files
-            .iter()
-            .map(|f| t::File { path: f.path.clone(), content: f.content.clone().into_bytes() })
-            .collect();
+        let files = wit_files(&project.files);
         let limits = self.wit_limits(timeout);
         let (r, used) = self.call(timeout, REPORT_CAP, |store, plugin| {
             plugin.plimsoll_provider_provider().call_run_project(
@@ -377,46 +371,99 @@ impl Provider for PluginProvider {
         let (result, e) = r.map_err(|e| Self::run_error(&used, e))?;
         let evidence = self.evidence(&used, &e);
         after_run_floor(evidence.tier, floor)?;
-        let outcome = match result.outcome {
-            t::ProjectOutcome::Completed => ProjectOutcome::Completed,
-            t::ProjectOutcome::SetupFailed => ProjectOutcome::SetupFailed,
-            t::ProjectOutcome::TimedOut => ProjectOutcome::TimedOut,
-            t::ProjectOutcome::ProtocolError => ProjectOutcome::ProtocolError,
-        };
-        Ok(Ran {
-            result: ProjectResult {
-                steps: result
-                    .steps
-                    .into_iter()
-                    .map(|s| StepResult {
-                        command: s.command,
-                        stdout: s.stdout.bytes,
-                        stderr: s.stderr.bytes,
-                        exit_code: s.exit_code,
-                        timed_out: s.timed_out,
-                        duration_ms: i64::from(s.duration_ms),
-                        stdout_truncated: s.stdout.truncated,
-                        stderr_truncated: s.stderr.truncated,
-                    })
-                    .collect(),
-                outcome,
-                artifacts: result
-                    .artifacts
-                    .into_iter()
-                    .map(|a| Artifact { path: a.path, content: a.content })
-                    .collect(),
-                outcome_detail: result.detail,
-                artifacts_truncated: result.artifacts_truncated,
-                advice: Vec::new(),
-            },
-            evidence,
-        })
+        Ok(Ran { result: project_result(result), evidence })
+    }
+
+    fn session_support(&self) -> Option<KindSupport> {
+        if self.sessions { self.description.snippet.clone() } else { None }
+    }
+
+    fn open_session(&self, floor: Option<Floor>) -> Result<Opened, RunError> {
+        if !self.sessions {
+            return Err(provider::unsupported_kind(&self.name, "sessions").into());
+        }
+        provider::check_floor(self.tier(), floor)?;
+        super::session::PluginSession::open(self, &self.pre, floor)
+    }
+}
+
+/// What a call stood behind, as the host states it. The tier is what the wall
+/// justifies for what the call used: the weakest runtime it created a container
+/// under, never above the manifest's `max_tier` or what the plugin claims; nothing
+/// without a wall or a container. The environment is the one image it used.
+pub(super) fn evidence_of(wall: Option<&Wall>, max_tier: Tier, used: &Used, e: &t::Evidence) -> Evidence {
+    let tier = match wall {
+        Some(wall) => {
+            let weakest = used.runtimes.iter().map(|r| wall.tier_of(r)).min().unwrap_or(Tier::None);
+            weakest.min(max_tier).min(wit_tier(e.tier))
+        }
+        None => Tier::None,
+    };
+    let environment = match used.images.iter().collect::<Vec<_>>().as_slice() {
+        [only] => format!("docker-image:{only}"),
+        _ => e.environment.clone(),
+    };
+    Evidence {
+        tier,
+        environment,
+        software_identity: e.software_identity.clone().unwrap_or_default(),
+        instance: e.instance.clone().unwrap_or_default(),
+        policy: String::new(),
+    }
+}
+
+/// Files as a plugin receives them.
+pub(super) fn wit_files(files: &[ProjectFile]) -> Vec<t::File> {
+    files.iter().map(|f| t::File { path: f.path.clone(), content: f.content.clone().into_bytes() }).collect()
+}
+
+/// A plugin's snippet result on the wire.
+pub(super) fn snippet_result(r: t::SnippetResult) -> JavaScriptResult {
+    JavaScriptResult {
+        stdout: r.stdout.bytes,
+        stderr: r.stderr.bytes,
+        exit_code: r.exit_code,
+        timed_out: r.timed_out,
+        stdout_truncated: r.stdout.truncated,
+        stderr_truncated: r.stderr.truncated,
+        advice: Vec::new(),
+    }
+}
+
+/// A plugin's project result on the wire.
+pub(super) fn project_result(result: t::ProjectResult) -> ProjectResult {
+    let outcome = match result.outcome {
+        t::ProjectOutcome::Completed => ProjectOutcome::Completed,
+        t::ProjectOutcome::SetupFailed => ProjectOutcome::SetupFailed,
+        t::ProjectOutcome::TimedOut => ProjectOutcome::TimedOut,
+        t::ProjectOutcome::ProtocolError => ProjectOutcome::ProtocolError,
+    };
+    ProjectResult {
+        steps: result
+            .steps
+            .into_iter()
+            .map(|s| StepResult {
+                command: s.command,
+                stdout: s.stdout.bytes,
+                stderr: s.stderr.bytes,
+                exit_code: s.exit_code,
+                timed_out: s.timed_out,
+                duration_ms: i64::from(s.duration_ms),
+                stdout_truncated: s.stdout.truncated,
+                stderr_truncated: s.stderr.truncated,
+            })
+            .collect(),
+        outcome,
+        artifacts: result.artifacts.into_iter().map(|a| Artifact { path: a.path, content: a.content }).collect(),
+        outcome_detail: result.detail,
+        artifacts_truncated: result.artifacts_truncated,
+        advice: Vec::new(),
     }
 }
 
 /// The run happened, but below the floor: the caller gets no result, and the code
 /// did run, so this is never a refusal.
-fn after_run_floor(tier: Tier, floor: Option<Floor>) -> Result<(), RunError> {
+pub(super) fn after_run_floor(tier: Tier, floor: Option<Floor>) -> Result<(), RunError> {
     match floor {
         Some(f) if !tier.meets(f) => Err(RunError::MayHaveRun(format!(
             "the run's evidence ({tier}) is below the request's floor ({f}); its result is withheld"

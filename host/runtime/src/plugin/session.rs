@@ -1,0 +1,437 @@
+//! A plugin's session as a [`Session`]: one store and one plugin instance kept for
+//! the session's life, holding the plugin's `session` resource and the containers
+//! it created.
+//!
+//! The host stays the reference monitor here too. Before each call it reads every
+//! container of the session back from the engine and compares it with the
+//! read-back taken at open (image, runtime, root, network, mounts, limits, user):
+//! any difference ends the session as `sandbox_changed` before anything runs, and
+//! a main process that ended ends it as `main_process_ended`. It pauses the
+//! containers itself when the session idles and thaws them before the next call.
+//! The plugin only drives calls inside the sandbox.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use plimsoll_containers::Inspection;
+use plimsoll_core::provider::{self, Evidence, RunError};
+use plimsoll_core::session::{Answered, Call, CallError, Ending, Opened, Output, Session};
+use plimsoll_core::wire::{CellResult, SessionEnd};
+use plimsoll_core::{Floor, Reason, Refusal, Tier};
+use wasmtime::Store;
+use wasmtime::component::ResourceAny;
+
+use super::host::bindings::exports::plimsoll::provider::provider as wit;
+use super::host::bindings::plimsoll::types::types as t;
+use super::host::bindings::{ProviderPlugin, ProviderPluginPre};
+use super::host::{PluginState, Used, Wall};
+use super::provider::{
+    PluginLimits, PluginProvider, after_run_floor, evidence_of, project_result, reason, snippet_result, wit_files,
+};
+use crate::engine::Engine;
+
+/// What the plugin's own code may take beyond a call's budget (the agent's start,
+/// the sweeps, reading the container back).
+const CALL_GRACE: Duration = Duration::from_secs(30);
+/// The budget for opening a session: creating and starting its container and the
+/// agent's first answer.
+const OPEN_BUDGET: Duration = Duration::from_secs(60);
+/// Bytes kept per stream of a session call: a project's report at most.
+const SESSION_COLLECT_CAP: usize = 32 << 20;
+/// How much longer than the session a container's lifetime label lasts, so the
+/// orphan sweep never removes a live session's container.
+const LABEL_MARGIN: Duration = Duration::from_secs(10 * 60);
+
+/// The facts a session keeps of its provider.
+struct Facts {
+    name: String,
+    wall: Arc<Wall>,
+    max_tier: Tier,
+    limits: PluginLimits,
+}
+
+/// One session of a plugin.
+pub(super) struct PluginSession {
+    facts: Facts,
+    store: Store<PluginState>,
+    plugin: ProviderPlugin,
+    handle: Option<ResourceAny>,
+    /// The session's containers, as read back at open.
+    opened: Vec<(String, Inspection)>,
+    /// What open created, for the tier.
+    used: Used,
+    /// What the plugin claimed at open.
+    claimed: t::Evidence,
+    /// Set once the instance can no longer be trusted (it trapped).
+    broken: Option<Ending>,
+}
+
+fn trap(detail: String) -> Ending {
+    Ending::new(SessionEnd::BoundaryFailed, format!("the provider plugin failed: {detail}"))
+}
+
+fn ending(e: wit::Ending) -> Ending {
+    let end = match e.end {
+        wit::SessionEnd::DiskExceeded => SessionEnd::DiskExceeded,
+        wit::SessionEnd::MainProcessEnded => SessionEnd::MainProcessEnded,
+        wit::SessionEnd::BoundaryFailed => SessionEnd::BoundaryFailed,
+    };
+    Ending::new(end, e.detail)
+}
+
+/// A plugin's cell result on the wire.
+fn cell_result(r: t::CellResult) -> CellResult {
+    CellResult {
+        stdout: r.stdout.bytes,
+        stderr: r.stderr.bytes,
+        exit_code: r.exit_code,
+        timed_out: r.timed_out,
+        stdout_truncated: r.stdout.truncated,
+        stderr_truncated: r.stderr.truncated,
+        interpreter_started: r.interpreter_started,
+        interpreter_ended: r.interpreter_ended,
+    }
+}
+
+/// Where a read-back differs from the one taken at open, in words; None when equal.
+fn changed(at_open: &Inspection, now: &Inspection) -> Option<String> {
+    let fields: [(&str, String, String); 9] = [
+        ("image", at_open.image_id.clone(), now.image_id.clone()),
+        ("runtime", at_open.runtime.clone(), now.runtime.clone()),
+        ("read-only root", at_open.read_only_root.to_string(), now.read_only_root.to_string()),
+        ("network mode", at_open.network.clone(), now.network.clone()),
+        ("networks", at_open.networks.join(","), now.networks.join(",")),
+        ("mounts", at_open.mounts.join(" "), now.mounts.join(" ")),
+        ("memory limit", format!("{} MiB", at_open.memory_mb), format!("{} MiB", now.memory_mb)),
+        ("pids limit", at_open.pids.to_string(), now.pids.to_string()),
+        ("user", at_open.user.clone(), now.user.clone()),
+    ];
+    let mut diffs: Vec<String> =
+        fields.into_iter().filter(|(_, a, b)| a != b).map(|(n, a, b)| format!("{n} {a:?} became {b:?}")).collect();
+    if at_open.nano_cpus != now.nano_cpus {
+        diffs.push(format!("cpu limit {} became {}", at_open.nano_cpus, now.nano_cpus));
+    }
+    (!diffs.is_empty()).then(|| diffs.join("; "))
+}
+
+/// The session's end when its main process is no longer running.
+fn stopped(now: &Inspection) -> Option<Ending> {
+    if now.running {
+        return None;
+    }
+    let why = if now.oom_killed {
+        format!("out of memory; the limit is {} MiB", now.memory_mb)
+    } else {
+        match now.exit_code {
+            Some(code) => format!("exit status {code}"),
+            None => "no exit status".into(),
+        }
+    };
+    Some(Ending::new(SessionEnd::MainProcessEnded, format!("the sandbox's main process ended ({why})")))
+}
+
+impl PluginSession {
+    /// Opens the plugin's session: a store and instance kept for its life, the
+    /// plugin's `open`, and the first read-back of what it created.
+    pub(super) fn open(
+        provider: &PluginProvider,
+        pre: &ProviderPluginPre<PluginState>,
+        floor: Option<Floor>,
+    ) -> Result<Opened, RunError> {
+        let Some(wall) = provider.wall.clone() else {
+            return Err(Refusal::new(Reason::Environment, "no container engine is configured on this host").into());
+        };
+        let facts =
+            Facts { name: provider.name.clone(), wall, max_tier: provider.max_tier, limits: provider.limits.clone() };
+        let mut store = provider.store(OPEN_BUDGET, SESSION_COLLECT_CAP);
+        let plugin = pre.instantiate(&mut store).map_err(|e| {
+            RunError::Refused(Refusal::new(Reason::Environment, format!("nothing ran: the plugin failed: {e:#}")))
+        })?;
+        let limits = facts.limits.wit(facts.limits.default_timeout, facts.limits.session_disk_mb);
+        let lifetime = u32::try_from((facts.limits.session_lifetime + LABEL_MARGIN).as_secs()).unwrap_or(u32::MAX);
+        let opened = plugin.plimsoll_provider_provider().session().call_open(&mut store, limits, lifetime);
+        let used = std::mem::take(&mut store.data_mut().used);
+        // A failed open leaves nothing: dropping the store removes what it created.
+        let handle = match opened {
+            Ok(Ok(handle)) => handle,
+            Ok(Err(r)) => return Err(Refusal::new(reason(r.reason), r.message).into()),
+            Err(e) => return Err(Refusal::new(Reason::Environment, format!("the plugin failed: {e:#}")).into()),
+        };
+        let claimed =
+            plugin.plimsoll_provider_provider().session().call_evidence(&mut store, handle).map_err(|e| {
+                RunError::Refused(Refusal::new(Reason::Environment, format!("the plugin failed: {e:#}")))
+            })?;
+        let ids: Vec<String> = store.data().live.iter().cloned().collect();
+        if ids.is_empty() {
+            return Err(Refusal::new(
+                Reason::Environment,
+                format!("the {} plugin opened a session without a sandbox the host can read back", facts.name),
+            )
+            .into());
+        }
+        let mut opened = Vec::new();
+        for id in ids {
+            let now = facts.wall.block_on(facts.wall.engine().inspect(&id)).map_err(|e| {
+                RunError::Refused(Refusal::new(Reason::Environment, format!("reading the new session back: {e}")))
+            })?;
+            opened.push((id, now));
+        }
+        let mut session =
+            PluginSession { facts, store, plugin, handle: Some(handle), opened, used, claimed, broken: None };
+        let evidence = session.evidence();
+        if let Err(e) = after_run_floor(evidence.tier, floor) {
+            session.close();
+            return Err(match e {
+                RunError::MayHaveRun(m) => RunError::Refused(Refusal::new(Reason::Isolation, m)),
+                refused => refused,
+            });
+        }
+        Ok(Opened { session: Box::new(session), evidence })
+    }
+
+    /// The open's evidence with the tier the wall justifies now.
+    fn evidence(&self) -> Evidence {
+        evidence_of(Some(&self.facts.wall), self.facts.max_tier, &self.used, &self.claimed)
+    }
+
+    /// Reads every container back; thaws one the idle timer froze. Refused when the
+    /// engine does not answer (the session goes on), ended on any change.
+    fn read_back(&self) -> Result<(), CallError> {
+        let wall = &self.facts.wall;
+        for (id, at_open) in &self.opened {
+            let now = match wall.block_on(wall.engine().inspect(id)) {
+                Ok(now) => now,
+                Err(e) => {
+                    return Err(match wall.block_on(wall.engine().ours()) {
+                        Ok(ours) if !ours.iter().any(|(c, _)| c == id) => CallError::Ended(Ending::new(
+                            SessionEnd::SandboxChanged,
+                            "the session's container is gone; nothing ran",
+                        )),
+                        _ => CallError::Refused(Refusal::new(
+                            Reason::Environment,
+                            format!("the container engine did not answer the session's read-back ({e}); nothing ran"),
+                        )),
+                    });
+                }
+            };
+            if let Some(diff) = changed(at_open, &now) {
+                return Err(CallError::Ended(Ending::new(
+                    SessionEnd::SandboxChanged,
+                    format!("the session's container changed since it was opened ({diff}); nothing ran"),
+                )));
+            }
+            if let Some(end) = stopped(&now) {
+                return Err(CallError::Ended(end));
+            }
+            if now.paused {
+                wall.block_on(wall.engine().unpause(id)).map_err(|e| {
+                    CallError::Refused(Refusal::new(
+                        Reason::Environment,
+                        format!("resuming the paused session failed ({e}); nothing ran"),
+                    ))
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// After a call: a main process that ended takes the session with it.
+    fn after_call(&self) -> Option<Ending> {
+        let wall = &self.facts.wall;
+        self.opened.iter().find_map(|(id, _)| wall.block_on(wall.engine().inspect(id)).ok().and_then(|n| stopped(&n)))
+    }
+
+    fn limits(&self, timeout: Duration) -> t::Limits {
+        self.facts.limits.wit(timeout, self.facts.limits.session_disk_mb)
+    }
+
+    /// Runs one plugin method under the call's budget.
+    fn dispatch(
+        &mut self,
+        timeout: Duration,
+        f: impl FnOnce(
+            &mut Store<PluginState>,
+            &ProviderPlugin,
+            ResourceAny,
+        ) -> wasmtime::Result<Result<wit::Answer, wit::CallError>>,
+    ) -> Result<wit::Answer, CallError> {
+        let Some(handle) = self.handle else {
+            return Err(CallError::Ended(Ending::new(SessionEnd::Closed, "the session is closed; nothing ran")));
+        };
+        let budget = timeout + CALL_GRACE;
+        self.store.data_mut().deadline = Instant::now() + budget;
+        self.store.set_epoch_deadline(Engine::deadline_ticks(budget));
+        match f(&mut self.store, &self.plugin, handle) {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(wit::CallError::Refused(r))) => Err(CallError::Refused(Refusal::new(reason(r.reason), r.message))),
+            Ok(Err(wit::CallError::Ended(e))) => Err(CallError::Ended(ending(e))),
+            Ok(Err(wit::CallError::MayHaveRun(f))) => {
+                Err(CallError::MayHaveRun { detail: f.detail, ended: f.ended.map(ending) })
+            }
+            Err(e) => {
+                // A trapped instance cannot take another call.
+                let end = trap(format!("{e:#}"));
+                self.broken = Some(end.clone());
+                Err(CallError::MayHaveRun { detail: format!("the plugin failed: {e:#}"), ended: Some(end) })
+            }
+        }
+    }
+}
+
+impl Session for PluginSession {
+    fn call(&mut self, call: Call<'_>) -> Result<Answered, CallError> {
+        if let Some(end) = &self.broken {
+            return Err(CallError::Ended(end.clone()));
+        }
+        let floor = match &call {
+            Call::Snippet(s) => s.floor,
+            Call::Project { floor, .. } => *floor,
+            Call::Cell(c) => c.floor,
+        };
+        let evidence = self.evidence();
+        provider::check_floor(evidence.tier, floor)?;
+        self.read_back()?;
+        let answer = match call {
+            Call::Cell(c) => {
+                let files = wit_files(c.files);
+                let limits = self.limits(c.timeout);
+                let language = c.language.as_str();
+                self.dispatch(c.timeout, |store, plugin, h| {
+                    plugin.plimsoll_provider_provider().session().call_cell(store, h, language, c.code, &files, limits)
+                })?
+            }
+            Call::Snippet(s) => {
+                let limits = self.limits(s.timeout);
+                let language = s.language.as_str();
+                self.dispatch(s.timeout, |store, plugin, h| {
+                    plugin.plimsoll_provider_provider().session().call_snippet(store, h, language, s.code, limits)
+                })?
+            }
+            Call::Project { project, timeout, .. } => {
+                let files = wit_files(&project.files);
+                let limits = self.limits(timeout);
+                self.dispatch(timeout, |store, plugin, h| {
+                    plugin.plimsoll_provider_provider().session().call_project(
+                        store,
+                        h,
+                        &files,
+                        &project.steps,
+                        &project.artifacts,
+                        limits,
+                    )
+                })?
+            }
+        };
+        let output = match answer.output {
+            wit::CallOutput::Snippet(r) => Output::JavaScript(snippet_result(r)),
+            wit::CallOutput::Project(r) => Output::Project(project_result(r)),
+            wit::CallOutput::Cell(r) => Output::Cell(cell_result(r)),
+        };
+        let ended = answer.ended.map(ending).or_else(|| self.after_call());
+        Ok(Answered { output, evidence, ended })
+    }
+
+    fn suspend(&mut self) -> Result<(), String> {
+        let wall = &self.facts.wall;
+        for (id, _) in &self.opened {
+            wall.block_on(wall.engine().pause(id)).map_err(|e| format!("pausing the session's container: {e}"))?;
+        }
+        Ok(())
+    }
+
+    fn close(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            self.store.data_mut().deadline = Instant::now() + CALL_GRACE;
+            self.store.set_epoch_deadline(Engine::deadline_ticks(CALL_GRACE));
+            if self.broken.is_none() {
+                // The plugin's own close is a courtesy; the host removes the containers below.
+                let _ = self.plugin.plimsoll_provider_provider().session().call_close(&mut self.store, handle);
+            }
+            let _ = handle.resource_drop(&mut self.store);
+        }
+        let wall = Arc::clone(&self.facts.wall);
+        let live = std::mem::take(&mut self.store.data_mut().live);
+        for id in live {
+            if let Err(e) = wall.block_on(wall.engine().remove(&id)) {
+                eprintln!(
+                    "plugin {}: removing session container {id} failed ({e}); the orphan sweep will retry",
+                    self.facts.name
+                );
+            }
+        }
+    }
+}
+
+impl Drop for PluginSession {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn inspection() -> Inspection {
+        Inspection {
+            image_id: "sha256:aa".into(),
+            runtime: "runc".into(),
+            read_only_root: true,
+            network: "none".into(),
+            networks: vec!["none".into()],
+            mounts: vec!["/tmp:rw,noexec,nosuid,size=16m".into(), "/work:rw,noexec,nosuid,size=1024m".into()],
+            memory_mb: 256,
+            pids: 256,
+            nano_cpus: 1_000_000_000,
+            user: "61000:61000".into(),
+            running: true,
+            ..Inspection::default()
+        }
+    }
+
+    #[test]
+    fn an_equal_read_back_is_no_change_and_a_paused_one_is_not_a_change() {
+        let mut paused = inspection();
+        paused.paused = true;
+        assert_eq!(changed(&inspection(), &inspection()), None);
+        assert_eq!(changed(&inspection(), &paused), None);
+    }
+
+    #[test]
+    fn every_changed_field_is_named() {
+        let mut now = inspection();
+        now.memory_mb = 512;
+        now.networks = vec!["bridge".into(), "none".into()];
+        assert_eq!(
+            changed(&inspection(), &now).as_deref(),
+            Some(r#"networks "none" became "bridge,none"; memory limit "256 MiB" became "512 MiB""#)
+        );
+        let mut now = inspection();
+        now.image_id = "sha256:bb".into();
+        now.nano_cpus = 2_000_000_000;
+        assert_eq!(
+            changed(&inspection(), &now).as_deref(),
+            Some(r#"image "sha256:aa" became "sha256:bb"; cpu limit 1000000000 became 2000000000"#)
+        );
+    }
+
+    #[test]
+    fn a_stopped_main_process_ends_the_session_naming_the_memory_limit_on_oom() {
+        assert_eq!(stopped(&inspection()), None);
+        let mut oom = inspection();
+        oom.running = false;
+        oom.oom_killed = true;
+        oom.exit_code = Some(137);
+        assert_eq!(
+            stopped(&oom),
+            Some(Ending::new(
+                SessionEnd::MainProcessEnded,
+                "the sandbox's main process ended (out of memory; the limit is 256 MiB)"
+            ))
+        );
+        let mut exited = inspection();
+        exited.running = false;
+        exited.exit_code = Some(0);
+        assert_eq!(stopped(&exited).map(|e| e.detail), Some("the sandbox's main process ended (exit status 0)".into()));
+    }
+}
