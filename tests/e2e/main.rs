@@ -7,6 +7,7 @@ mod docker;
 mod docker_sessions;
 mod python;
 mod raw;
+mod session_suite;
 mod sessions;
 
 use std::io::{BufRead as _, BufReader};
