@@ -7,6 +7,7 @@
 //! - 70 when the run failed after the code may have run (never retried);
 //! - 2 for a usage error, 1 for any other failure of the command itself.
 
+mod attest;
 mod callers;
 mod plugin;
 mod record;
@@ -53,6 +54,9 @@ enum Command {
     /// Provider plugin keys and signatures.
     #[command(subcommand)]
     Plugin(plugin::Command),
+    /// Sign checked runs into a bundle, and check bundles (the daemon holds no key).
+    #[command(subcommand)]
+    Attest(attest::Command),
 }
 
 fn main() -> ExitCode {
@@ -63,6 +67,7 @@ fn main() -> ExitCode {
         Command::Callers(cmd) => callers::main(cmd),
         Command::Record(cmd) => record::main(cmd),
         Command::Plugin(cmd) => plugin::main(cmd),
+        Command::Attest(cmd) => attest::main(cmd),
     };
     match outcome {
         Ok(code) => code,

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use plimsoll_runtime::plugin::{self, MANIFEST_FILE, Manifest, SIGNATURE_FILE, signature};
 
 /// `plugin` subcommands.
@@ -109,25 +109,9 @@ fn files(dir: &Path) -> anyhow::Result<(Vec<u8>, Vec<u8>)> {
 }
 
 fn keygen(prefix: &Path) -> anyhow::Result<ExitCode> {
-    use std::io::Write as _;
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let private_path = prefix.with_extension("key");
-    let public_path = prefix.with_extension("pub");
-    if private_path.exists() || public_path.exists() {
-        bail!("{} or {} exists; keys are never overwritten", private_path.display(), public_path.display());
-    }
-    let (private, public) = signature::generate()?;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&private_path)
-        .with_context(|| format!("creating {}", private_path.display()))?;
-    f.write_all(private.as_bytes())?;
-    std::fs::write(&public_path, &public).with_context(|| format!("writing {}", public_path.display()))?;
-    let id = signature::key_id(&signature::public_key(&public)?)?;
+    let (private_path, public_path, public) = plimsoll_keys::write_pair(prefix)?;
     println!("private key  {} (keep it secret)", private_path.display());
     println!("public key   {}", public_path.display());
-    println!("key ID       {id}");
+    println!("key ID       {}", signature::key_id(&public)?);
     Ok(ExitCode::SUCCESS)
 }

@@ -423,17 +423,53 @@ impl Client {
     /// # Errors
     ///
     /// [`Error`]; see [`Error::may_have_run`].
-    pub async fn run(&self, mut req: RunRequest) -> Result<RunResponse, Error> {
+    pub async fn run(&self, req: RunRequest) -> Result<RunResponse, Error> {
+        self.run_exchange(req).await.map(|x| x.answer)
+    }
+
+    /// [`Client::run`], also returning the exact bytes sent and received, for a
+    /// harness that keeps them (the attest bundle).
+    ///
+    /// # Errors
+    ///
+    /// [`Error`]; see [`Error::may_have_run`].
+    pub async fn run_exchange(&self, mut req: RunRequest) -> Result<Exchange, Error> {
         req.protocol = protocol::NUMBER;
         check_request(&req)?;
-        let kind = req.payload().map_err(|e| Refusal::request(format!("invalid request: {e}")))?.kind();
-        let digest = record::request_digest(&req);
         let body = serde_json::to_vec(&req).map_err(|e| Error::Config(e.to_string()))?;
-        let bytes = self.call("Run", body).await?;
+        let bytes = self.call("Run", body.clone()).await?;
         let resp: RunResponse = from_json(&bytes)
             .map_err(|e| Error::Transport { sent: true, message: format!("the Run answer is malformed: {e}") })?;
-        check_answer(&req, kind, &digest, resp)
+        let answer = check_exchange(&req, resp, false)?;
+        Ok(Exchange { request: body, response: bytes.to_vec(), answer })
     }
+}
+
+/// One checked `Run`: the request and response bytes as they crossed the wire, and
+/// the checked answer.
+#[derive(Clone, Debug)]
+pub struct Exchange {
+    /// The request body sent.
+    pub request: Vec<u8>,
+    /// The response body received.
+    pub response: Vec<u8>,
+    /// The answer, checked.
+    pub answer: RunResponse,
+}
+
+/// Checks an answer to `req` exactly as this client checks a live one: the result's
+/// kind, the record's version, both digests, the evidence, the rule, the record's
+/// own digest and the floor; a single run's record must carry no session fields.
+/// `in_session` checks a session call's answer (its place in the chain is the
+/// caller's to check).
+///
+/// # Errors
+///
+/// [`Error::DataLoss`] naming the mismatch; a refusal for a malformed request.
+pub fn check_exchange(req: &RunRequest, resp: RunResponse, in_session: bool) -> Result<RunResponse, Error> {
+    let kind = req.payload().map_err(|e| Refusal::request(format!("invalid request: {e}")))?.kind();
+    let digest = record::request_digest(req);
+    if in_session { checked(req, kind, &digest, resp) } else { check_answer(req, kind, &digest, resp) }
 }
 
 fn rustls_native_roots() -> Vec<rustls_pki_types::CertificateDer<'static>> {

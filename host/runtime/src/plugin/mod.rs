@@ -109,7 +109,7 @@ fn read(dir: &Path, file: &str) -> Result<Vec<u8>, PluginError> {
 /// The first check that failed, naming it.
 pub fn verify(
     dir: &Path,
-    trusted: &[ed25519_dalek::VerifyingKey],
+    trusted: &[plimsoll_keys::VerifyingKey],
     approved: &[Capability],
 ) -> Result<Verified, PluginError> {
     let manifest_bytes = read(dir, MANIFEST_FILE)?;
@@ -147,7 +147,7 @@ mod tests {
 
     /// A signed plugin directory (the component need not be valid wasm to test
     /// verification) and the public key that verifies it.
-    fn signed(tag: &str) -> (Dir, ed25519_dalek::VerifyingKey) {
+    fn signed(tag: &str) -> (Dir, plimsoll_keys::VerifyingKey) {
         let dir = std::env::temp_dir().join(format!("plimsoll-plugin-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("mkdir");

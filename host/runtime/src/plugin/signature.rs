@@ -14,9 +14,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use ed25519_dalek::pkcs8::spki::der::pem::LineEnding;
-use ed25519_dalek::pkcs8::{DecodePrivateKey as _, DecodePublicKey as _, EncodePrivateKey as _, EncodePublicKey as _};
-use ed25519_dalek::{Signature, Signer as _, SigningKey, VerifyingKey};
+use plimsoll_keys::{Signature, Signer as _, SigningKey, VerifyingKey};
 use sha2::{Digest as _, Sha256};
 
 const DOMAIN: &str = "plimsoll-plugin-signature-v1";
@@ -40,14 +38,17 @@ pub enum SignatureError {
     Mismatch(String),
 }
 
+fn key_error(e: plimsoll_keys::KeyError) -> SignatureError {
+    SignatureError::Key(e.to_string())
+}
+
 /// The ID of a public key: `sha256:<hex>` of its SPKI DER.
 ///
 /// # Errors
 ///
-/// Never for a valid key; the encoder's failure is reported as a key error.
+/// None today; kept fallible for keys of other kinds.
 pub fn key_id(key: &VerifyingKey) -> Result<String, SignatureError> {
-    let der = key.to_public_key_der().map_err(|e| SignatureError::Key(format!("encoding the public key: {e}")))?;
-    Ok(format!("sha256:{}", hex::encode(Sha256::digest(der.as_bytes()))))
+    Ok(format!("sha256:{}", plimsoll_keys::key_id(key)))
 }
 
 /// A new key pair from the OS's randomness, as (private PKCS#8 PEM, public SPKI PEM).
@@ -56,15 +57,11 @@ pub fn key_id(key: &VerifyingKey) -> Result<String, SignatureError> {
 ///
 /// The OS gave no randomness, or encoding failed.
 pub fn generate() -> Result<(String, String), SignatureError> {
-    let mut seed = [0u8; 32];
-    getrandom::fill(&mut seed).map_err(|e| SignatureError::Key(format!("the OS gave no randomness: {e}")))?;
-    let key = SigningKey::from_bytes(&seed);
-    let private = key.to_pkcs8_pem(LineEnding::LF).map_err(|e| SignatureError::Key(format!("encoding: {e}")))?;
-    let public = key
-        .verifying_key()
-        .to_public_key_pem(LineEnding::LF)
-        .map_err(|e| SignatureError::Key(format!("encoding: {e}")))?;
-    Ok((private.to_string(), public))
+    let key = plimsoll_keys::generate().map_err(key_error)?;
+    Ok((
+        plimsoll_keys::private_pem(&key).map_err(key_error)?,
+        plimsoll_keys::public_pem(&key.verifying_key()).map_err(key_error)?,
+    ))
 }
 
 /// Reads a private key (PKCS#8 PEM).
@@ -73,8 +70,7 @@ pub fn generate() -> Result<(String, String), SignatureError> {
 ///
 /// Not a PEM Ed25519 private key.
 pub fn private_key(pem: &str) -> Result<SigningKey, SignatureError> {
-    SigningKey::from_pkcs8_pem(pem)
-        .map_err(|e| SignatureError::Key(format!("not an Ed25519 private key in PKCS#8 PEM: {e}")))
+    plimsoll_keys::private_key(pem).map_err(key_error)
 }
 
 /// Reads a public key (SPKI PEM).
@@ -83,8 +79,7 @@ pub fn private_key(pem: &str) -> Result<SigningKey, SignatureError> {
 ///
 /// Not a PEM Ed25519 public key.
 pub fn public_key(pem: &str) -> Result<VerifyingKey, SignatureError> {
-    VerifyingKey::from_public_key_pem(pem)
-        .map_err(|e| SignatureError::Key(format!("not an Ed25519 public key in SPKI PEM: {e}")))
+    plimsoll_keys::public_key(pem).map_err(key_error)
 }
 
 /// The message a plugin signature covers.

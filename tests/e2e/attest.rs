@@ -1,0 +1,124 @@
+//! `plimsoll-host attest` against a live wasm daemon: runs signed into a bundle,
+//! the bundle verified whole and line by line, replayed, checked by an independent
+//! DSSE implementation (securesystemslib, from PyPI), and refused when tampered.
+
+use std::path::Path;
+use std::process::Output;
+
+use super::python::run_script;
+use super::{Daemon, host, scratch};
+
+const TOKEN: &str = "attest-suite-token-attest-suite-token-0123";
+
+fn attest(dir: &Path, args: &[&str]) -> Output {
+    host().current_dir(dir).arg("attest").args(args).env("PLIMSOLL_CALLER_TOKEN", TOKEN).output().expect("attest")
+}
+
+fn ok(o: &Output) -> String {
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{}", String::from_utf8_lossy(&o.stderr));
+    out
+}
+
+/// Verifies every envelope of the bundle with securesystemslib's DSSE, computing the
+/// key ID itself from the public key.
+const INDEPENDENT: &str = r#"
+import hashlib, json, os
+from cryptography.hazmat.primitives import serialization
+from securesystemslib.dsse import Envelope
+from securesystemslib.signer import SSlibKey
+pub = serialization.load_pem_public_key(open(os.environ["PUB"], "rb").read())
+der = pub.public_bytes(serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+key = SSlibKey.from_crypto(pub, keyid=hashlib.sha256(der).hexdigest())
+n = 0
+for line in open(os.environ["BUNDLE"], "rb"):
+    entry = json.loads(line)
+    for name in ("envelope", "link"):
+        if name in entry:
+            env = Envelope.from_dict(entry[name])
+            env.verify([key], 1)
+            assert env.payload_type == "application/vnd.in-toto+json"
+            assert json.loads(env.payload)["_type"] == "https://in-toto.io/Statement/v1"
+            n += 1
+print(f"{n} envelopes verified")
+"#;
+
+#[test]
+fn runs_are_signed_verified_replayed_and_tampering_is_refused() {
+    let dir = scratch("attest");
+    let d = Daemon::start(&[
+        ("SANDBOX_PROVIDER", "wasm"),
+        ("PLIMSOLL_TOKEN", TOKEN),
+        ("SANDBOX_RATE_PER_MIN", "0"),
+        ("SANDBOX_MAX_SESSIONS", "2"),
+    ]);
+    let url = d.url();
+    let keygen = ok(&attest(&dir, &["keygen", "--out", "harness.key"]));
+    assert!(keygen.contains("key ID       "), "{keygen}");
+    std::fs::write(dir.join("req.json"), r#"{"javascript":{"code":"console.log(6*7)"}}"#).expect("request");
+    for _ in 0..2 {
+        let out =
+            ok(&attest(&dir, &["run", "--daemon", &url, "--key", "harness.key", "--bundle", "runs.jsonl", "req.json"]));
+        assert!(out.starts_with("ran on wasm (process): exit 0\nrecord "), "{out}");
+    }
+    let verified = ok(&attest(&dir, &["verify", "--pub", "harness.key.pub", "runs.jsonl"]));
+    assert!(verified.starts_with("verified 4 lines signed by key "), "{verified}");
+    assert!(verified.ends_with("whole to its last checkpoint: 2 single runs\n"), "{verified}");
+    let entry = ok(&attest(&dir, &["verify-entry", "--pub", "harness.key.pub", "--line", "3", "runs.jsonl"]));
+    assert!(entry.starts_with("line 3 is a single run on wasm (process)"), "{entry}");
+    let replayed = ok(&attest(&dir, &["replay", "--daemon", &url, "--pub", "harness.key.pub", "runs.jsonl"]));
+    assert_eq!(replayed.lines().filter(|l| l.contains(": same result (")).count(), 2, "{replayed}");
+
+    // A standard DSSE implementation accepts every envelope, and not a tampered one.
+    let (pub_path, bundle) = (dir.join("harness.key.pub"), dir.join("runs.jsonl"));
+    let env = [("PUB", pub_path.to_str().expect("utf8")), ("BUNDLE", bundle.to_str().expect("utf8"))];
+    assert_eq!(run_script(INDEPENDENT, &env), "6 envelopes verified\n");
+    let text = std::fs::read_to_string(&bundle).expect("bundle");
+    let at = text.find("\"payload\":\"").expect("payload") + 12;
+    let mut tampered = text.clone().into_bytes();
+    tampered[at] = if tampered[at] == b'A' { b'B' } else { b'A' };
+    let bad = dir.join("tampered.jsonl");
+    std::fs::write(&bad, &tampered).expect("write");
+    let o = std::process::Command::new(super::python::python())
+        .arg("-c")
+        .arg(INDEPENDENT)
+        .env("PUB", &pub_path)
+        .env("BUNDLE", &bad)
+        .output()
+        .expect("python");
+    assert!(!o.status.success(), "the independent verifier accepted a tampered payload");
+
+    // Our verifier names what is wrong: the tampered payload, another key.
+    let o = attest(&dir, &["verify", "--pub", "harness.key.pub", "tampered.jsonl"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("line 1: signature: no signature verifies"), "{o:?}");
+    ok(&attest(&dir, &["keygen", "--out", "other.key"]));
+    let o = attest(&dir, &["verify", "--pub", "other.key.pub", "runs.jsonl"]);
+    assert!(String::from_utf8_lossy(&o.stderr).contains("signature: no signature verifies under key"), "{o:?}");
+
+    // A session: each call signed as it comes, the close signing the count and last digest.
+    let calls =
+        r#"[{"cell":{"language":"javascript","code":"let x = 41"}},{"cell":{"language":"javascript","code":"x + 1"}}]"#;
+    std::fs::write(dir.join("calls.json"), calls).expect("calls");
+    let out =
+        ok(&attest(&dir, &["session", "--daemon", &url, "--key", "harness.key", "--bundle", "s.jsonl", "calls.json"]));
+    assert!(out.starts_with("call 1: exit 0, a fresh interpreter\ncall 2: exit 0\nsession "), "{out}");
+    let verified = ok(&attest(&dir, &["verify", "--pub", "harness.key.pub", "s.jsonl"]));
+    assert!(verified.starts_with("verified 4 lines signed by key "), "{verified}");
+    assert!(
+        verified.contains(": 0 single runs; session ") && verified.ends_with(", 2 calls, chain closed\n"),
+        "{verified}"
+    );
+    let entry = ok(&attest(&dir, &["verify-entry", "--pub", "harness.key.pub", "--line", "3", "s.jsonl"]));
+    assert!(entry.starts_with("line 3 closes session ") && entry.contains("after 2 calls"), "{entry}");
+
+    // A refused run leaves the bundle byte for byte; so does a key the bundle is not signed by.
+    std::fs::write(dir.join("vm.json"), r#"{"javascript":{"code":"1"},"minimumIsolation":"vm"}"#).expect("request");
+    let o = attest(&dir, &["run", "--daemon", &url, "--key", "harness.key", "--bundle", "runs.jsonl", "vm.json"]);
+    assert_eq!(o.status.code(), Some(69), "{o:?}");
+    assert!(String::from_utf8_lossy(&o.stderr).contains("refused before anything ran"), "{o:?}");
+    let o = attest(&dir, &["run", "--daemon", &url, "--key", "other.key", "--bundle", "runs.jsonl", "req.json"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).ends_with("nothing was run\n"), "{o:?}");
+    assert_eq!(std::fs::read_to_string(&bundle).expect("bundle"), text, "the bundle is unchanged");
+}
