@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the provider plugins for wasm32-wasip2 and lays each out as the host loads
+# Builds the plugins (providers and signers) for wasm32-wasip2 and lays each out as the host loads
 # it: <out>/<name>/{plugin.toml, <name>.wasm}. Signing is a separate step
 # (`plimsoll-host plugin sign`), done with the operator's key.
 #
@@ -11,7 +11,9 @@ target=${PLUGINS_TARGET_DIR:-$here/target}
 rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2 || {
   echo "plugins/build.sh: the wasm32-wasip2 target is missing (rustup target add wasm32-wasip2)" >&2; exit 1; }
 cargo build --release --locked --target wasm32-wasip2 --manifest-path "$here/Cargo.toml" --target-dir "$target" >&2
-mkdir -p "$out/docker"
-install -m 0644 "$here/docker/plugin.toml" "$out/docker/plugin.toml"
-install -m 0644 "$target/wasm32-wasip2/release/plimsoll_plugin_docker.wasm" "$out/docker/docker.wasm"
-(cd "$out" && sha256sum docker/docker.wasm) >&2
+for name in docker kms-signer; do
+  mkdir -p "$out/$name"
+  install -m 0644 "$here/$name/plugin.toml" "$out/$name/plugin.toml"
+  install -m 0644 "$target/wasm32-wasip2/release/plimsoll_plugin_${name//-/_}.wasm" "$out/$name/$name.wasm"
+  (cd "$out" && sha256sum "$name/$name.wasm") >&2
+done

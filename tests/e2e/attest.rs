@@ -122,3 +122,125 @@ fn runs_are_signed_verified_replayed_and_tampering_is_refused() {
     assert!(String::from_utf8_lossy(&o.stderr).ends_with("nothing was run\n"), "{o:?}");
     assert_eq!(std::fs::read_to_string(&bundle).expect("bundle"), text, "the bundle is unchanged");
 }
+
+/// A small signing service holding an Ed25519 key: `GET /v1/key` returns its SPKI
+/// DER, `POST /v1/sign` signs the body; both want `Authorization: Bearer <token>`.
+/// Returns its base URL and the public key's PEM.
+fn signing_service(token: &'static str) -> (String, String) {
+    use plimsoll_keys::Signer as _;
+    use std::io::{Read as _, Write as _};
+    let key = plimsoll_keys::generate().expect("key");
+    let public = plimsoll_keys::public_pem(&key.verifying_key()).expect("pem");
+    let der = plimsoll_keys::public_der(&key.verifying_key());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            let head_end = loop {
+                let Ok(n) = conn.read(&mut chunk) else { break None };
+                if n == 0 {
+                    break None;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+                if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    break Some(i + 4);
+                }
+            };
+            let Some(head_end) = head_end else { continue };
+            let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+            let length: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            while buf.len() < head_end + length {
+                let Ok(n) = conn.read(&mut chunk) else { break };
+                if n == 0 {
+                    break;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            let body = &buf[head_end..(head_end + length).min(buf.len())];
+            let authorized = head.lines().any(|l| l.trim() == format!("authorization: bearer {token}"));
+            let (status, out) = match (authorized, head.split_whitespace().take(2).collect::<Vec<_>>().as_slice()) {
+                (false, _) => ("401 Unauthorized", b"no credential".to_vec()),
+                (true, ["get", "/v1/key"]) => ("200 OK", der.clone()),
+                (true, ["post", "/v1/sign"]) => ("200 OK", key.sign(body).to_bytes().to_vec()),
+                _ => ("404 Not Found", b"no such route".to_vec()),
+            };
+            let _ = conn.write_all(
+                format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", out.len()).as_bytes(),
+            );
+            let _ = conn.write_all(&out);
+        }
+    });
+    (url, public)
+}
+
+#[test]
+fn a_signer_plugin_signs_with_a_key_only_the_signing_service_holds() {
+    let dir = scratch("attest-signer");
+    let built = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../plugins/out/kms-signer"));
+    assert!(built.join("kms-signer.wasm").exists(), "no signer plugin in {} (run plugins/build.sh)", built.display());
+    let plugin = dir.join("kms-signer");
+    std::fs::create_dir_all(&plugin).expect("mkdir");
+    for f in ["plugin.toml", "kms-signer.wasm"] {
+        std::fs::copy(built.join(f), plugin.join(f)).expect("copy");
+    }
+    let o = host().arg("plugin").arg("keygen").arg(dir.join("vendor")).output().expect("keygen");
+    assert!(o.status.success());
+    let o = host().args(["plugin", "sign", "--key"]).arg(dir.join("vendor.key")).arg(&plugin).output().expect("sign");
+    assert!(o.status.success(), "{o:?}");
+    let (url, public) = signing_service("kms-token");
+    std::fs::write(dir.join("service.pub"), public).expect("pub");
+
+    let d = Daemon::start(&[("SANDBOX_PROVIDER", "wasm"), ("PLIMSOLL_TOKEN", TOKEN), ("SANDBOX_RATE_PER_MIN", "0")]);
+    std::fs::write(dir.join("req.json"), r#"{"javascript":{"code":"console.log(6*7)"}}"#).expect("request");
+    let endpoint = format!("kms={url}");
+    let daemon = d.url();
+    let run = |token: &str, extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            "--daemon",
+            &daemon,
+            "--bundle",
+            "runs.jsonl",
+            "--signer-plugin",
+            "kms-signer",
+            "--plugin-trusted-key",
+            "vendor.pub",
+            "--plugin-approve",
+            "http,log",
+        ];
+        args.extend_from_slice(extra);
+        args.push("req.json");
+        host()
+            .current_dir(&dir)
+            .arg("attest")
+            .args(&args)
+            .env("PLIMSOLL_CALLER_TOKEN", TOKEN)
+            .env("PLIMSOLL_SIGNER_TOKEN", token)
+            .output()
+            .expect("attest")
+    };
+    ok(&run("kms-token", &["--signer-endpoint", &endpoint]));
+    let verified = ok(&attest(&dir, &["verify", "--pub", "service.pub", "runs.jsonl"]));
+    assert!(verified.ends_with("whole to its last checkpoint: 1 single runs\n"), "{verified}");
+
+    // Without the credential the service refuses; without the endpoint mapped the
+    // plugin cannot reach it; either way nothing runs and the bundle is unchanged.
+    let before = std::fs::read(dir.join("runs.jsonl")).expect("bundle");
+    let o = run("wrong", &["--signer-endpoint", &endpoint]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("the signing service answered 401"), "{o:?}");
+    let o = run("kms-token", &[]);
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("the signer plugin calls endpoint \"kms\": map it with --signer-endpoint kms=URL"),
+        "{o:?}"
+    );
+    assert_eq!(std::fs::read(dir.join("runs.jsonl")).expect("bundle"), before);
+}

@@ -11,10 +11,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
-use plimsoll_attest::{Entry, KeySigner, Signer as _};
+use plimsoll_attest::{Entry, KeySigner};
 use plimsoll_client::Client;
 use plimsoll_core::record;
 use plimsoll_core::wire::{RunRequest, RunResponse};
+use plimsoll_runtime::plugin::http::{Endpoint, HttpGate};
+use plimsoll_runtime::plugin::signer::SignerPlugin;
+use plimsoll_runtime::plugin::{self};
+use plimsoll_runtime::{Engine, EngineConfig};
 
 /// The caller's token for the daemon (never on a command line).
 const TOKEN_VAR: &str = "PLIMSOLL_CALLER_TOKEN";
@@ -40,9 +44,9 @@ pub enum Command {
         /// The daemon's base URL.
         #[arg(long)]
         daemon: String,
-        /// The signing key (PKCS#8 PEM); PLIMSOLL_ATTEST_KEY holds its text otherwise.
-        #[arg(long)]
-        key: Option<PathBuf>,
+        /// Who signs.
+        #[command(flatten)]
+        signer: SignerArgs,
         /// The bundle (JSON Lines), created mode 0600.
         #[arg(long)]
         bundle: PathBuf,
@@ -59,9 +63,9 @@ pub enum Command {
         /// The daemon's base URL.
         #[arg(long)]
         daemon: String,
-        /// The signing key (PKCS#8 PEM); PLIMSOLL_ATTEST_KEY holds its text otherwise.
-        #[arg(long)]
-        key: Option<PathBuf>,
+        /// Who signs.
+        #[command(flatten)]
+        signer: SignerArgs,
         /// The bundle (JSON Lines), created mode 0600.
         #[arg(long)]
         bundle: PathBuf,
@@ -118,11 +122,11 @@ pub fn main(cmd: Command) -> anyhow::Result<ExitCode> {
             println!("key ID       {}", plimsoll_keys::key_id(&public));
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run { daemon, key, bundle, shared_bundle, request } => {
-            run(&daemon, key, &bundle, shared_bundle, &request)
+        Command::Run { daemon, signer, bundle, shared_bundle, request } => {
+            run(&daemon, &signer, &bundle, shared_bundle, &request)
         }
-        Command::Session { daemon, key, bundle, shared_bundle, calls } => {
-            session(&daemon, key, &bundle, shared_bundle, &calls)
+        Command::Session { daemon, signer, bundle, shared_bundle, calls } => {
+            session(&daemon, &signer, &bundle, shared_bundle, &calls)
         }
         Command::Verify { public, bundle } => {
             let key = public_key(&public)?;
@@ -178,17 +182,106 @@ fn summary(resp: &RunResponse) -> String {
     }
 }
 
-/// The signer from `--key`, else from the key's text in PLIMSOLL_ATTEST_KEY.
-fn signer(key: Option<PathBuf>) -> anyhow::Result<KeySigner> {
-    let pem = match &key {
-        Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
-        None => std::env::var(KEY_VAR).map_err(|_| anyhow::anyhow!("no signing key: pass --key or set {KEY_VAR}"))?,
+/// Who signs: a key file, the key's text in PLIMSOLL_ATTEST_KEY, or a signer plugin.
+#[derive(Debug, clap::Args)]
+pub struct SignerArgs {
+    /// The signing key (PKCS#8 PEM); PLIMSOLL_ATTEST_KEY holds its text otherwise.
+    #[arg(long, conflicts_with = "signer_plugin")]
+    key: Option<PathBuf>,
+    /// A signer plugin directory (signed like any plugin) instead of a key.
+    #[arg(long)]
+    signer_plugin: Option<PathBuf>,
+    /// A public key trusted to sign plugins (SPKI PEM); repeat for several.
+    #[arg(long = "plugin-trusted-key", requires = "signer_plugin")]
+    plugin_trusted_keys: Vec<PathBuf>,
+    /// Capabilities approved for the signer plugin, comma-separated (http, log).
+    #[arg(long = "plugin-approve", value_delimiter = ',', requires = "signer_plugin")]
+    plugin_approve: Vec<String>,
+    /// ALIAS=URL for an endpoint the plugin's manifest names; repeat for several.
+    /// PLIMSOLL_SIGNER_TOKEN, when set, goes to each as a bearer credential the
+    /// plugin never sees.
+    #[arg(long = "signer-endpoint", requires = "signer_plugin")]
+    signer_endpoints: Vec<String>,
+}
+
+/// The credential the host attaches to a signer plugin's endpoints.
+const SIGNER_TOKEN_VAR: &str = "PLIMSOLL_SIGNER_TOKEN";
+
+/// A signer plugin as the harness's signer: the key it names is read once, and its
+/// ID must be the one the plugin states.
+struct PluginSigner {
+    plugin: SignerPlugin,
+    key: plimsoll_keys::VerifyingKey,
+}
+
+impl plimsoll_attest::Signer for PluginSigner {
+    fn key(&self) -> &plimsoll_keys::VerifyingKey {
+        &self.key
+    }
+
+    fn sign(&self, pae: &[u8]) -> Result<plimsoll_keys::Signature, plimsoll_attest::AttestError> {
+        let bytes = self.plugin.sign(pae).map_err(plimsoll_attest::AttestError::Signature)?;
+        plimsoll_keys::Signature::from_slice(&bytes).map_err(|_| {
+            plimsoll_attest::AttestError::Signature("the signer plugin's signature is not 64 bytes".into())
+        })
+    }
+}
+
+fn signer(args: &SignerArgs) -> anyhow::Result<Box<dyn plimsoll_attest::Signer>> {
+    let Some(dir) = &args.signer_plugin else {
+        let pem = match &args.key {
+            Some(path) => std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+            None => std::env::var(KEY_VAR)
+                .map_err(|_| anyhow::anyhow!("no signing key: pass --key, --signer-plugin, or set {KEY_VAR}"))?,
+        };
+        return Ok(Box::new(KeySigner::from_pem(&pem)?));
     };
-    Ok(KeySigner::from_pem(&pem)?)
+    let trusted = args.plugin_trusted_keys.iter().map(|p| public_key(p)).collect::<anyhow::Result<Vec<_>>>()?;
+    let approved = args
+        .plugin_approve
+        .iter()
+        .map(|c| plugin::Capability::parse(c).map_err(anyhow::Error::msg))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let verified = plugin::verify(dir, &trusted, &approved)?;
+    let token = std::env::var(SIGNER_TOKEN_VAR).ok().filter(|t| !t.is_empty());
+    let mut endpoints = std::collections::BTreeMap::new();
+    for e in &args.signer_endpoints {
+        let (alias, url) =
+            e.split_once('=').ok_or_else(|| anyhow::anyhow!("--signer-endpoint {e:?} must be ALIAS=URL"))?;
+        let headers = token.iter().map(|t| ("authorization".to_string(), format!("Bearer {t}"))).collect();
+        endpoints.insert(alias.to_string(), Endpoint { base: url.to_string(), headers });
+    }
+    for alias in &verified.manifest.endpoints {
+        if !endpoints.contains_key(alias) {
+            bail!("the signer plugin calls endpoint {alias:?}: map it with --signer-endpoint {alias}=URL");
+        }
+    }
+    let gate = std::sync::Arc::new(HttpGate::new(endpoints).map_err(anyhow::Error::msg)?);
+    let engine =
+        Engine::new(&EngineConfig { max_instances: 4, cache_dir: None }).context("starting the wasm engine")?;
+    let plugin = SignerPlugin::new(&engine, verified, approved, Some(gate))?;
+    let info = plugin.key().map_err(anyhow::Error::msg)?;
+    if info.algorithm != "ed25519" {
+        bail!("the signer plugin signs with {:?}; the harness accepts ed25519 only", info.algorithm);
+    }
+    let key = plimsoll_keys::public_key_der(&info.public_key)?;
+    if plimsoll_keys::key_id(&key) != info.key_id {
+        bail!(
+            "the signer plugin names key {}, but its public key's ID is {}",
+            info.key_id,
+            plimsoll_keys::key_id(&key)
+        );
+    }
+    Ok(Box::new(PluginSigner { plugin, key }))
 }
 
 /// Appends `entries`; when that fails, keeps them in a side file and says where.
-fn append_or_keep(bundle: &Path, signer: &KeySigner, shared: bool, entries: &[Entry]) -> anyhow::Result<()> {
+fn append_or_keep(
+    bundle: &Path,
+    signer: &dyn plimsoll_attest::Signer,
+    shared: bool,
+    entries: &[Entry],
+) -> anyhow::Result<()> {
     if let Err(e) = plimsoll_attest::append(bundle, signer, shared, entries) {
         let kept = keep_unsealed(bundle, entries)
             .map(|p| format!("the signed entries are kept, unlinked, in {}", p.display()))
@@ -198,8 +291,9 @@ fn append_or_keep(bundle: &Path, signer: &KeySigner, shared: bool, entries: &[En
     Ok(())
 }
 
-fn session(daemon: &str, key: Option<PathBuf>, bundle: &Path, shared: bool, calls: &Path) -> anyhow::Result<ExitCode> {
-    let signer = signer(key)?;
+fn session(daemon: &str, who: &SignerArgs, bundle: &Path, shared: bool, calls: &Path) -> anyhow::Result<ExitCode> {
+    let signer = signer(who)?;
+    let signer = signer.as_ref();
     let requests: Vec<RunRequest> = serde_json::from_slice(&read(calls)?)
         .with_context(|| format!("{} is not a JSON array of RunRequests", calls.display()))?;
     plimsoll_attest::check_appendable(bundle, signer.key(), shared)?;
@@ -216,11 +310,11 @@ fn session(daemon: &str, key: Option<PathBuf>, bundle: &Path, shared: bool, call
         match rt.block_on(s.call(req)) {
             Ok(resp) => {
                 println!("call {}: {}", i + 1, summary(&resp));
-                entries.push(Entry::call(&signer, &stored, &serde_json::to_vec(&resp)?, true)?);
+                entries.push(Entry::call(signer, &stored, &serde_json::to_vec(&resp)?, true)?);
             }
             Err(plimsoll_client::Error::Unanswered { record, message, .. }) => {
                 println!("call {}: may have run without an answer ({message}); its record is signed", i + 1);
-                entries.push(Entry::unanswered(&signer, &stored, &record)?);
+                entries.push(Entry::unanswered(signer, &stored, &record)?);
             }
             Err(e) => {
                 failure = Some(format!("call {}: {e}", i + 1));
@@ -234,8 +328,8 @@ fn session(daemon: &str, key: Option<PathBuf>, bundle: &Path, shared: bool, call
         calls: closed.calls,
         last_record_sha256: closed.last_record_sha256,
     };
-    entries.push(Entry::close(&signer, &close)?);
-    append_or_keep(bundle, &signer, shared, &entries)?;
+    entries.push(Entry::close(signer, &close)?);
+    append_or_keep(bundle, signer, shared, &entries)?;
     println!(
         "session {}…: {} calls and the close signed into {}",
         &fingerprint[..12.min(fingerprint.len())],
@@ -248,8 +342,9 @@ fn session(daemon: &str, key: Option<PathBuf>, bundle: &Path, shared: bool, call
     }
 }
 
-fn run(daemon: &str, key: Option<PathBuf>, bundle: &Path, shared: bool, request: &Path) -> anyhow::Result<ExitCode> {
-    let signer = signer(key)?;
+fn run(daemon: &str, who: &SignerArgs, bundle: &Path, shared: bool, request: &Path) -> anyhow::Result<ExitCode> {
+    let signer = signer(who)?;
+    let signer = signer.as_ref();
     let text = read(request)?;
     let req: RunRequest = serde_json::from_slice(&text)
         .with_context(|| format!("{} is not a RunRequest in protocol JSON", request.display()))?;
@@ -268,9 +363,9 @@ fn run(daemon: &str, key: Option<PathBuf>, bundle: &Path, shared: bool, request:
             return Ok(ExitCode::from(EXIT_MAY_HAVE_RUN));
         }
     };
-    let entry = Entry::call(&signer, &exchange.request, &exchange.response, false)?;
+    let entry = Entry::call(signer, &exchange.request, &exchange.response, false)?;
     let rec = exchange.answer.record.clone().unwrap_or_default();
-    append_or_keep(bundle, &signer, shared, std::slice::from_ref(&entry))?;
+    append_or_keep(bundle, signer, shared, std::slice::from_ref(&entry))?;
     println!("ran on {} ({}): {}", exchange.answer.sandbox, exchange.answer.isolation, summary(&exchange.answer));
     println!("record {} signed into {}; request {}", rec.record_sha256, bundle.display(), rec.request_sha256);
     Ok(ExitCode::SUCCESS)

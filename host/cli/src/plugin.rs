@@ -77,9 +77,15 @@ pub fn main(cmd: Command) -> anyhow::Result<ExitCode> {
             println!("version       {}", m.version);
             println!("component     {} ({} bytes)", m.component, component.len());
             println!("sha256        {}", hex_sha256(&component));
-            println!("max tier      {}", m.max_tier);
+            match m.max_tier {
+                Some(t) => println!("max tier      {t}"),
+                None => println!("max tier      none stated (not a provider)"),
+            }
             let caps: Vec<&str> = m.capabilities.iter().map(|c| c.as_str()).collect();
             println!("capabilities  {}", caps.join(", "));
+            if !m.endpoints.is_empty() {
+                println!("endpoints     {}", m.endpoints.join(", "));
+            }
             match std::fs::read_to_string(dir.join(SIGNATURE_FILE)) {
                 Ok(s) => {
                     let id = s.lines().find_map(|l| l.strip_prefix("key-id = ")).unwrap_or("?").trim_matches('"');

@@ -27,9 +27,7 @@ pub enum KeyError {
 
 /// The ID of a public key: lowercase hex SHA-256 of its SPKI DER.
 pub fn key_id(key: &VerifyingKey) -> String {
-    // Encoding a valid Ed25519 key into its fixed 44-byte SPKI cannot fail.
-    let der = key.to_public_key_der().map(|d| d.as_bytes().to_vec()).unwrap_or_default();
-    hex::encode(Sha256::digest(der))
+    hex::encode(Sha256::digest(public_der(key)))
 }
 
 /// A new key from the OS's randomness.
@@ -79,6 +77,22 @@ pub fn private_key(pem: &str) -> Result<SigningKey, KeyError> {
 pub fn public_key(pem: &str) -> Result<VerifyingKey, KeyError> {
     VerifyingKey::from_public_key_pem(pem)
         .map_err(|e| KeyError::Format(format!("not an Ed25519 public key in SPKI PEM: {e}")))
+}
+
+/// A public key's SPKI DER (44 bytes).
+pub fn public_der(key: &VerifyingKey) -> Vec<u8> {
+    // Encoding a valid Ed25519 key into its fixed SPKI cannot fail.
+    key.to_public_key_der().map(|d| d.as_bytes().to_vec()).unwrap_or_default()
+}
+
+/// Reads a public key from its SPKI DER.
+///
+/// # Errors
+///
+/// [`KeyError::Format`]: not an Ed25519 SPKI DER.
+pub fn public_key_der(der: &[u8]) -> Result<VerifyingKey, KeyError> {
+    VerifyingKey::from_public_key_der(der)
+        .map_err(|e| KeyError::Format(format!("not an Ed25519 public key in SPKI DER: {e}")))
 }
 
 /// Generates a key pair and writes `PREFIX.key` (mode 0600, created new) and

@@ -155,6 +155,10 @@ pub(crate) struct PluginState {
     pub live: BTreeSet<String>,
     /// The plugin's own memory cap.
     pub limits: wasmtime::StoreLimits,
+    /// Outbound HTTP, when the operator configured endpoints.
+    pub http: Option<Arc<super::http::HttpGate>>,
+    /// The endpoint aliases the plugin's manifest names.
+    pub endpoints: Vec<String>,
 }
 
 impl WasiView for PluginState {
@@ -348,10 +352,23 @@ impl http::Host for PluginState {
         if !self.approved.contains(&Capability::Http) {
             return Err("the http capability is not approved for this plugin".into());
         }
-        Err(format!(
-            "endpoint {:?}: outbound HTTP for plugins is not built into this version yet; no request was sent",
-            req.endpoint
-        ))
+        let Some(gate) = &self.http else {
+            return Err(format!(
+                "endpoint {:?}: no HTTP endpoints are configured on this host; no request was sent",
+                req.endpoint
+            ));
+        };
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let ask = super::http::Ask {
+            endpoint: req.endpoint,
+            method: req.method,
+            path: req.path,
+            headers: req.headers,
+            body: req.body,
+            timeout: Duration::from_millis(u64::from(req.timeout_ms)).min(left),
+        };
+        let a = gate.send(&self.endpoints, ask)?;
+        Ok(http::Response { status: a.status, headers: a.headers, body: a.body })
     }
 }
 

@@ -60,21 +60,25 @@ pub struct Manifest {
     pub version: String,
     /// The component file, beside the manifest.
     pub component: String,
-    /// The strongest tier this plugin may ever be credited with; the host lowers
-    /// every run's tier to it.
-    #[serde(deserialize_with = "tier")]
-    pub max_tier: Tier,
+    /// A provider's strongest tier it may ever be credited with; the host lowers
+    /// every run's tier to it. Required of providers, meaningless for signers.
+    #[serde(default, deserialize_with = "tier")]
+    pub max_tier: Option<Tier>,
     /// Capabilities the plugin imports.
     pub capabilities: Vec<Capability>,
+    /// The HTTP endpoints, by alias, the plugin calls; the operator maps each alias
+    /// to a URL (and a credential the plugin never sees).
+    #[serde(default)]
+    pub endpoints: Vec<String>,
 }
 
-fn tier<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Tier, D::Error> {
+fn tier<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Tier>, D::Error> {
     let s = String::deserialize(d)?;
     match s.as_str() {
-        "process" => Ok(Tier::Process),
-        "container" => Ok(Tier::Container),
-        "kernel" => Ok(Tier::Kernel),
-        "vm" => Ok(Tier::Vm),
+        "process" => Ok(Some(Tier::Process)),
+        "container" => Ok(Some(Tier::Container)),
+        "kernel" => Ok(Some(Tier::Kernel)),
+        "vm" => Ok(Some(Tier::Vm)),
         other => Err(serde::de::Error::custom(format!("max-tier {other:?} is not process, container, kernel or vm"))),
     }
 }
@@ -140,8 +144,17 @@ capabilities = ["containers", "log"]
     #[test]
     fn a_manifest_parses() {
         let m = Manifest::parse(GOOD).expect("parses");
-        assert_eq!(m.max_tier, Tier::Kernel);
+        assert_eq!(m.max_tier, Some(Tier::Kernel));
         assert_eq!(m.capabilities, vec![Capability::Containers, Capability::Log]);
+    }
+
+    #[test]
+    fn a_signer_manifest_names_its_endpoints_and_no_tier() {
+        let m = Manifest::parse(
+            "name = \"kms-signer\"\nversion = \"0.1.0\"\ncomponent = \"kms-signer.wasm\"\ncapabilities = [\"http\"]\nendpoints = [\"kms\"]\n",
+        )
+        .expect("parses");
+        assert_eq!((m.max_tier, m.endpoints), (None, vec!["kms".to_string()]));
     }
 
     #[test]

@@ -11,8 +11,10 @@ pub mod manifest;
 pub mod signature;
 
 mod host;
+pub mod http;
 mod provider;
 mod session;
+pub mod signer;
 
 use std::path::{Path, PathBuf};
 

@@ -155,6 +155,12 @@ impl PluginProvider {
         limits: PluginLimits,
     ) -> Result<PluginProvider, PluginError> {
         let name = verified.manifest.name.clone();
+        let max_tier = verified.manifest.max_tier.ok_or_else(|| {
+            component_error(
+                &name,
+                "a provider plugin's plugin.toml must state max-tier (process, container, kernel or vm)",
+            )
+        })?;
         let loaded = engine.load(&name, &verified.component).map_err(|e| component_error(&name, e))?;
         let mut linker: Linker<PluginState> = Linker::new(engine.wasmtime());
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| component_error(&name, e))?;
@@ -164,7 +170,7 @@ impl PluginProvider {
         let pre = ProviderPluginPre::new(pre).map_err(|e| component_error(&name, format!("{e:#}")))?;
         let mut p = PluginProvider {
             name: name.clone(),
-            max_tier: verified.manifest.max_tier,
+            max_tier,
             runtime: runtime.into(),
             approved,
             engine: engine.clone(),
@@ -238,6 +244,8 @@ impl PluginProvider {
             used: Used::default(),
             live: Default::default(),
             limits,
+            http: None,
+            endpoints: Vec::new(),
         };
         let mut store = Store::new(self.engine.wasmtime(), state);
         store.limiter(|s| &mut s.limits);
