@@ -244,3 +244,42 @@ fn a_signer_plugin_signs_with_a_key_only_the_signing_service_holds() {
     );
     assert_eq!(std::fs::read(dir.join("runs.jsonl")).expect("bundle"), before);
 }
+
+#[test]
+fn a_failed_append_cuts_the_bundle_back_and_keeps_the_signed_entry_aside() {
+    let dir = scratch("attest-cut");
+    let d = Daemon::start(&[("SANDBOX_PROVIDER", "wasm"), ("PLIMSOLL_TOKEN", TOKEN), ("SANDBOX_RATE_PER_MIN", "0")]);
+    let url = d.url();
+    ok(&attest(&dir, &["keygen", "--out", "harness.key"]));
+    std::fs::write(dir.join("req.json"), r#"{"javascript":{"code":"console.log(6*7)"}}"#).expect("request");
+    let args = ["run", "--daemon", &url, "--key", "harness.key", "--bundle", "runs.jsonl", "req.json"];
+    ok(&attest(&dir, &args));
+    let before = std::fs::read(dir.join("runs.jsonl")).expect("bundle");
+    // A file-size limit a little past the bundle makes the next append fail midway
+    // (EFBIG, with SIGXFSZ ignored so the harness sees the error).
+    let blocks = before.len() / 512 + 3;
+    let script = format!("trap '' XFSZ; ulimit -f {blocks}; exec \"$0\" attest \"$@\"");
+    let o = std::process::Command::new("sh")
+        .current_dir(&dir)
+        .arg("-c")
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_plimsoll-host"))
+        .args(args)
+        .env("PLIMSOLL_CALLER_TOKEN", TOKEN)
+        .output()
+        .expect("sh");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("(cut back to its last checkpoint)"), "{err}");
+    assert!(err.contains("the signed entries are kept, unlinked, in "), "{err}");
+    assert_eq!(std::fs::read(dir.join("runs.jsonl")).expect("bundle"), before, "cut back byte for byte");
+    ok(&attest(&dir, &["verify", "--pub", "harness.key.pub", "runs.jsonl"]));
+    let aside: Vec<_> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("runs.jsonl.unsealed-"))
+        .collect();
+    assert_eq!(aside.len(), 1);
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(aside[0].metadata().expect("meta").permissions().mode() & 0o777, 0o600);
+}
