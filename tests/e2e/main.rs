@@ -6,6 +6,7 @@ mod config;
 mod daemon;
 mod docker;
 mod docker_sessions;
+mod mcp;
 mod python;
 mod raw;
 mod session_suite;

@@ -57,6 +57,17 @@ enum Command {
     /// Sign checked runs into a bundle, and check bundles (the daemon holds no key).
     #[command(subcommand)]
     Attest(attest::Command),
+    /// Serve MCP on stdio for an AI assistant (configured by PLIMSOLL_URL and friends).
+    Mcp,
+}
+
+/// `plimsoll-host mcp`: the configuration comes from the environment an AI
+/// application starts the server with; stdout carries only MCP.
+fn mcp() -> anyhow::Result<ExitCode> {
+    let config = plimsoll_mcp::Config::from(|k| std::env::var(k).ok())?;
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    rt.block_on(plimsoll_mcp::serve(config)).map_err(anyhow::Error::msg)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn main() -> ExitCode {
@@ -68,6 +79,7 @@ fn main() -> ExitCode {
         Command::Record(cmd) => record::main(cmd),
         Command::Plugin(cmd) => plugin::main(cmd),
         Command::Attest(cmd) => attest::main(cmd),
+        Command::Mcp => mcp(),
     };
     match outcome {
         Ok(code) => code,

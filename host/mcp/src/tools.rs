@@ -1,0 +1,323 @@
+//! The five tools: what each takes, what it answers, and how a failure says
+//! whether code ran. The handler in `lib.rs` only moves JSON between MCP and here.
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use plimsoll_client::{Client, Error, Options, Session, SessionOptions};
+use plimsoll_core::wire::{CellResult, ProjectFile, RunRecord, RunResponse};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use crate::config::Config;
+
+/// Files one call may write.
+pub const MAX_FILES: usize = 200;
+
+/// A tool's answer: its structured content, and whether it is a tool error.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Answer {
+    /// `structuredContent`.
+    pub value: Value,
+    /// A failure the model should read as one (`isError`).
+    pub error: bool,
+}
+
+impl Answer {
+    fn ok(value: Value) -> Answer {
+        Answer { value, error: false }
+    }
+
+    /// Nothing ran: fixing the cause and sending again repeats nothing.
+    fn refused(reason: &str, message: impl Into<String>) -> Answer {
+        Answer { value: json!({"ran": "no", "reason": reason, "message": message.into()}), error: true }
+    }
+
+    /// The code may have run without an answer that checked; never retried.
+    fn maybe(message: impl Into<String>) -> Answer {
+        Answer { value: json!({"ran": "maybe", "message": message.into()}), error: true }
+    }
+
+    fn from_error(e: &Error) -> Answer {
+        match e.not_dispatched() {
+            Some(reason) => Answer::refused(reason.as_str(), e.to_string()),
+            None if e.may_have_run() => Answer::maybe(e.to_string()),
+            None => Answer::refused("request", e.to_string()),
+        }
+    }
+}
+
+/// One kept sandbox.
+struct Sandbox {
+    session: Session,
+    last_used: Instant,
+}
+
+/// The server's state: the client, the kept sandboxes by handle, the records seen.
+pub struct Tools {
+    config: Config,
+    client: Client,
+    sandboxes: Mutex<BTreeMap<String, Sandbox>>,
+    records: Mutex<BTreeMap<String, RunRecord>>,
+}
+
+impl std::fmt::Debug for Tools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tools").field("url", &self.config.url).finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileArg {
+    path: String,
+    content: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunCode {
+    language: String,
+    code: String,
+    #[serde(default)]
+    files: Vec<FileArg>,
+    timeout_ms: Option<u32>,
+    handle: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HandleArg {
+    handle: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecordArg {
+    sha256: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoArgs {}
+
+fn args<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, Answer> {
+    serde_json::from_value(v).map_err(|e| Answer::refused("request", format!("invalid arguments: {e}; nothing ran")))
+}
+
+fn random_handle() -> Result<String, Answer> {
+    let mut b = [0u8; 6];
+    getrandom::fill(&mut b).map_err(|e| Answer::refused("environment", format!("no randomness for a handle: {e}")))?;
+    Ok(format!("sbx-{}", hex::encode(b)))
+}
+
+/// The flags a model reads to know what a call kept.
+struct Flags {
+    state_kept: bool,
+    files_persist: bool,
+    fresh_sandbox: bool,
+    fresh_interpreter: bool,
+}
+
+fn result(resp: &RunResponse, cell: &CellResult, flags: Flags, replaced: Option<String>) -> Value {
+    let mut v = json!({
+        "ran": "yes",
+        "exitCode": cell.exit_code,
+        "stdout": String::from_utf8_lossy(&cell.stdout),
+        "stderr": String::from_utf8_lossy(&cell.stderr),
+        "timedOut": cell.timed_out,
+        "truncated": cell.stdout_truncated || cell.stderr_truncated,
+        "isolation": resp.isolation,
+        "recordSha256": resp.record.as_ref().map(|r| r.record_sha256.clone()).unwrap_or_default(),
+        "stateKept": flags.state_kept,
+        "filesPersist": flags.files_persist,
+        "freshSandbox": flags.fresh_sandbox,
+        "freshInterpreter": flags.fresh_interpreter,
+    });
+    if let (Some(why), Some(o)) = (replaced, v.as_object_mut()) {
+        o.insert("sandboxReplaced".into(), Value::String(why));
+    }
+    v
+}
+
+impl Tools {
+    /// The tools over a client of `config`'s daemon.
+    ///
+    /// # Errors
+    ///
+    /// The client could not be made (a bad URL, an unusable token).
+    pub fn new(config: Config) -> Result<Tools, Error> {
+        let client = Client::new(&config.url, config.token.clone())?;
+        Ok(Tools { config, client, sandboxes: Mutex::new(BTreeMap::new()), records: Mutex::new(BTreeMap::new()) })
+    }
+
+    fn session_options(&self) -> SessionOptions {
+        SessionOptions {
+            floor: Some(self.config.floor),
+            lifetime: Some(self.config.lifetime),
+            ..SessionOptions::default()
+        }
+    }
+
+    /// Calls tool `name` with `arguments`.
+    pub async fn call(&self, name: &str, arguments: Value) -> Answer {
+        let out = match name {
+            "run_code" => self.run_code(arguments).await,
+            "open_sandbox" => self.open_sandbox(arguments).await,
+            "close_sandbox" => self.close_sandbox(arguments).await,
+            "get_record" => self.get_record(arguments).await,
+            "server_info" => self.server_info(arguments).await,
+            other => Err(Answer::refused("request", format!("no tool named {other:?}; nothing ran"))),
+        };
+        out.unwrap_or_else(|a| a)
+    }
+
+    async fn remember(&self, resp: &RunResponse) {
+        if let Some(r) = &resp.record {
+            self.records.lock().await.insert(r.record_sha256.clone(), r.clone());
+        }
+    }
+
+    async fn run_code(&self, v: Value) -> Result<Answer, Answer> {
+        let a: RunCode = args(v)?;
+        if !matches!(a.language.as_str(), "python" | "javascript") {
+            return Err(Answer::refused(
+                "request",
+                format!("language {:?} is not python or javascript; nothing ran", a.language),
+            ));
+        }
+        if a.files.len() > MAX_FILES {
+            return Err(Answer::refused(
+                "request",
+                format!("{} files is over {MAX_FILES}; nothing ran", a.files.len()),
+            ));
+        }
+        let files: Vec<ProjectFile> =
+            a.files.iter().map(|f| ProjectFile { path: f.path.clone(), content: f.content.clone() }).collect();
+        plimsoll_core::validate::files(&files)
+            .map_err(|r| Answer::refused("request", format!("{}; nothing ran", r.message)))?;
+        let pairs: Vec<(&str, &str)> = a.files.iter().map(|f| (f.path.as_str(), f.content.as_str())).collect();
+        let opts = Options {
+            timeout_ms: i32::try_from(a.timeout_ms.unwrap_or(self.config.run_timeout_ms)).unwrap_or(i32::MAX),
+            floor: Some(self.config.floor),
+            ..Options::default()
+        };
+        let Some(handle) = a.handle else {
+            // A fresh sandbox, nothing kept: a session of one call.
+            let s = self.client.open_session(&self.session_options()).await.map_err(|e| Answer::from_error(&e))?;
+            let ran = s.run_cell(&a.language, &a.code, &pairs, &opts).await;
+            let _ = s.close().await;
+            let resp = ran.map_err(|e| Answer::from_error(&e))?;
+            self.remember(&resp).await;
+            let cell = resp.cell.clone().unwrap_or_default();
+            let flags = Flags { state_kept: false, files_persist: false, fresh_sandbox: true, fresh_interpreter: true };
+            return Ok(Answer::ok(result(&resp, &cell, flags, None)));
+        };
+        let mut sandboxes = self.sandboxes.lock().await;
+        let Some(sandbox) = sandboxes.get_mut(&handle) else {
+            return Err(Answer::refused(
+                "request",
+                format!("no open sandbox has handle {handle:?} (open_sandbox makes one); nothing ran"),
+            ));
+        };
+        sandbox.last_used = Instant::now();
+        let (resp, replaced) = match sandbox.session.run_cell(&a.language, &a.code, &pairs, &opts).await {
+            Ok(resp) => (resp, None),
+            Err(Error::SessionEnded { end, detail, .. }) => {
+                // The daemon ended the sandbox; the call runs in a replacement and says why.
+                let fresh =
+                    self.client.open_session(&self.session_options()).await.map_err(|e| Answer::from_error(&e))?;
+                sandbox.session = fresh;
+                let why = if detail.is_empty() { end.name().to_string() } else { format!("{}: {detail}", end.name()) };
+                let resp = sandbox
+                    .session
+                    .run_cell(&a.language, &a.code, &pairs, &opts)
+                    .await
+                    .map_err(|e| Answer::from_error(&e))?;
+                (resp, Some(why))
+            }
+            Err(e) => return Err(Answer::from_error(&e)),
+        };
+        drop(sandboxes);
+        self.remember(&resp).await;
+        let cell = resp.cell.clone().unwrap_or_default();
+        let flags = Flags {
+            state_kept: replaced.is_none() && !cell.interpreter_started,
+            files_persist: true,
+            fresh_sandbox: replaced.is_some(),
+            fresh_interpreter: cell.interpreter_started,
+        };
+        Ok(Answer::ok(result(&resp, &cell, flags, replaced)))
+    }
+
+    async fn open_sandbox(&self, v: Value) -> Result<Answer, Answer> {
+        let _: NoArgs = args(v)?;
+        let mut sandboxes = self.sandboxes.lock().await;
+        if sandboxes.len() >= self.config.max_sandboxes {
+            let open: Vec<Value> = sandboxes
+                .iter()
+                .map(|(h, s)| json!({"handle": h, "idleSeconds": s.last_used.elapsed().as_secs()}))
+                .collect();
+            let names: Vec<String> =
+                sandboxes.iter().map(|(h, s)| format!("{h} (idle {} s)", s.last_used.elapsed().as_secs())).collect();
+            let message = format!(
+                "at most {} sandboxes may be open (PLIMSOLL_MAX_SANDBOXES); nothing ran and nothing was deleted; close one by its handle to open another: {}",
+                self.config.max_sandboxes,
+                names.join(", ")
+            );
+            return Err(Answer {
+                value: json!({"ran": "no", "reason": "capacity", "message": message, "open": open}),
+                error: true,
+            });
+        }
+        let handle = random_handle()?;
+        let session = self.client.open_session(&self.session_options()).await.map_err(|e| Answer::from_error(&e))?;
+        let isolation = session.opened().isolation.clone();
+        sandboxes.insert(handle.clone(), Sandbox { session, last_used: Instant::now() });
+        Ok(Answer::ok(json!({
+            "handle": handle,
+            "isolation": isolation,
+            "lifetimeSeconds": self.config.lifetime.as_secs(),
+        })))
+    }
+
+    async fn close_sandbox(&self, v: Value) -> Result<Answer, Answer> {
+        let a: HandleArg = args(v)?;
+        let removed = self.sandboxes.lock().await.remove(&a.handle);
+        let closed = match removed {
+            Some(s) => {
+                let _ = s.session.close().await;
+                true
+            }
+            None => false,
+        };
+        Ok(Answer::ok(json!({"handle": a.handle, "closed": closed})))
+    }
+
+    async fn get_record(&self, v: Value) -> Result<Answer, Answer> {
+        let a: RecordArg = args(v)?;
+        match self.records.lock().await.get(&a.sha256) {
+            Some(r) => Ok(Answer::ok(json!({"record": r}))),
+            None => Err(Answer::refused(
+                "request",
+                format!("no record {} was seen by this server since it started", a.sha256),
+            )),
+        }
+    }
+
+    async fn server_info(&self, v: Value) -> Result<Answer, Answer> {
+        let _: NoArgs = args(v)?;
+        let d = self.client.describe().await.map_err(|e| Answer::from_error(&e))?;
+        Ok(Answer::ok(json!({
+            "provider": d.sandbox,
+            "isolation": d.isolation,
+            "floor": self.config.floor.as_str(),
+            "maxSandboxes": self.config.max_sandboxes,
+            "sandboxLifetimeSeconds": self.config.lifetime.as_secs(),
+            "runTimeoutMs": self.config.run_timeout_ms,
+            "receipts": false,
+            "toolsSha256": crate::schema::tools_digest(),
+        })))
+    }
+}
