@@ -101,12 +101,53 @@ async def main():
             err, r = await call(s, "run_code", {"language": "python", "code": "1"})
             assert err and (r["ran"], r["reason"]) == ("no", "unsupported"), r
 
+    # Receipts: each checked exchange is signed into a bundle as it comes; each result
+    # names its line, which verify-entry checks on its own; once every sandbox is
+    # closed the whole bundle verifies.
+    receipts_env = {"PLIMSOLL_SIGNING_KEY_FILE": os.environ["KEY"], "PLIMSOLL_RECEIPTS_DIR": os.environ["RECEIPTS"]}
+    env = {"PLIMSOLL_URL": url, "PLIMSOLL_CALLER_TOKEN": token, "PLIMSOLL_MIN_ISOLATION": "process",
+           "PATH": os.environ["PATH"], **receipts_env}
+    async with stdio_client(StdioServerParameters(command=HOST, args=["mcp"], env=env)) as (read, write):
+        async with ClientSession(read, write) as s:
+            await s.initialize()
+            err, info = await call(s, "server_info", {})
+            assert info["receipts"] is True, info
+            lines = []
+            err, r = await call(s, "run_code", {"language": "javascript", "code": "6*7"})
+            lines.append(r["receipt"])
+            err, opened = await call(s, "open_sandbox", {})
+            for code in ["let k = 1", "k + 1"]:
+                err, r = await call(s, "run_code", {"language": "javascript", "code": code, "handle": opened["handle"]})
+                assert not err and "receipt" in r, r
+                lines.append(r["receipt"])
+            await call(s, "close_sandbox", {"handle": opened["handle"]})
+    assert [l["line"] for l in lines] == [1, 4, 6], lines
+    import subprocess
+    for l in lines:
+        out = subprocess.run([HOST, "attest", "verify-entry", "--pub", os.environ["KEY"] + ".pub", "--line", str(l["line"]), l["file"]],
+                             capture_output=True, text=True)
+        assert out.returncode == 0 and "on wasm (process)" in out.stdout, out
+    out = subprocess.run([HOST, "attest", "verify", "--pub", os.environ["KEY"] + ".pub", lines[0]["file"]], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.count("chain closed") == 2, out
+
     # A floor above the provider's tier: refused, nothing ran.
     async with server(url, token, floor="kernel") as (read, write):
         async with ClientSession(read, write) as s:
             await s.initialize()
             err, r = await call(s, "run_code", {"language": "javascript", "code": "1"})
             assert err and (r["ran"], r["reason"]) == ("no", "isolation"), r
+
+    # A software-identity rule the provider cannot meet: refused, nothing ran.
+    env = {"PLIMSOLL_URL": url, "PLIMSOLL_CALLER_TOKEN": token, "PLIMSOLL_MIN_ISOLATION": "process",
+           "PLIMSOLL_SOFTWARE_IDENTITY": "sha256:" + "ab" * 32, "PATH": os.environ["PATH"]}
+    async with stdio_client(StdioServerParameters(command=HOST, args=["mcp"], env=env)) as (read, write):
+        async with ClientSession(read, write) as s:
+            await s.initialize()
+            err, info = await call(s, "server_info", {})
+            assert info["softwareIdentity"] == "sha256:" + "ab" * 32, info
+            err, r = await call(s, "run_code", {"language": "javascript", "code": "1"})
+            assert err and (r["ran"], r["reason"]) == ("no", "environment"), r
+            assert "outside the request's software rule" in r["message"], r
 
     # The daemon dies mid-call: the code may have run.
     async with server(os.environ["DOOMED_URL"], token) as (read, write):
@@ -134,6 +175,10 @@ fn the_official_python_client_drives_every_tool_and_failures_say_whether_code_ra
     ];
     let d = Daemon::start(&env);
     let doomed = Daemon::start(&env);
+    let key = dir.join("receipts.key");
+    let o = super::host().args(["attest", "keygen", "--out"]).arg(&key).output().expect("keygen");
+    assert!(o.status.success(), "{o:?}");
+    let receipts = dir.join("receipts");
     let pid = doomed.pid().to_string();
     let out = run_script(
         SCRIPT,
@@ -143,6 +188,8 @@ fn the_official_python_client_drives_every_tool_and_failures_say_whether_code_ra
             ("TOKEN", &tokens[0]),
             ("DOOMED_URL", &doomed.url()),
             ("DOOMED_PID", &pid),
+            ("KEY", key.to_str().expect("utf8")),
+            ("RECEIPTS", receipts.to_str().expect("utf8")),
         ],
     );
     assert_eq!(out, "mcp ok\n");

@@ -250,6 +250,30 @@ struct Chain {
 ///
 /// The first failure, at its line.
 pub fn verify_bundle(bytes: &[u8], key: &VerifyingKey) -> Result<Report, AttestError> {
+    verify(bytes, key, Completeness::Whole)
+}
+
+/// How much a verification requires of the bundle's sessions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Completeness {
+    /// Every session ends with its close: nothing could have been cut.
+    Whole,
+    /// Sessions may still be open (a receipts file while its writer runs); every
+    /// other check holds.
+    Progress,
+}
+
+/// [`verify_bundle`], allowing sessions still open: for a bundle its writer
+/// appends to while sessions run (the MCP server's receipts).
+///
+/// # Errors
+///
+/// The first failure, at its line.
+pub fn verify_progress(bytes: &[u8], key: &VerifyingKey) -> Result<Report, AttestError> {
+    verify(bytes, key, Completeness::Progress)
+}
+
+fn verify(bytes: &[u8], key: &VerifyingKey, completeness: Completeness) -> Result<Report, AttestError> {
     let lines = read_lines(bytes)?;
     // Each line's own statement first, so a changed line is named for what changed;
     // then the links (order, completeness); then the session chains.
@@ -322,7 +346,7 @@ pub fn verify_bundle(bytes: &[u8], key: &VerifyingKey) -> Result<Report, AttestE
     let mut sessions = Vec::new();
     for s in order {
         let chain = &chains[&s];
-        if !chain.closed {
+        if !chain.closed && completeness == Completeness::Whole {
             return Err(AttestError::Chain(format!(
                 "session {}… has no close; its last calls could have been cut",
                 &s[..s.len().min(12)]
@@ -502,6 +526,22 @@ pub fn check_appendable(path: &Path, key: &VerifyingKey, shared: bool) -> Result
 /// The lock was not had within [`LOCK_WAIT`], the bundle does not verify, or a
 /// write failed (the message says whether the cut-back succeeded).
 pub fn append(path: &Path, signer: &dyn Signer, shared: bool, entries: &[Entry]) -> Result<Report, AttestError> {
+    append_with(path, signer, shared, entries, Completeness::Whole).map(|(report, _)| report)
+}
+
+/// [`append`], requiring `completeness` of the result, and also returning the line
+/// number of each entry appended (a receipt names its line).
+///
+/// # Errors
+///
+/// As [`append`].
+pub fn append_with(
+    path: &Path,
+    signer: &dyn Signer,
+    shared: bool,
+    entries: &[Entry],
+    completeness: Completeness,
+) -> Result<(Report, Vec<usize>), AttestError> {
     let mut file = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -533,7 +573,7 @@ pub fn append(path: &Path, signer: &dyn Signer, shared: bool, entries: &[Entry])
     file.read_to_end(&mut existing).map_err(|e| file_err(path, "reading", e))?;
     let (mut index, mut previous) = (0u64, String::new());
     if !existing.is_empty() {
-        let report = verify_bundle(&existing, signer.key())?;
+        let report = verify(&existing, signer.key(), completeness)?;
         index = report.lines as u64;
         previous = existing
             .strip_suffix(b"\n")
@@ -541,11 +581,12 @@ pub fn append(path: &Path, signer: &dyn Signer, shared: bool, entries: &[Entry])
             .map(sha256_hex)
             .unwrap_or_default();
     }
+    let first = index as usize + 1;
     let out = linked(signer, index, previous, entries)?;
     let mut all = existing.clone();
     all.extend_from_slice(&out);
     // Nothing that would not verify is written.
-    let report = verify_bundle(&all, signer.key())?;
+    let report = verify(&all, signer.key(), completeness)?;
     let before = existing.len() as u64;
     let written = file.seek(SeekFrom::Start(before)).and_then(|_| file.write_all(&out)).and_then(|()| file.sync_all());
     if let Err(e) = written {
@@ -558,7 +599,7 @@ pub fn append(path: &Path, signer: &dyn Signer, shared: bool, entries: &[Entry])
             )),
         });
     }
-    Ok(report)
+    Ok((report, (first..first + entries.len()).collect()))
 }
 
 /// `entries` as lines linked after line `index` (whose digest is `previous`),
@@ -884,6 +925,17 @@ mod tests {
         let e = check_appendable(&path, other.key(), true).expect_err("another key");
         assert!(e.to_string().ends_with("nothing was run"), "{e}");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_bundle_with_a_session_still_open_verifies_only_as_progress() {
+        let s = signer();
+        let mut es = entries(&s);
+        es.remove(3);
+        let b = linked(&s, 0, String::new(), &es).expect("lines");
+        assert!(matches!(refused(&b).kind(), AttestError::Chain(m) if m.contains("has no close")));
+        let report = verify_progress(&b, s.key()).expect("progress");
+        assert_eq!(report.sessions, vec![(SESSION.to_string(), 2)]);
     }
 
     #[test]

@@ -14,7 +14,10 @@ pub mod dsse;
 pub mod signer;
 pub mod statement;
 
-pub use bundle::{Entry, Replayable, Report, append, check_appendable, replayable, verify_bundle, verify_entry};
+pub use bundle::{
+    Completeness, Entry, Replayable, Report, append, append_with, check_appendable, replayable, verify_bundle,
+    verify_entry, verify_progress,
+};
 pub use dsse::{Envelope, PAYLOAD_TYPE, pae};
 pub use signer::{KeySigner, Signer};
 

@@ -204,12 +204,18 @@ impl Session {
         files: &[(&str, &str)],
         opts: &Options,
     ) -> Result<RunResponse, Error> {
+        self.call(self.cell_request(language, code, files, opts)).await
+    }
+
+    /// The request [`Session::run_cell`] sends, as the equivalent `RunRequest` (no
+    /// session ID): what a harness stores to re-check the answer later.
+    pub fn cell_request(&self, language: &str, code: &str, files: &[(&str, &str)], opts: &Options) -> RunRequest {
         let cell = CellRun {
             language: language.to_string(),
             code: code.to_string(),
             files: files.iter().map(|(p, c)| ProjectFile { path: p.to_string(), content: c.to_string() }).collect(),
         };
-        self.call(RunRequest { cell: Some(cell), ..self.envelope(opts) }).await
+        RunRequest { cell: Some(cell), ..self.envelope(opts) }
     }
 
     /// Runs a snippet in the session's sandbox.

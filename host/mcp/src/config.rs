@@ -25,6 +25,12 @@ pub struct Config {
     pub lifetime: Duration,
     /// A run's budget when the call states none (`PLIMSOLL_RUN_TIMEOUT_MS`).
     pub run_timeout_ms: u32,
+    /// The software every record must name (`PLIMSOLL_SOFTWARE_IDENTITY`: one
+    /// identity, or a comma-separated approved set), sent on every request.
+    pub software_rule: Option<plimsoll_core::wire::SoftwareRule>,
+    /// Receipts: the signing key file and the directory of the receipts bundle
+    /// (`PLIMSOLL_SIGNING_KEY_FILE` and `PLIMSOLL_RECEIPTS_DIR`, both or neither).
+    pub receipts: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 /// Values people paste from examples; refused so they never reach a daemon.
@@ -94,7 +100,30 @@ impl Config {
                 Duration::from_secs(secs)
             }
         };
+        let receipts = match (var("PLIMSOLL_SIGNING_KEY_FILE"), var("PLIMSOLL_RECEIPTS_DIR")) {
+            (Some(k), Some(d)) => Some((k.into(), d.into())),
+            (None, None) => None,
+            (Some(_), None) => {
+                return Err(bad("PLIMSOLL_RECEIPTS_DIR", "is required with PLIMSOLL_SIGNING_KEY_FILE".into()));
+            }
+            (None, Some(_)) => {
+                return Err(bad("PLIMSOLL_SIGNING_KEY_FILE", "is required with PLIMSOLL_RECEIPTS_DIR".into()));
+            }
+        };
+        let software_rule = match var("PLIMSOLL_SOFTWARE_IDENTITY") {
+            None => None,
+            Some(v) => {
+                let identities: Vec<String> = v.split(',').map(|i| i.trim().to_string()).collect();
+                let mode = if identities.len() == 1 { "exact" } else { "approved" };
+                let rule = plimsoll_core::wire::SoftwareRule { mode: mode.into(), identities };
+                plimsoll_core::validate::software_rule(&rule)
+                    .map_err(|r| bad("PLIMSOLL_SOFTWARE_IDENTITY", r.message))?;
+                Some(rule)
+            }
+        };
         Ok(Config {
+            software_rule,
+            receipts,
             url,
             token,
             floor,
@@ -132,5 +161,14 @@ mod tests {
         assert_eq!(e.0, "PLIMSOLL_MIN_ISOLATION: \"strong\" is not process, container, kernel or vm");
         let e = Config::from(env(&[("PLIMSOLL_URL", "http://x"), ("PLIMSOLL_MAX_SANDBOXES", "0")])).expect_err("max");
         assert_eq!(e.0, "PLIMSOLL_MAX_SANDBOXES: \"0\" is not a number from 1 to 64");
+        let e =
+            Config::from(env(&[("PLIMSOLL_URL", "http://x"), ("PLIMSOLL_SIGNING_KEY_FILE", "k")])).expect_err("half");
+        assert_eq!(e.0, "PLIMSOLL_RECEIPTS_DIR: is required with PLIMSOLL_SIGNING_KEY_FILE");
+        let id = format!("sha256:{}", "ab".repeat(32));
+        let c = Config::from(env(&[("PLIMSOLL_URL", "http://x"), ("PLIMSOLL_SOFTWARE_IDENTITY", &id)])).expect("rule");
+        assert_eq!(c.software_rule.map(|r| (r.mode, r.identities)), Some(("exact".into(), vec![id.clone()])));
+        let two = format!("{id}, sha256:{}", "cd".repeat(32));
+        let c = Config::from(env(&[("PLIMSOLL_URL", "http://x"), ("PLIMSOLL_SOFTWARE_IDENTITY", &two)])).expect("rule");
+        assert_eq!(c.software_rule.map(|r| r.mode), Some("approved".into()));
     }
 }

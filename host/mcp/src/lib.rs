@@ -90,7 +90,7 @@ impl ServerHandler for Server {
 ///
 /// The client to the daemon could not be made, or the transport failed.
 pub async fn serve(config: Config) -> Result<(), String> {
-    let tools = Tools::new(config).map_err(|e| e.to_string())?;
+    let tools = Tools::new(config)?;
     let server = Server { tools: Arc::new(tools) };
     let running = server.serve(rmcp::transport::stdio()).await.map_err(|e| format!("starting MCP on stdio: {e}"))?;
     running.waiting().await.map_err(|e| format!("MCP on stdio: {e}"))?;

@@ -48,7 +48,7 @@ pub fn tools() -> Vec<ToolDef> {
     vec![
         ToolDef {
             name: "run_code",
-            description: "Run Python or JavaScript in a sandbox and get its exit code, stdout and stderr. Without a handle the code runs in a fresh sandbox and nothing is kept. With a handle from open_sandbox it runs as a cell in that kept sandbox: files written by one call are there for the next, and one interpreter per language stays alive, so a variable defined in one call exists in the next (a traceback names <cell N>). Files are written into the working directory before the code runs. The flags stateKept, filesPersist, freshSandbox and freshInterpreter say what this call could see; sandboxReplaced says why an earlier sandbox ended. A loop that never ends is stopped at the run budget (exit 124, timedOut) and its interpreter is lost. A failure says ran: no (nothing ran; fix and send again) or ran: maybe (it may have run; do not assume it did not).",
+            description: "Run Python or JavaScript in a sandbox and get its exit code, stdout and stderr. Without a handle the code runs in a fresh sandbox and nothing is kept. With a handle from open_sandbox it runs as a cell in that kept sandbox: files written by one call are there for the next, and one interpreter per language stays alive, so a variable defined in one call exists in the next (a traceback names <cell N>). Files are written into the working directory before the code runs. The flags stateKept, filesPersist, freshSandbox and freshInterpreter say what this call could see; sandboxReplaced says why an earlier sandbox ended; with receipts on, receipt names the signed line that proves this exchange. A loop that never ends is stopped at the run budget (exit 124, timedOut) and its interpreter is lost. A failure says ran: no (nothing ran; fix and send again) or ran: maybe (it may have run; do not assume it did not).",
             input: object(
                 json!({
                     "language": {"type": "string", "enum": ["python", "javascript"]},
@@ -72,6 +72,8 @@ pub fn tools() -> Vec<ToolDef> {
                 "freshSandbox": {"type": "boolean"},
                 "freshInterpreter": {"type": "boolean"},
                 "sandboxReplaced": {"type": "string"},
+                "receipt": object(json!({"file": {"type": "string"}, "line": {"type": "integer"}}), &["file", "line"]),
+                "receiptError": {"type": "string"},
             })),
             hints: [false, false, false, false],
         },
@@ -112,6 +114,7 @@ pub fn tools() -> Vec<ToolDef> {
                 "sandboxLifetimeSeconds": {"type": "integer"},
                 "runTimeoutMs": {"type": "integer"},
                 "receipts": {"type": "boolean"},
+                "softwareIdentity": {"type": "string"},
                 "toolsSha256": {"type": "string"},
             })),
             hints: [true, false, true, false],

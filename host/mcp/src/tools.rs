@@ -4,8 +4,10 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
+use plimsoll_attest::statement::ClosePredicate;
+use plimsoll_attest::{Completeness, Entry};
 use plimsoll_client::{Client, Error, Options, Session, SessionOptions};
-use plimsoll_core::wire::{CellResult, ProjectFile, RunRecord, RunResponse};
+use plimsoll_core::wire::{CellResult, ProjectFile, RunRecord, RunRequest, RunResponse};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
@@ -54,12 +56,60 @@ struct Sandbox {
     last_used: Instant,
 }
 
+/// Signed receipts: a bundle only this process writes, appended as calls come.
+struct Receipts {
+    signer: plimsoll_attest::KeySigner,
+    path: std::path::PathBuf,
+    turn: Mutex<()>,
+}
+
+impl Receipts {
+    fn open(key_file: &std::path::Path, dir: &std::path::Path) -> Result<Receipts, String> {
+        let pem = std::fs::read_to_string(key_file)
+            .map_err(|e| format!("PLIMSOLL_SIGNING_KEY_FILE {}: {e}", key_file.display()))?;
+        let signer =
+            plimsoll_attest::KeySigner::from_pem(&pem).map_err(|e| format!("PLIMSOLL_SIGNING_KEY_FILE: {e}"))?;
+        std::fs::create_dir_all(dir).map_err(|e| format!("PLIMSOLL_RECEIPTS_DIR {}: {e}", dir.display()))?;
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_millis();
+        let path = dir.join(format!("receipts-{now}-{}.jsonl", std::process::id()));
+        Ok(Receipts { signer, path, turn: Mutex::new(()) })
+    }
+
+    /// Signs a session call (and the session's close, for a fresh run) and appends
+    /// them; returns the call's receipt, or why there is none.
+    async fn sign(&self, req: &RunRequest, resp: &RunResponse, close: Option<ClosePredicate>) -> Value {
+        let _turn = self.turn.lock().await;
+        let signed = (|| {
+            let request = serde_json::to_vec(req).map_err(|e| e.to_string())?;
+            let response = serde_json::to_vec(resp).map_err(|e| e.to_string())?;
+            let mut entries = vec![Entry::call(&self.signer, &request, &response, true).map_err(|e| e.to_string())?];
+            if let Some(c) = &close {
+                entries.push(Entry::close(&self.signer, c).map_err(|e| e.to_string())?);
+            }
+            plimsoll_attest::append_with(&self.path, &self.signer, false, &entries, Completeness::Progress)
+                .map_err(|e| e.to_string())
+        })();
+        match signed {
+            Ok((_, lines)) => json!({"receipt": {"file": self.path.display().to_string(), "line": lines[0]}}),
+            Err(e) => json!({"receiptError": e}),
+        }
+    }
+
+    async fn close(&self, close: ClosePredicate) {
+        let _turn = self.turn.lock().await;
+        if let Ok(entry) = Entry::close(&self.signer, &close) {
+            let _ = plimsoll_attest::append_with(&self.path, &self.signer, false, &[entry], Completeness::Progress);
+        }
+    }
+}
+
 /// The server's state: the client, the kept sandboxes by handle, the records seen.
 pub struct Tools {
     config: Config,
     client: Client,
     sandboxes: Mutex<BTreeMap<String, Sandbox>>,
     records: Mutex<BTreeMap<String, RunRecord>>,
+    receipts: Option<Receipts>,
 }
 
 impl std::fmt::Debug for Tools {
@@ -147,15 +197,43 @@ impl Tools {
     /// # Errors
     ///
     /// The client could not be made (a bad URL, an unusable token).
-    pub fn new(config: Config) -> Result<Tools, Error> {
-        let client = Client::new(&config.url, config.token.clone())?;
-        Ok(Tools { config, client, sandboxes: Mutex::new(BTreeMap::new()), records: Mutex::new(BTreeMap::new()) })
+    pub fn new(config: Config) -> Result<Tools, String> {
+        let client = Client::new(&config.url, config.token.clone()).map_err(|e| e.to_string())?;
+        let receipts = match &config.receipts {
+            Some((key, dir)) => Some(Receipts::open(key, dir)?),
+            None => None,
+        };
+        Ok(Tools {
+            config,
+            client,
+            sandboxes: Mutex::new(BTreeMap::new()),
+            records: Mutex::new(BTreeMap::new()),
+            receipts,
+        })
+    }
+
+    /// Adds the call's receipt to `answer` when receipts are on.
+    async fn with_receipt(
+        &self,
+        mut answer: Value,
+        req: &RunRequest,
+        resp: &RunResponse,
+        close: Option<ClosePredicate>,
+    ) -> Value {
+        if let Some(r) = &self.receipts {
+            let receipt = r.sign(req, resp, close).await;
+            if let (Some(a), Value::Object(extra)) = (answer.as_object_mut(), receipt) {
+                a.extend(extra);
+            }
+        }
+        answer
     }
 
     fn session_options(&self) -> SessionOptions {
         SessionOptions {
             floor: Some(self.config.floor),
             lifetime: Some(self.config.lifetime),
+            software_rule: self.config.software_rule.clone(),
             ..SessionOptions::default()
         }
     }
@@ -206,13 +284,20 @@ impl Tools {
         let Some(handle) = a.handle else {
             // A fresh sandbox, nothing kept: a session of one call.
             let s = self.client.open_session(&self.session_options()).await.map_err(|e| Answer::from_error(&e))?;
-            let ran = s.run_cell(&a.language, &a.code, &pairs, &opts).await;
-            let _ = s.close().await;
+            let req = s.cell_request(&a.language, &a.code, &pairs, &opts);
+            let ran = s.call(req.clone()).await;
+            let closed = s.close().await;
             let resp = ran.map_err(|e| Answer::from_error(&e))?;
             self.remember(&resp).await;
             let cell = resp.cell.clone().unwrap_or_default();
             let flags = Flags { state_kept: false, files_persist: false, fresh_sandbox: true, fresh_interpreter: true };
-            return Ok(Answer::ok(result(&resp, &cell, flags, None)));
+            let close = closed.ok().map(|c| ClosePredicate {
+                session: s.fingerprint().to_string(),
+                calls: c.calls,
+                last_record_sha256: c.last_record_sha256,
+            });
+            let value = self.with_receipt(result(&resp, &cell, flags, None), &req, &resp, close).await;
+            return Ok(Answer::ok(value));
         };
         let mut sandboxes = self.sandboxes.lock().await;
         let Some(sandbox) = sandboxes.get_mut(&handle) else {
@@ -222,20 +307,18 @@ impl Tools {
             ));
         };
         sandbox.last_used = Instant::now();
-        let (resp, replaced) = match sandbox.session.run_cell(&a.language, &a.code, &pairs, &opts).await {
-            Ok(resp) => (resp, None),
+        let req = sandbox.session.cell_request(&a.language, &a.code, &pairs, &opts);
+        let (req, resp, replaced) = match sandbox.session.call(req.clone()).await {
+            Ok(resp) => (req, resp, None),
             Err(Error::SessionEnded { end, detail, .. }) => {
                 // The daemon ended the sandbox; the call runs in a replacement and says why.
                 let fresh =
                     self.client.open_session(&self.session_options()).await.map_err(|e| Answer::from_error(&e))?;
                 sandbox.session = fresh;
                 let why = if detail.is_empty() { end.name().to_string() } else { format!("{}: {detail}", end.name()) };
-                let resp = sandbox
-                    .session
-                    .run_cell(&a.language, &a.code, &pairs, &opts)
-                    .await
-                    .map_err(|e| Answer::from_error(&e))?;
-                (resp, Some(why))
+                let req = sandbox.session.cell_request(&a.language, &a.code, &pairs, &opts);
+                let resp = sandbox.session.call(req.clone()).await.map_err(|e| Answer::from_error(&e))?;
+                (req, resp, Some(why))
             }
             Err(e) => return Err(Answer::from_error(&e)),
         };
@@ -248,7 +331,8 @@ impl Tools {
             fresh_sandbox: replaced.is_some(),
             fresh_interpreter: cell.interpreter_started,
         };
-        Ok(Answer::ok(result(&resp, &cell, flags, replaced)))
+        let value = self.with_receipt(result(&resp, &cell, flags, replaced), &req, &resp, None).await;
+        Ok(Answer::ok(value))
     }
 
     async fn open_sandbox(&self, v: Value) -> Result<Answer, Answer> {
@@ -287,7 +371,15 @@ impl Tools {
         let removed = self.sandboxes.lock().await.remove(&a.handle);
         let closed = match removed {
             Some(s) => {
-                let _ = s.session.close().await;
+                let fingerprint = s.session.fingerprint().to_string();
+                if let (Ok(c), Some(r)) = (s.session.close().await, &self.receipts) {
+                    let close = ClosePredicate {
+                        session: fingerprint,
+                        calls: c.calls,
+                        last_record_sha256: c.last_record_sha256,
+                    };
+                    r.close(close).await;
+                }
                 true
             }
             None => false,
@@ -316,7 +408,8 @@ impl Tools {
             "maxSandboxes": self.config.max_sandboxes,
             "sandboxLifetimeSeconds": self.config.lifetime.as_secs(),
             "runTimeoutMs": self.config.run_timeout_ms,
-            "receipts": false,
+            "receipts": self.receipts.is_some(),
+            "softwareIdentity": self.config.software_rule.as_ref().map(|r| r.identities.join(",")).unwrap_or_default(),
             "toolsSha256": crate::schema::tools_digest(),
         })))
     }
