@@ -3,8 +3,8 @@
 //! deadlines, idle, lifetime, ownership, the cap), then what only a container
 //! session has (one container per session, a shared work directory across
 //! languages and kinds, the paused container, the host's read-back ending a changed
-//! session, the disk budget), and the published Python client. Needs what the
-//! docker suite needs (see `docker.rs`).
+//! session, the disk budget), the published Python client, and Python through the
+//! MCP server. Needs what the docker suite needs (see `docker.rs`).
 
 use std::process::Command;
 use std::time::Duration;
@@ -148,6 +148,40 @@ assert (summary.calls, summary.end) == (4, "closed"), summary
 print("docker sessions ok")
 "#;
 
+/// Python through the MCP server on docker: a fresh run, a kept sandbox whose
+/// Python and JavaScript cells share state and files, and a loop stopped at its
+/// budget with only its interpreter lost.
+const MCP_SCRIPT: &str = r#"
+import asyncio, os
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+async def main():
+    env = {"PLIMSOLL_URL": os.environ["URL"], "PLIMSOLL_CALLER_TOKEN": os.environ["TOKEN"],
+           "PLIMSOLL_MIN_ISOLATION": os.environ["TIER"], "PATH": os.environ["PATH"]}
+    async with stdio_client(StdioServerParameters(command=os.environ["HOST"], args=["mcp"], env=env)) as (r, w):
+        async with ClientSession(r, w) as s:
+            await s.initialize()
+            async def call(name, args):
+                x = await s.call_tool(name, args)
+                assert not x.is_error, x.structured_content
+                return x.structured_content
+            r = await call("run_code", {"language": "python", "code": "6*7"})
+            assert (r["stdout"], r["isolation"], r["freshSandbox"]) == ("42\n", os.environ["TIER"], True), r
+            h = (await call("open_sandbox", {}))["handle"]
+            await call("run_code", {"language": "python", "code": "x = 41\nopen('from_py.txt', 'w').write('py')", "handle": h})
+            r = await call("run_code", {"language": "python", "code": "x + 1", "handle": h})
+            assert (r["stdout"], r["stateKept"]) == ("42\n", True), r
+            r = await call("run_code", {"language": "javascript", "code": "require('fs').readFileSync('from_py.txt', 'utf8')", "handle": h})
+            assert (r["stdout"], r["filesPersist"]) == ("'py'\n", True), r
+            r = await call("run_code", {"language": "python", "code": "while True: pass", "timeout_ms": 1000, "handle": h})
+            assert (r["exitCode"], r["timedOut"]) == (124, True), r
+            r = await call("run_code", {"language": "python", "code": "'x' in globals()", "handle": h})
+            assert (r["stdout"], r["freshInterpreter"]) == ("False\n", True), r
+            await call("close_sandbox", {"handle": h})
+    print("mcp on docker ok")
+asyncio.run(main())
+"#;
+
 fn sessions(runtime: &str) {
     let Some(fx) = fixture(runtime) else { return };
     let (d, tokens) = daemon(&fx, runtime);
@@ -166,6 +200,9 @@ fn sessions(runtime: &str) {
     docker_cases(&d, &tokens[0], runtime);
     let out = run_script(SCRIPT, &[("URL", &d.url()), ("TOKEN", &tokens[0]), ("TIER", tier)]);
     assert_eq!(out, "docker sessions ok\n");
+    let host = env!("CARGO_BIN_EXE_plimsoll-host");
+    let out = run_script(MCP_SCRIPT, &[("URL", &d.url()), ("TOKEN", &tokens[0]), ("TIER", tier), ("HOST", host)]);
+    assert_eq!(out, "mcp on docker ok\n");
 }
 
 #[test]
