@@ -186,6 +186,11 @@ pub fn read_lines(bytes: &[u8]) -> Result<Vec<Line>, AttestError> {
     Ok(lines)
 }
 
+/// The first 12 characters of a digest, for messages (whatever the text holds).
+pub fn short(s: &str) -> String {
+    s.chars().take(12).collect()
+}
+
 /// What a verified bundle holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Report {
@@ -349,7 +354,7 @@ fn verify(bytes: &[u8], key: &VerifyingKey, completeness: Completeness) -> Resul
         if !chain.closed && completeness == Completeness::Whole {
             return Err(AttestError::Chain(format!(
                 "session {}… has no close; its last calls could have been cut",
-                &s[..s.len().min(12)]
+                short(&s)
             )));
         }
         sessions.push((s, chain.calls));
@@ -456,7 +461,7 @@ pub fn verify_entry(bytes: &[u8], number: usize, key: &VerifyingKey) -> Result<S
     if let Checked::Close(c) = checked {
         return Ok(format!(
             "line {number} closes session {}… after {} calls, signed by key {}. {not} Nor that the calls it counts are in the bundle.",
-            &c.session[..c.session.len().min(12)],
+            short(&c.session),
             c.calls,
             plimsoll_keys::key_id(key)
         ));
@@ -465,7 +470,7 @@ pub fn verify_entry(bytes: &[u8], number: usize, key: &VerifyingKey) -> Result<S
     let what = if rec.session.is_empty() {
         "a single run".to_string()
     } else {
-        format!("call {} of session {}…", rec.sequence, &rec.session[..rec.session.len().min(12)])
+        format!("call {} of session {}…", rec.sequence, short(&rec.session))
     };
     Ok(format!(
         "line {number} is {what} on {} ({}), record {}, its stored request and response re-checked, signed by key {}. {not}",

@@ -139,7 +139,7 @@ pub fn main(cmd: Command) -> anyhow::Result<ExitCode> {
             for (session, calls) in &report.sessions {
                 line.push_str(&format!(
                     "; session {}…, {calls} calls, chain closed",
-                    &session[..12.min(session.len())]
+                    plimsoll_attest::bundle::short(session)
                 ));
             }
             println!("{line}");
@@ -332,7 +332,7 @@ fn session(daemon: &str, who: &SignerArgs, bundle: &Path, shared: bool, calls: &
     append_or_keep(bundle, signer, shared, &entries)?;
     println!(
         "session {}…: {} calls and the close signed into {}",
-        &fingerprint[..12.min(fingerprint.len())],
+        plimsoll_attest::bundle::short(&fingerprint),
         close.calls,
         bundle.display()
     );
@@ -398,14 +398,14 @@ fn replay(daemon: &str, public: &Path, bundle: &Path) -> anyhow::Result<ExitCode
             Ok(resp) => {
                 let replayed = record::result_digest(&resp);
                 if &replayed == recorded {
-                    println!("line {}: same result ({})", r.line, &replayed[..16]);
+                    println!("line {}: same result ({})", r.line, plimsoll_attest::bundle::short(&replayed));
                 } else {
                     differ += 1;
                     println!(
                         "line {}: different result: recorded {}, replayed {}",
                         r.line,
-                        &recorded[..16],
-                        &replayed[..16]
+                        plimsoll_attest::bundle::short(recorded),
+                        plimsoll_attest::bundle::short(&replayed)
                     );
                 }
             }
