@@ -41,18 +41,9 @@ pub enum Command {
     /// Send one RunRequest (protocol JSON), check the answer, sign its record and
     /// append it to the bundle. The token comes from PLIMSOLL_CALLER_TOKEN.
     Run {
-        /// The daemon's base URL.
-        #[arg(long)]
-        daemon: String,
-        /// Who signs.
+        /// Where to run, who signs, and the bundle.
         #[command(flatten)]
-        signer: SignerArgs,
-        /// The bundle (JSON Lines), created mode 0600.
-        #[arg(long)]
-        bundle: PathBuf,
-        /// Accept a bundle others may read or write.
-        #[arg(long)]
-        shared_bundle: bool,
+        target: Target,
         /// The request: a RunRequest as JSON.
         request: PathBuf,
     },
@@ -60,18 +51,9 @@ pub enum Command {
     /// cells) in order, sign each answer as it comes, close, sign the close, and
     /// append it all to the bundle. The token comes from PLIMSOLL_CALLER_TOKEN.
     Session {
-        /// The daemon's base URL.
-        #[arg(long)]
-        daemon: String,
-        /// Who signs.
+        /// Where to run, who signs, and the bundle.
         #[command(flatten)]
-        signer: SignerArgs,
-        /// The bundle (JSON Lines), created mode 0600.
-        #[arg(long)]
-        bundle: PathBuf,
-        /// Accept a bundle others may read or write.
-        #[arg(long)]
-        shared_bundle: bool,
+        target: Target,
         /// The calls: a JSON array of RunRequests.
         calls: PathBuf,
     },
@@ -122,12 +104,8 @@ pub fn main(cmd: Command) -> anyhow::Result<ExitCode> {
             println!("key ID       {}", plimsoll_keys::key_id(&public));
             Ok(ExitCode::SUCCESS)
         }
-        Command::Run { daemon, signer, bundle, shared_bundle, request } => {
-            run(&daemon, &signer, &bundle, shared_bundle, &request)
-        }
-        Command::Session { daemon, signer, bundle, shared_bundle, calls } => {
-            session(&daemon, &signer, &bundle, shared_bundle, &calls)
-        }
+        Command::Run { target, request } => run(&target, &request),
+        Command::Session { target, calls } => session(&target, &calls),
         Command::Verify { public, bundle } => {
             let key = public_key(&public)?;
             let bytes = read(&bundle)?;
@@ -180,6 +158,23 @@ fn summary(resp: &RunResponse) -> String {
     } else {
         "no result".into()
     }
+}
+
+/// Where `run` and `session` send, who signs, and the bundle they append to.
+#[derive(Debug, clap::Args)]
+pub struct Target {
+    /// The daemon's base URL.
+    #[arg(long)]
+    daemon: String,
+    /// Who signs.
+    #[command(flatten)]
+    signer: SignerArgs,
+    /// The bundle (JSON Lines), created mode 0600.
+    #[arg(long)]
+    bundle: PathBuf,
+    /// Accept a bundle others may read or write.
+    #[arg(long)]
+    shared_bundle: bool,
 }
 
 /// Who signs: a key file, the key's text in PLIMSOLL_ATTEST_KEY, or a signer plugin.
@@ -291,8 +286,9 @@ fn append_or_keep(
     Ok(())
 }
 
-fn session(daemon: &str, who: &SignerArgs, bundle: &Path, shared: bool, calls: &Path) -> anyhow::Result<ExitCode> {
-    let signer = signer(who)?;
+fn session(target: &Target, calls: &Path) -> anyhow::Result<ExitCode> {
+    let (daemon, bundle, shared) = (target.daemon.as_str(), target.bundle.as_path(), target.shared_bundle);
+    let signer = signer(&target.signer)?;
     let signer = signer.as_ref();
     let requests: Vec<RunRequest> = serde_json::from_slice(&read(calls)?)
         .with_context(|| format!("{} is not a JSON array of RunRequests", calls.display()))?;
@@ -342,8 +338,9 @@ fn session(daemon: &str, who: &SignerArgs, bundle: &Path, shared: bool, calls: &
     }
 }
 
-fn run(daemon: &str, who: &SignerArgs, bundle: &Path, shared: bool, request: &Path) -> anyhow::Result<ExitCode> {
-    let signer = signer(who)?;
+fn run(target: &Target, request: &Path) -> anyhow::Result<ExitCode> {
+    let (daemon, bundle, shared) = (target.daemon.as_str(), target.bundle.as_path(), target.shared_bundle);
+    let signer = signer(&target.signer)?;
     let signer = signer.as_ref();
     let text = read(request)?;
     let req: RunRequest = serde_json::from_slice(&text)
