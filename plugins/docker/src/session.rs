@@ -19,9 +19,7 @@ use crate::exports::plimsoll::provider::provider::{
     Answer, CallError, CallOutput, Ending, Failure, GuestSession, Session, SessionEnd,
 };
 use crate::plimsoll::host::containers::{Container, ExecResult};
-use crate::plimsoll::types::types::{
-    CellResult, Evidence, File, Limits, Output, Refusal, RefusalReason, SnippetResult,
-};
+use crate::plimsoll::types::types::{CellResult, Evidence, File, Limits, Refusal, RefusalReason, SnippetResult};
 use crate::{
     Ended, GUEST_ENV, MEMORY_MB, evidence, marked, or, output, plan, random_hex, read_report, refused, report_cap,
     report_key, spec, target,
@@ -222,10 +220,6 @@ fn split_trailer(stderr: &mut Vec<u8>, nonce: &str) -> Option<Trailer> {
     Some(trailer)
 }
 
-fn stream(bytes: Vec<u8>, cut: bool) -> Output {
-    output(bytes, cut)
-}
-
 impl GuestSession for DockerSession {
     fn open(limits: Limits, lifetime_s: u32) -> Result<Session, Refusal> {
         DockerSession::open(&limits, lifetime_s).map(Session::new)
@@ -257,8 +251,8 @@ impl GuestSession for DockerSession {
             CallOutput::Cell(CellResult {
                 exit_code: t.exit,
                 timed_out: t.timed_out,
-                stdout: stream(exec.stdout, t.stdout_truncated || exec.stdout_truncated),
-                stderr: stream(stderr, t.stderr_truncated || exec.stderr_truncated),
+                stdout: output(exec.stdout, t.stdout_truncated || exec.stdout_truncated),
+                stderr: output(stderr, t.stderr_truncated || exec.stderr_truncated),
                 interpreter_started: t.started,
                 interpreter_ended: t.ended,
             })
@@ -275,8 +269,8 @@ impl GuestSession for DockerSession {
             CallOutput::Snippet(SnippetResult {
                 exit_code: t.exit,
                 timed_out: t.timed_out,
-                stdout: stream(exec.stdout, t.stdout_truncated || exec.stdout_truncated),
-                stderr: stream(exec.stderr, t.stderr_truncated || exec.stderr_truncated),
+                stdout: output(exec.stdout, t.stdout_truncated || exec.stdout_truncated),
+                stderr: output(exec.stderr, t.stderr_truncated || exec.stderr_truncated),
             })
         })
     }
