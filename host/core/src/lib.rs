@@ -25,6 +25,7 @@
 #![deny(missing_docs)]
 
 pub mod dispatch;
+pub mod duration;
 pub mod limits;
 pub mod protocol;
 pub mod provider;

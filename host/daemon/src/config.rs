@@ -238,32 +238,9 @@ pub const MAX_SESSION_TIME: Duration = Duration::from_secs(12 * 3600);
 /// Reads a duration as the original's settings write them: `90s`, `5m`, `1h30m`,
 /// `250ms`, or a bare number of seconds.
 fn parse_duration(name: &str, v: &str) -> Result<Duration, ConfigError> {
-    let bad = || ConfigError::Value(format!("{name}={v:?} is not a duration: write it as 90s, 5m, 1h30m or 250ms"));
-    let v = v.trim();
-    if let Ok(secs) = v.parse::<u64>() {
-        return Ok(Duration::from_secs(secs));
-    }
-    let mut total = Duration::ZERO;
-    let mut rest = v;
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).ok_or_else(bad)?;
-        let n: u64 = rest[..digits].parse().map_err(|_| bad())?;
-        rest = &rest[digits..];
-        let unit = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
-        let part = match &rest[..unit] {
-            "ms" => Duration::from_millis(n),
-            "s" => Duration::from_secs(n),
-            "m" => Duration::from_secs(n.saturating_mul(60)),
-            "h" => Duration::from_secs(n.saturating_mul(3600)),
-            _ => return Err(bad()),
-        };
-        total = total.saturating_add(part);
-        rest = &rest[unit..];
-    }
-    Ok(total)
+    plimsoll_core::duration::parse(v).ok_or_else(|| {
+        ConfigError::Value(format!("{name}={v:?} is not a duration: write it as 90s, 5m, 1h30m or 250ms"))
+    })
 }
 
 /// The daemon's configuration, resolved.

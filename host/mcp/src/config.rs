@@ -83,22 +83,16 @@ impl Config {
         };
         let lifetime = match var("PLIMSOLL_SANDBOX_LIFETIME") {
             None => Duration::from_secs(30 * 60),
-            Some(v) => {
-                let (n, unit) =
-                    v.trim().split_at(v.trim().find(|c: char| !c.is_ascii_digit()).unwrap_or(v.trim().len()));
-                let n: u64 =
-                    n.parse().map_err(|_| bad("PLIMSOLL_SANDBOX_LIFETIME", format!("{v:?} is not like 30m")))?;
-                let secs = match unit {
-                    "" | "s" => n,
-                    "m" => n * 60,
-                    "h" => n * 3600,
-                    _ => return Err(bad("PLIMSOLL_SANDBOX_LIFETIME", format!("{v:?} is not like 30m"))),
-                };
-                if !(1..=12 * 3600).contains(&secs) {
-                    return Err(bad("PLIMSOLL_SANDBOX_LIFETIME", format!("{v:?} is not from 1s to 12h")));
+            Some(v) => match plimsoll_core::duration::parse(&v) {
+                Some(d) if (Duration::from_secs(1)..=Duration::from_secs(12 * 3600)).contains(&d) => d,
+                Some(_) => return Err(bad("PLIMSOLL_SANDBOX_LIFETIME", format!("{v:?} is not from 1s to 12h"))),
+                None => {
+                    return Err(bad(
+                        "PLIMSOLL_SANDBOX_LIFETIME",
+                        format!("{v:?} is not a duration like 90s, 30m or 1h30m"),
+                    ));
                 }
-                Duration::from_secs(secs)
-            }
+            },
         };
         let receipts = match (var("PLIMSOLL_SIGNING_KEY_FILE"), var("PLIMSOLL_RECEIPTS_DIR")) {
             (Some(k), Some(d)) => Some((k.into(), d.into())),
@@ -170,5 +164,14 @@ mod tests {
         let two = format!("{id}, sha256:{}", "cd".repeat(32));
         let c = Config::from(env(&[("PLIMSOLL_URL", "http://x"), ("PLIMSOLL_SOFTWARE_IDENTITY", &two)])).expect("rule");
         assert_eq!(c.software_rule.map(|r| r.mode), Some("approved".into()));
+        let c = Config::from(env(&[("PLIMSOLL_URL", "http://x"), ("PLIMSOLL_SANDBOX_LIFETIME", "1h30m")]))
+            .expect("lifetime");
+        assert_eq!(c.lifetime, Duration::from_secs(5400));
+        let e =
+            Config::from(env(&[("PLIMSOLL_URL", "http://x"), ("PLIMSOLL_SANDBOX_LIFETIME", "13h")])).expect_err("long");
+        assert_eq!(e.0, "PLIMSOLL_SANDBOX_LIFETIME: \"13h\" is not from 1s to 12h");
+        let e =
+            Config::from(env(&[("PLIMSOLL_URL", "http://x"), ("PLIMSOLL_SANDBOX_LIFETIME", "soon")])).expect_err("bad");
+        assert_eq!(e.0, "PLIMSOLL_SANDBOX_LIFETIME: \"soon\" is not a duration like 90s, 30m or 1h30m");
     }
 }
