@@ -206,6 +206,7 @@ pub struct Report {
 
 fn verify_links(lines: &[Line], key: &VerifyingKey) -> Result<(), AttestError> {
     let mut previous = String::new();
+    let mut ends_in_checkpoint = false;
     for (i, line) in lines.iter().enumerate() {
         let n = i + 1;
         let Some(link) = &line.entry.link else { return Err(AttestError::Link("the line has no link".into()).at(n)) };
@@ -230,11 +231,12 @@ fn verify_links(lines: &[Line], key: &VerifyingKey) -> Result<(), AttestError> {
             return Err(AttestError::Link("the line's content is not what its link signed".into()).at(n));
         }
         previous = sha256_hex(&line.bytes);
+        ends_in_checkpoint = p.checkpoint;
     }
-    match lines.last().and_then(|l| l.entry.link.as_ref()).map(|l| statement::verify_link(l, key)) {
-        Some(Ok(p)) if p.checkpoint => Ok(()),
-        None => Err(AttestError::Incomplete("the bundle is empty".into())),
-        _ => Err(AttestError::Incomplete(
+    match (lines.is_empty(), ends_in_checkpoint) {
+        (true, _) => Err(AttestError::Incomplete("the bundle is empty".into())),
+        (false, true) => Ok(()),
+        (false, false) => Err(AttestError::Incomplete(
             "the last line is not a checkpoint: the bundle was cut, or a write did not finish".into(),
         )),
     }
@@ -279,6 +281,15 @@ pub fn verify_progress(bytes: &[u8], key: &VerifyingKey) -> Result<Report, Attes
 }
 
 fn verify(bytes: &[u8], key: &VerifyingKey, completeness: Completeness) -> Result<Report, AttestError> {
+    verified(bytes, key, completeness).map(|(report, _, _)| report)
+}
+
+/// A verified bundle: its report, its lines, and what each line's statement
+/// established (None for a checkpoint).
+type Verified = (Report, Vec<Line>, Vec<Option<Checked>>);
+
+/// Verifies a bundle, keeping what the checks established.
+fn verified(bytes: &[u8], key: &VerifyingKey, completeness: Completeness) -> Result<Verified, AttestError> {
     let lines = read_lines(bytes)?;
     // Each line's own statement first, so a changed line is named for what changed;
     // then the links (order, completeness); then the session chains.
@@ -302,9 +313,9 @@ fn verify(bytes: &[u8], key: &VerifyingKey, completeness: Completeness) -> Resul
     let mut runs = 0;
     let mut order: Vec<String> = Vec::new();
     let mut chains: std::collections::HashMap<String, Chain> = Default::default();
-    for (i, checked) in statements.into_iter().enumerate() {
+    for (i, checked) in statements.iter().enumerate() {
         let n = i + 1;
-        let session = match &checked {
+        let session = match checked {
             None => continue,
             Some(Checked::Call(rec)) if rec.session.is_empty() => {
                 runs += 1;
@@ -359,7 +370,8 @@ fn verify(bytes: &[u8], key: &VerifyingKey, completeness: Completeness) -> Resul
         }
         sessions.push((s, chain.calls));
     }
-    Ok(Report { lines: lines.len(), runs, sessions, key_id: plimsoll_keys::key_id(key) })
+    let report = Report { lines: lines.len(), runs, sessions, key_id: plimsoll_keys::key_id(key) };
+    Ok((report, lines, statements))
 }
 
 /// A verified single run a replay can send again.
@@ -380,14 +392,13 @@ pub struct Replayable {
 ///
 /// The bundle does not verify.
 pub fn replayable(bytes: &[u8], key: &VerifyingKey) -> Result<Vec<Replayable>, AttestError> {
-    verify_bundle(bytes, key)?;
+    let (_, lines, statements) = verified(bytes, key, Completeness::Whole)?;
     let mut out = Vec::new();
-    for (i, line) in read_lines(bytes)?.iter().enumerate() {
-        let (Some(env), Some(request)) = (&line.entry.envelope, &line.entry.request) else { continue };
-        let record = statement::verify_record(env, key).map_err(|e| e.at(i + 1))?;
+    for (i, (line, checked)) in lines.iter().zip(statements).enumerate() {
+        let (Some(Checked::Call(record)), Some(request)) = (checked, &line.entry.request) else { continue };
         if record.session.is_empty() {
             let request = parse_request(&decode_b64("request", request)?)?;
-            out.push(Replayable { line: i + 1, request, record });
+            out.push(Replayable { line: i + 1, request, record: *record });
         }
     }
     Ok(out)
