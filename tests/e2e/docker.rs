@@ -20,7 +20,7 @@ use super::{Daemon, host, refused_start, rt, scratch};
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 const TOKEN: &str = "docker-suite-token-docker-suite-token-0123";
 
-fn required() -> bool {
+pub(super) fn required() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")
         || std::env::var("PLIMSOLL_DOCKER_TESTS").is_ok_and(|v| v == "required")
 }

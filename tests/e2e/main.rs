@@ -7,6 +7,7 @@ mod daemon;
 mod docker;
 mod docker_sessions;
 mod mcp;
+mod mcp_tour;
 mod python;
 mod raw;
 mod session_suite;
