@@ -56,6 +56,7 @@ fn the_worlds_later_issues_implement_exist() {
         [
             "plimsoll:broker@0.1.0/broker-plugin",
             "plimsoll:engine@0.1.0/engine",
+            "plimsoll:engine@0.1.0/python-engine",
             "plimsoll:provider@0.1.0/provider-plugin",
             "plimsoll:signer@0.1.0/signer-plugin",
             "plimsoll:sim@0.1.0/controller-guest",
