@@ -46,6 +46,9 @@ node --test runners/session/
 step "guest components reproduce from their sources"
 guests/check.sh
 
+step "the CPython guest component (guests/python/python.wasm, built by componentize-py)"
+guests/python/build.sh
+
 step "provider plugins (plugins/out; the docker suite signs them with a throwaway key)"
 plugins/build.sh
 

@@ -86,7 +86,8 @@ fn every_refusal_reason_the_wasm_provider_can_meet_arrives_marked() {
         501,
         "unimplemented",
         "unsupported",
-        "the wasm provider does not run projects",
+        "step 1 (\"true\") is not a python3 command: the wasm provider runs only `python3 [-I] FILE [ARG...]` \
+         steps; the docker provider runs shell steps",
     );
     let r = raw::post(
         a,

@@ -97,9 +97,16 @@ async def main():
             ]:
                 err, r = await call(s, "run_code", args)
                 assert err and r["ran"] == "no" and needle in r["message"], (args, r)
-            # The daemon refuses what this provider cannot run: nothing ran.
-            err, r = await call(s, "run_code", {"language": "python", "code": "1"})
-            assert err and (r["ran"], r["reason"]) == ("no", "unsupported"), r
+            # Python runs on the wasm daemon too (the CPython guest), fresh and kept.
+            err, r = await call(s, "run_code", {"language": "python", "code": "6*7"})
+            assert not err and (r["stdout"], r["isolation"], r["freshSandbox"]) == ("42\n", "process", True), r
+            await call(s, "close_sandbox", {"handle": h})
+            err, opened = await call(s, "open_sandbox", {})
+            assert not err, opened
+            for code, out in [("x = 41", ""), ("x + 1", "42\n")]:
+                err, r = await call(s, "run_code", {"language": "python", "code": code, "handle": opened["handle"]})
+                assert not err and r["stdout"] == out, r
+            assert r["stateKept"], r
 
     # Receipts: each checked exchange is signed into a bundle as it comes; each result
     # names its line, which verify-entry checks on its own; once every sandbox is

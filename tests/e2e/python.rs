@@ -97,3 +97,52 @@ fn the_published_client_accepts_our_answers_and_refusals() {
     let out = run_script(SCRIPT, &[("URL", &d.url()), ("TOKEN", &tokens[0])]);
     assert_eq!(out, "runs ok\nrefusals ok\nconcurrent ok\n");
 }
+
+/// Python at the process tier through the published client: a project of
+/// `python3 FILE` steps with an artifact, and cells in a wasm session that keep state.
+const PYTHON_ON_WASM: &str = r#"
+import os
+from plimsoll_client import Client
+from plimsoll_client.errors import UnsupportedError
+c = Client(os.environ["URL"], token=os.environ["TOKEN"])
+info = c.describe()
+assert info.project_environment.identity.startswith("cpython-wasm:sha256:"), info.project_environment
+assert list(info.project_environment.languages) == ["python"], info.project_environment
+r = c.run_project({"main.py": "import sys\nopen('out.txt', 'w').write(sys.argv[1] * 2)\nprint(6*7)\n"},
+                  ["python3 -I main.py ab"], ["out.txt"], minimum_isolation="process")
+assert (r.outcome, r.isolation, r.steps[0].stdout, r.steps[0].exit_code) == ("completed", "process", b"42\n", 0), r
+assert [(a.path, a.content) for a in r.artifacts] == [("out.txt", b"abab")], r.artifacts
+assert r.record is not None and r.record.environment == info.project_environment.identity, r.record
+try:
+    c.run_project({"main.py": "print(1)"}, ["python3 main.py | tee log"])
+    raise AssertionError("a shell step ran")
+except UnsupportedError as e:
+    assert "the docker provider runs shell steps" in str(e), e
+s = c.open_session(minimum_isolation="process")
+r = s.run_cell("import statistics\nxs = [3, 1, 2]", language="python")
+assert r.exit_code == 0 and r.interpreter_started, r
+r = s.run_cell("statistics.median(xs)", language="python")
+assert (r.stdout, r.interpreter_started) == (b"2\n", False), r
+r = s.run_cell("xs[10]", language="python")
+assert r.exit_code == 1 and b'File "<cell 3>"' in r.stderr and b"IndexError" in r.stderr, r
+r = s.run_cell("let j = 1; j + 1", language="javascript")
+assert r.stdout == b"2\n", r
+summary = s.close()
+assert (summary.calls, summary.end) == (4, "closed"), summary
+print("python on wasm ok")
+"#;
+
+#[test]
+fn the_published_client_runs_python_projects_and_cells_on_wasm() {
+    let dir = scratch("python-wasm");
+    let (file, tokens) = callers(&dir, &["py"]);
+    let file = file.display().to_string();
+    let d = Daemon::start(&[
+        ("SANDBOX_PROVIDER", "wasm"),
+        ("PLIMSOLL_CLIENTS_FILE", &file),
+        ("SANDBOX_RATE_PER_MIN", "0"),
+        ("SANDBOX_MAX_SESSIONS", "2"),
+    ]);
+    let out = run_script(PYTHON_ON_WASM, &[("URL", &d.url()), ("TOKEN", &tokens[0])]);
+    assert_eq!(out, "python on wasm ok\n");
+}

@@ -33,7 +33,7 @@ fn the_conformance_suite_passes_on_wasm() {
         tokens: [tokens[0].clone(), tokens[1].clone()],
         sandbox: "wasm",
         tier: "process",
-        languages: &["javascript"],
+        languages: &["javascript", "python"],
         read: |path| format!("readFile('{path}')"),
         processes: false,
         snippets_share_files: false,

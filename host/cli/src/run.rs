@@ -10,8 +10,8 @@ use plimsoll_core::dispatch::{self, Failure, Started};
 use plimsoll_core::protocol;
 use plimsoll_core::provider::Provider;
 use plimsoll_core::validate::{self, Language};
-use plimsoll_core::wire::{JavaScriptRun, RunRequest, RunResponse};
-use plimsoll_runtime::{Engine, EngineConfig, WasmConfig, WasmProvider};
+use plimsoll_core::wire::{JavaScriptRun, ProjectFile, ProjectRun, RunRequest, RunResponse};
+use plimsoll_runtime::{Engine, EngineConfig, PythonGuest, WasmConfig, WasmProvider};
 
 use crate::{EXIT_MAY_HAVE_RUN, EXIT_REFUSED};
 
@@ -19,12 +19,13 @@ use crate::{EXIT_MAY_HAVE_RUN, EXIT_REFUSED};
 #[derive(Debug, clap::Args)]
 #[command(after_help = "Exit statuses: the guest's exit code for a result (124 timeout, 134 trap); \
 69 refused, nothing ran; 70 failed after the code may have run.\n\
-Environment: SANDBOX_MEMORY_MB (memory per run, default 256), PLIMSOLL_CACHE_DIR (precompiled components).")]
+Environment: SANDBOX_MEMORY_MB (memory per run, default 256), PLIMSOLL_CACHE_DIR (precompiled components), \
+SANDBOX_WASM_PYTHON (the CPython component for --lang python; default: this checkout's guests/python/python.wasm).")]
 pub struct Args {
-    /// The provider: `wasm` (QuickJS in-process, the process tier).
+    /// The provider: `wasm` (QuickJS, and CPython when built, in-process: the process tier).
     #[arg(long, default_value = "wasm", value_parser = ["wasm"])]
     provider: String,
-    /// The snippet's language.
+    /// The snippet's language: javascript, or python (run as `python3 main.py`).
     #[arg(long = "lang", default_value = "javascript")]
     language: String,
     /// The weakest tier the run accepts: process, container, kernel or vm. A floor
@@ -104,16 +105,18 @@ fn request(args: &Args, code: String, provider: &WasmProvider) -> anyhow::Result
         Err(r) => return Ok(Err(r)),
     };
     let desc = provider.describe();
-    let Some(snippet) = desc.snippet.as_ref() else {
-        return Ok(Err(Refusal::unsupported(format!("the {} provider runs no snippets", desc.name))));
+    // Python runs as a one-step project (`python3 main.py`); JavaScript as a snippet.
+    let kind = match language {
+        Language::Python => desc.project.as_ref().filter(|k| k.languages.contains(&Language::Python)),
+        _ => desc.snippet.as_ref(),
     };
-    if !snippet.languages.contains(&language) {
+    let Some(snippet) = kind else {
         return Ok(Err(Refusal::unsupported(format!(
-            "the {} provider runs javascript, not {}; the docker provider runs python",
-            desc.name,
-            language.as_str()
+            "the {} provider here runs javascript only: build the CPython component with guests/python/build.sh \
+             (or set SANDBOX_WASM_PYTHON) to run python, or use --daemon with a docker provider",
+            desc.name
         ))));
-    }
+    };
     let timeout_ms = match args.timeout_ms.map(|ms| snippet.check_explicit_timeout(ms)) {
         None => 0,
         Some(Ok(d)) => d.as_millis() as i32,
@@ -125,18 +128,66 @@ fn request(args: &Args, code: String, provider: &WasmProvider) -> anyhow::Result
             "invalid request: --min-isolation needs a tier: process, container, kernel or vm",
         )));
     }
-    Ok(Ok(RunRequest {
-        protocol: protocol::NUMBER,
-        minimum_isolation,
-        timeout_ms,
-        javascript: Some(JavaScriptRun { code, grant_profile: String::new() }),
-        ..RunRequest::default()
-    }))
+    Ok(Ok(payload(
+        language,
+        code,
+        RunRequest { protocol: protocol::NUMBER, minimum_isolation, timeout_ms, ..RunRequest::default() },
+    )))
+}
+
+/// The script's name when Python runs as a one-step project.
+const PYTHON_MAIN: &str = "main.py";
+
+/// `req` carrying `code`: a JavaScript snippet, or a Python project of one step.
+fn payload(language: Language, code: String, req: RunRequest) -> RunRequest {
+    match language {
+        Language::Python => RunRequest {
+            project: Some(ProjectRun {
+                files: vec![ProjectFile { path: PYTHON_MAIN.into(), content: code }],
+                steps: vec![format!("python3 {PYTHON_MAIN}")],
+                ..ProjectRun::default()
+            }),
+            ..req
+        },
+        _ => RunRequest { javascript: Some(JavaScriptRun { code, grant_profile: String::new() }), ..req },
+    }
+}
+
+/// What `run` prints of a result: the snippet's, or the last step's of a project.
+struct Shown<'a> {
+    exit_code: i32,
+    timed_out: bool,
+    stdout: &'a [u8],
+    stderr: &'a [u8],
+    stdout_truncated: bool,
+    stderr_truncated: bool,
+}
+
+fn shown(resp: &RunResponse) -> Option<Shown<'_>> {
+    if let Some(js) = resp.javascript.as_ref() {
+        return Some(Shown {
+            exit_code: js.exit_code,
+            timed_out: js.timed_out,
+            stdout: &js.stdout,
+            stderr: &js.stderr,
+            stdout_truncated: js.stdout_truncated,
+            stderr_truncated: js.stderr_truncated,
+        });
+    }
+    let step = resp.project.as_ref()?.steps.last()?;
+    Some(Shown {
+        exit_code: step.exit_code,
+        timed_out: step.timed_out,
+        stdout: &step.stdout,
+        stderr: &step.stderr,
+        stdout_truncated: step.stdout_truncated,
+        stderr_truncated: step.stderr_truncated,
+    })
 }
 
 fn print_lines(resp: &RunResponse) -> anyhow::Result<ExitCode> {
-    let Some(js) = resp.javascript.as_ref() else {
-        anyhow::bail!("the provider answered without a snippet result");
+    let Some(js) = shown(resp) else {
+        anyhow::bail!("the provider answered without a snippet or step result");
     };
     let mut out = std::io::stdout().lock();
     writeln!(out, "provider {}", resp.sandbox)?;
@@ -145,7 +196,7 @@ fn print_lines(resp: &RunResponse) -> anyhow::Result<ExitCode> {
     writeln!(out, "timed out {}", js.timed_out)?;
     writeln!(out, "truncated stdout={} stderr={}", js.stdout_truncated, js.stderr_truncated)?;
     writeln!(out, "duration {}ms", resp.duration_ms)?;
-    for (name, bytes, always) in [("stdout", &js.stdout, true), ("stderr", &js.stderr, false)] {
+    for (name, bytes, always) in [("stdout", js.stdout, true), ("stderr", js.stderr, false)] {
         if bytes.is_empty() && !always {
             continue;
         }
@@ -178,8 +229,17 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
         return remote(&args, code, &url);
     }
     let engine = Engine::new(&EngineConfig::default()).context("starting the wasm engine")?;
-    let wasm = WasmProvider::new(&engine, WasmConfig { memory_mb: memory_mb()?, ..WasmConfig::default() })
+    let mut wasm = WasmProvider::new(&engine, WasmConfig { memory_mb: memory_mb()?, ..WasmConfig::default() })
         .context("loading the QuickJS component")?;
+    if Language::parse(&args.language).ok() == Some(Language::Python) {
+        let configured = std::env::var_os("SANDBOX_WASM_PYTHON").filter(|v| !v.is_empty()).map(PathBuf::from);
+        if let Some(path) =
+            plimsoll_runtime::python::component_path(configured.as_deref()).map_err(anyhow::Error::msg)?
+        {
+            let guest = PythonGuest::from_file(&engine, &path).context("loading the CPython component")?;
+            wasm = wasm.with_python(guest);
+        }
+    }
     let req = match request(&args, code, &wasm)? {
         Ok(r) => r,
         Err(r) => return Ok(refused(args.json, &r)),
@@ -192,7 +252,7 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
     match dispatch::execute(&wasm, prepared, &started) {
         Ok(resp) if args.json => {
             println!("{}", serde_json::to_string(&resp)?);
-            Ok(ExitCode::from(resp.javascript.map(|j| j.exit_code.clamp(0, 255) as u8).unwrap_or(0)))
+            Ok(ExitCode::from(shown(&resp).map(|j| j.exit_code.clamp(0, 255) as u8).unwrap_or(0)))
         }
         Ok(resp) => print_lines(&resp),
         Err(Failure::Refused(r)) => Ok(refused(args.json, &r)),
@@ -207,14 +267,6 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
 fn remote(args: &Args, code: String, url: &str) -> anyhow::Result<ExitCode> {
     use plimsoll_client::{Client, Error, Settings};
     let language = Language::parse(&args.language).map_err(|r| anyhow::anyhow!(r.message))?;
-    if language != Language::JavaScript {
-        return Ok(refused(
-            args.json,
-            &Refusal::unsupported(
-                "snippets over the protocol are javascript; python runs as a project or a session cell",
-            ),
-        ));
-    }
     let timeout_ms = match args.timeout_ms {
         None => 0,
         Some(0) => {
@@ -228,18 +280,21 @@ fn remote(args: &Args, code: String, url: &str) -> anyhow::Result<ExitCode> {
     let token = std::env::var("PLIMSOLL_CALLER_TOKEN").ok().filter(|t| !t.is_empty());
     let settings = Settings { ca_file: args.tls_ca.clone(), ..Settings::default() };
     let client = Client::with_settings(url, token, settings).map_err(|e| anyhow::anyhow!(e.to_string()))?;
-    let req = RunRequest {
-        protocol: protocol::NUMBER,
-        minimum_isolation: args.min_isolation.clone().unwrap_or_default(),
-        timeout_ms,
-        javascript: Some(JavaScriptRun { code, grant_profile: String::new() }),
-        ..RunRequest::default()
-    };
+    let req = payload(
+        language,
+        code,
+        RunRequest {
+            protocol: protocol::NUMBER,
+            minimum_isolation: args.min_isolation.clone().unwrap_or_default(),
+            timeout_ms,
+            ..RunRequest::default()
+        },
+    );
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     match rt.block_on(client.run(req)) {
         Ok(resp) if args.json => {
             println!("{}", serde_json::to_string(&resp)?);
-            Ok(ExitCode::from(resp.javascript.map(|j| j.exit_code.clamp(0, 255) as u8).unwrap_or(0)))
+            Ok(ExitCode::from(shown(&resp).map(|j| j.exit_code.clamp(0, 255) as u8).unwrap_or(0)))
         }
         Ok(resp) => print_lines(&resp),
         Err(e) => match e.not_dispatched() {

@@ -58,6 +58,7 @@ struct DaemonTable {
 struct SandboxTable {
     provider: Option<String>,
     min_isolation: Option<String>,
+    wasm_python: Option<PathBuf>,
     memory_mb: Option<u32>,
     cpus: Option<f64>,
     pids: Option<u32>,
@@ -272,6 +273,9 @@ pub struct Config {
     pub total_memory_mb: u32,
     /// `PLIMSOLL_CACHE_DIR`: precompiled components.
     pub cache_dir: Option<PathBuf>,
+    /// `SANDBOX_WASM_PYTHON`: the CPython guest component the wasm provider runs
+    /// Python with (unset: the checkout's `guests/python/python.wasm` when built).
+    pub wasm_python: Option<PathBuf>,
     /// The docker provider's settings, when it is the provider.
     pub docker: Option<DockerConfig>,
     /// Sessions: off unless `SANDBOX_MAX_SESSIONS` is above 0.
@@ -282,7 +286,7 @@ pub struct Config {
 
 /// Every variable the daemon reads, with the file key it overrides and what it does.
 /// `serve --help` prints this table, so the usage text and the code cannot drift.
-pub const VARIABLES: [(&str, &str, &str); 35] = [
+pub const VARIABLES: [(&str, &str, &str); 36] = [
     ("PLIMSOLL_CONFIG", "", "path of plimsoll.toml"),
     ("PLIMSOLL_ADDR", "daemon.addr", "RPC listener, default :8746"),
     ("PLIMSOLL_METRICS_ADDR", "daemon.metrics-addr", "metrics listener, default 127.0.0.1:9464; off"),
@@ -295,6 +299,7 @@ pub const VARIABLES: [(&str, &str, &str); 35] = [
     ("PLIMSOLL_TLS_KEY", "daemon.tls-key", "PEM private key; with PLIMSOLL_TLS_CERT"),
     ("PLIMSOLL_CACHE_DIR", "daemon.cache-dir", "precompiled components, default ~/.cache/plimsoll"),
     ("SANDBOX_PROVIDER", "sandbox.provider", "unset = disabled (runs nothing); wasm"),
+    ("SANDBOX_WASM_PYTHON", "sandbox.wasm-python", "wasm: the CPython component (guests/python/build.sh)"),
     ("SANDBOX_MIN_ISOLATION", "sandbox.min-isolation", "vm|kernel|container|process: startup floor"),
     ("SANDBOX_MEMORY_MB", "sandbox.memory-mb", "memory per run, 0 = provider default (wasm 256)"),
     ("SANDBOX_CPUS", "sandbox.cpus", "CPUs per run (providers that enforce it)"),
@@ -548,6 +553,8 @@ impl Config {
             Some(v) => Some(v.parse::<Floor>().map_err(|e| ConfigError::Value(format!("SANDBOX_MIN_ISOLATION: {e}")))?),
         };
         let memory_mb = pick.u32("SANDBOX_MEMORY_MB", s.memory_mb)?.unwrap_or(0);
+        let wasm_python =
+            pick.string("SANDBOX_WASM_PYTHON", s.wasm_python.map(|p| p.display().to_string())).map(PathBuf::from);
         let cpus = match env.get("SANDBOX_CPUS").filter(|v| !v.is_empty()) {
             Some(v) => {
                 pick.explicit.push("SANDBOX_CPUS");
@@ -676,6 +683,7 @@ impl Config {
             admission: Admission { max_concurrent, per_key_concurrent, rate_per_min, rate_burst },
             total_memory_mb,
             cache_dir,
+            wasm_python,
             docker,
             sessions,
             explicit: pick.explicit,

@@ -6,7 +6,7 @@ use plimsoll_core::provider::{Description, Provider, Ran, RunError, Snippet};
 use plimsoll_core::wire::JavaScriptResult;
 use plimsoll_core::{Refusal, Tier};
 use plimsoll_runtime::plugin::{self, Capability, PluginLimits, PluginProvider, Wall};
-use plimsoll_runtime::{Engine, EngineConfig, WasmConfig, WasmProvider};
+use plimsoll_runtime::{Engine, EngineConfig, PythonGuest, WasmConfig, WasmProvider};
 
 use crate::config::{Config, DockerConfig, ProviderKind};
 
@@ -69,7 +69,16 @@ pub fn build(config: &Config) -> Result<Arc<dyn Provider>, BuildError> {
             if config.resources.memory_mb > 0 {
                 wasm.memory_mb = config.resources.memory_mb;
             }
-            Ok(Arc::new(WasmProvider::new(&engine, wasm).map_err(err)?))
+            let provider = WasmProvider::new(&engine, wasm).map_err(err)?;
+            let python = plimsoll_runtime::python::component_path(config.wasm_python.as_deref())
+                .map_err(|message| BuildError { provider: "wasm", message })?;
+            match python {
+                Some(path) => {
+                    let guest = PythonGuest::from_file(&engine, &path).map_err(err)?;
+                    Ok(Arc::new(provider.with_python(guest)))
+                }
+                None => Ok(Arc::new(provider)),
+            }
         }
         ProviderKind::Docker => {
             let docker = config.docker.as_ref().ok_or_else(|| docker_err("no docker settings".into()))?;

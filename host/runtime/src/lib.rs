@@ -32,9 +32,11 @@
 
 pub mod engine;
 pub mod plugin;
+pub mod python;
 pub mod wasm;
 
 pub use engine::{Engine, EngineConfig, Readiness};
+pub use python::PythonGuest;
 pub use wasm::{WasmConfig, WasmProvider};
 
 /// Why the runtime could not be set up.

@@ -13,7 +13,7 @@ use plimsoll_core::limits::OUTPUT_CAP_BYTES;
 use plimsoll_core::provider::{self, Description, Evidence, KindSupport, Provider, Ran, RunError, Snippet};
 use plimsoll_core::session::{Answered, Call, CallError, Opened, Output, Session};
 use plimsoll_core::validate::Language;
-use plimsoll_core::wire::{CellResult, JavaScriptResult};
+use plimsoll_core::wire::{CellResult, JavaScriptResult, ProjectResult, ProjectRun};
 use plimsoll_core::{Floor, Reason, Refusal, Tier};
 use sha2::{Digest, Sha256};
 use wasmtime::component::{HasSelf, Linker, ResourceAny, ResourceTable};
@@ -23,7 +23,12 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::RuntimeError;
 use crate::engine::{Engine, Loaded, Readiness};
+use crate::python::{self, LivePython, PythonGuest};
 
+#[allow(
+    missing_docs,
+    reason = "the console interface is public (the Python world reuses it) and bindgen emits some items without docs"
+)]
 mod generated {
     wasmtime::component::bindgen!({
         world: "engine",
@@ -32,7 +37,9 @@ mod generated {
 }
 
 use generated::exports::plimsoll::engine::evaluate::Status;
-use generated::plimsoll::engine::{console, host_api};
+/// The console interface both engine worlds import (the host keeps capped output).
+pub use generated::plimsoll::engine::console;
+use generated::plimsoll::engine::host_api;
 use generated::{Engine as EngineWorld, EnginePre};
 
 /// The QuickJS guest component, built by `guests/build.sh` and checked in.
@@ -80,13 +87,13 @@ impl Default for WasmConfig {
 /// One output stream as the host keeps it: a prefix up to the cap, and whether
 /// anything was dropped.
 #[derive(Debug, Default)]
-struct Captured {
-    bytes: Vec<u8>,
-    truncated: bool,
+pub(crate) struct Captured {
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) truncated: bool,
 }
 
 impl Captured {
-    fn push(&mut self, cap: usize, more: &[u8]) {
+    pub(crate) fn push(&mut self, cap: usize, more: &[u8]) {
         let room = cap.saturating_sub(self.bytes.len());
         if more.len() > room {
             self.truncated = true;
@@ -97,9 +104,9 @@ impl Captured {
 
 /// Caps linear memory and remembers whether the guest asked past the cap.
 #[derive(Debug)]
-struct Limiter {
+pub(crate) struct Limiter {
     memory_bytes: usize,
-    denied: bool,
+    pub(crate) denied: bool,
 }
 
 impl ResourceLimiter for Limiter {
@@ -118,13 +125,69 @@ impl ResourceLimiter for Limiter {
 }
 
 /// Everything one run's store holds.
-struct RunState {
+pub(crate) struct RunState {
     wasi: WasiCtx,
     table: ResourceTable,
-    limiter: Limiter,
+    pub(crate) limiter: Limiter,
     cap: usize,
-    stdout: Captured,
-    stderr: Captured,
+    pub(crate) stdout: Captured,
+    pub(crate) stderr: Captured,
+    /// The instance trapped; it cannot be entered again.
+    pub(crate) trapped: bool,
+}
+
+impl RunState {
+    /// A fresh store with the memory limit and output caps of `config` and an epoch
+    /// deadline `timeout` from now, and the pipe holding the guest's own WASI stderr
+    /// (a panic message), read back on a trap. The guest gets no preopened
+    /// directory, no sockets, no environment and no arguments.
+    pub(crate) fn store(
+        engine: &Engine,
+        config: &WasmConfig,
+        timeout: Duration,
+    ) -> (Store<RunState>, MemoryOutputPipe) {
+        let memory_bytes = (config.memory_mb as usize) << 20;
+        let guest_stderr = MemoryOutputPipe::new(4096);
+        let state = RunState {
+            wasi: WasiCtxBuilder::new().stderr(guest_stderr.clone()).build(),
+            table: ResourceTable::new(),
+            limiter: Limiter { memory_bytes, denied: false },
+            cap: config.output_cap,
+            stdout: Captured::default(),
+            stderr: Captured::default(),
+            trapped: false,
+        };
+        let mut store = Store::new(engine.wasmtime(), state);
+        store.limiter(|s| &mut s.limiter);
+        store.set_epoch_deadline(Engine::deadline_ticks(timeout));
+        store.epoch_deadline_trap();
+        (store, guest_stderr)
+    }
+}
+
+/// The refusal for an instance that could not be made: nothing ran.
+pub(crate) fn instantiate_refusal(e: wasmtime::Error) -> Refusal {
+    let text = format!("{e:#}");
+    if text.contains("limit") && text.contains("concurrent") {
+        Refusal::new(Reason::Capacity, "the wasm engine has no free instance slot; retry shortly")
+    } else {
+        Refusal::new(Reason::Environment, format!("the wasm engine could not start an instance: {text}"))
+    }
+}
+
+/// What stderr says about a trap other than the deadline.
+pub(crate) fn trap_reason(
+    e: &wasmtime::Error,
+    out_of_memory: bool,
+    memory_mb: u32,
+    guest_stderr: &MemoryOutputPipe,
+) -> String {
+    if out_of_memory {
+        return format!("guest aborted: out of memory (the run's limit is {memory_mb} MiB)\n");
+    }
+    let panic = String::from_utf8_lossy(&guest_stderr.contents()).trim().to_string();
+    let trap = e.downcast_ref::<Trap>().map(|t| t.to_string()).unwrap_or_else(|| format!("{e}"));
+    if panic.is_empty() { format!("guest aborted: {trap}\n") } else { format!("guest aborted: {trap}: {panic}\n") }
 }
 
 impl WasiView for RunState {
@@ -158,11 +221,16 @@ pub struct WasmProvider {
     pre: EnginePre<RunState>,
     config: WasmConfig,
     loaded: (Readiness, Duration),
+    python: Option<PythonGuest>,
 }
 
 impl std::fmt::Debug for WasmProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WasmProvider").field("config", &self.config).field("loaded", &self.loaded).finish()
+        f.debug_struct("WasmProvider")
+            .field("config", &self.config)
+            .field("loaded", &self.loaded)
+            .field("python", &self.python)
+            .finish()
     }
 }
 
@@ -180,7 +248,45 @@ impl WasmProvider {
         EngineWorld::add_to_linker::<RunState, HasSelf<RunState>>(&mut linker, |s| s).map_err(link)?;
         let pre = linker.instantiate_pre(&component).map_err(link)?;
         let pre = EnginePre::new(pre).map_err(link)?;
-        Ok(WasmProvider { engine: engine.clone(), pre, config, loaded: (readiness, took) })
+        Ok(WasmProvider { engine: engine.clone(), pre, config, loaded: (readiness, took), python: None })
+    }
+
+    /// The same provider, running Python too: project steps `python3 [-I] FILE
+    /// [ARG...]` and session cells, in the CPython guest `python`.
+    pub fn with_python(mut self, python: PythonGuest) -> WasmProvider {
+        self.python = Some(python);
+        self
+    }
+
+    /// The CPython guest, when this provider runs Python.
+    pub fn python(&self) -> Option<&PythonGuest> {
+        self.python.as_ref()
+    }
+
+    /// The refusal for Python on a provider without the CPython guest.
+    fn no_python(&self) -> Refusal {
+        Refusal::unsupported(
+            "this wasm provider has no CPython component, so it runs javascript only: build one with \
+             guests/python/build.sh (or set SANDBOX_WASM_PYTHON), or use the docker provider",
+        )
+    }
+
+    /// Runs a Python project: every step must be `python3 [-I] FILE [ARG...]`
+    /// (checked before anything runs); the steps run in order in one fresh CPython
+    /// instance over an in-memory work directory holding the project's files.
+    ///
+    /// # Errors
+    ///
+    /// Refused (nothing ran): `unsupported` without the CPython guest or for any
+    /// other step; `capacity` or `environment` when no instance could be started.
+    pub fn run_python_project(&self, project: &ProjectRun, timeout: Duration) -> Result<ProjectResult, Refusal> {
+        let python = self.python.as_ref().ok_or_else(|| self.no_python())?;
+        let steps = python::python_steps(&project.steps)?;
+        python.run_project(&self.engine, &self.config, project, &steps, timeout)
+    }
+
+    fn python_evidence(&self, python: &PythonGuest) -> Evidence {
+        Evidence { tier: Tier::Process, environment: python.identity().to_string(), ..Evidence::default() }
     }
 
     /// Whether the component came from the cache, and how long loading took.
@@ -214,29 +320,8 @@ impl WasmProvider {
     /// A fresh store and instance, with the memory limit and output caps set and an
     /// epoch deadline `timeout` from now (instantiation counts against it).
     fn instantiate(&self, timeout: Duration) -> Result<(Store<RunState>, EngineWorld, MemoryOutputPipe), Refusal> {
-        let memory_bytes = (self.config.memory_mb as usize) << 20;
-        // The guest's own WASI stderr (a Rust panic message) is read back on a trap.
-        let guest_stderr = MemoryOutputPipe::new(4096);
-        let state = RunState {
-            wasi: WasiCtxBuilder::new().stderr(guest_stderr.clone()).build(),
-            table: ResourceTable::new(),
-            limiter: Limiter { memory_bytes, denied: false },
-            cap: self.config.output_cap,
-            stdout: Captured::default(),
-            stderr: Captured::default(),
-        };
-        let mut store = Store::new(self.engine.wasmtime(), state);
-        store.limiter(|s| &mut s.limiter);
-        store.set_epoch_deadline(Engine::deadline_ticks(timeout));
-        store.epoch_deadline_trap();
-        let instance = self.pre.instantiate(&mut store).map_err(|e| {
-            let text = format!("{e:#}");
-            if text.contains("limit") && text.contains("concurrent") {
-                Refusal::new(Reason::Capacity, "the wasm engine has no free instance slot; retry shortly")
-            } else {
-                Refusal::new(Reason::Environment, format!("the wasm engine could not start an instance: {text}"))
-            }
-        })?;
+        let (mut store, guest_stderr) = RunState::store(&self.engine, &self.config, timeout);
+        let instance = self.pre.instantiate(&mut store).map_err(instantiate_refusal)?;
         Ok((store, instance, guest_stderr))
     }
 
@@ -268,17 +353,7 @@ impl WasmProvider {
             Err(e) => {
                 result.exit_code = EXIT_TRAP;
                 if result.stderr.is_empty() {
-                    let why = if out_of_memory {
-                        format!("guest aborted: out of memory (the run's limit is {} MiB)\n", self.config.memory_mb)
-                    } else {
-                        let panic = String::from_utf8_lossy(&guest_stderr.contents()).trim().to_string();
-                        let trap = e.downcast_ref::<Trap>().map(|t| t.to_string()).unwrap_or_else(|| format!("{e}"));
-                        if panic.is_empty() {
-                            format!("guest aborted: {trap}\n")
-                        } else {
-                            format!("guest aborted: {trap}: {panic}\n")
-                        }
-                    };
+                    let why = trap_reason(&e, out_of_memory, self.config.memory_mb, guest_stderr);
                     let mut stderr = Captured::default();
                     stderr.push(self.config.output_cap, why.as_bytes());
                     result.stderr = stderr.bytes;
@@ -292,7 +367,7 @@ impl WasmProvider {
     /// A session: one kept QuickJS interpreter for JavaScript cells, and the
     /// session's files, which the host keeps so a fresh interpreter gets them too.
     pub fn session(&self) -> WasmSession {
-        WasmSession { provider: self.clone(), live: None, files: BTreeMap::new(), file_bytes: 0, cells: 0 }
+        WasmSession { provider: self.clone(), live: None, py: None, files: BTreeMap::new(), file_bytes: 0, cells: 0 }
     }
 }
 
@@ -315,6 +390,7 @@ pub const SESSION_FILE_BYTES: usize = 64 << 20;
 pub struct WasmSession {
     provider: WasmProvider,
     live: Option<Live>,
+    py: Option<LivePython>,
     files: BTreeMap<String, Vec<u8>>,
     file_bytes: usize,
     cells: u32,
@@ -324,6 +400,7 @@ impl std::fmt::Debug for WasmSession {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WasmSession")
             .field("live", &self.live.is_some())
+            .field("python", &self.py.is_some())
             .field("files", &self.files.len())
             .field("cells", &self.cells)
             .finish()
@@ -342,19 +419,8 @@ impl WasmSession {
     /// [`SESSION_FILE_BYTES`] (none is written), `environment` or `capacity` when
     /// no interpreter could be started.
     pub fn cell(&mut self, code: &str, files: &[(String, Vec<u8>)], timeout: Duration) -> Result<CellResult, Refusal> {
-        // A later file of the same path replaces an earlier one, in this call too.
-        let pending: BTreeMap<&str, usize> = files.iter().map(|(p, c)| (p.as_str(), c.len())).collect();
-        let replaced: usize = pending.keys().map(|p| self.files.get(*p).map_or(0, Vec::len)).sum();
-        let after = self.file_bytes - replaced + pending.values().sum::<usize>();
-        if after > SESSION_FILE_BYTES {
-            return Err(Refusal::request(format!(
-                "invalid request: the session's files would hold {after} bytes, over its budget of {SESSION_FILE_BYTES}; nothing was written"
-            )));
-        }
-        for (path, content) in files {
-            self.files.insert(path.clone(), content.clone());
-        }
-        self.file_bytes = after;
+        self.add_files(files)?;
+        self.cells += 1;
         let started = self.live.is_none();
         if started {
             self.live = Some(self.start()?);
@@ -362,17 +428,6 @@ impl WasmSession {
         let Some(live) = self.live.as_mut() else {
             return Err(Refusal::new(Reason::Environment, "the session's interpreter could not be started"));
         };
-        if !started {
-            let evaluate = live.instance.plimsoll_engine_evaluate();
-            for (path, content) in files {
-                if let Err(e) = evaluate.interpreter().call_write_file(&mut live.store, live.interpreter, path, content)
-                {
-                    self.live = None;
-                    return Err(Refusal::new(Reason::Environment, format!("writing {path} into the session: {e:#}")));
-                }
-            }
-        }
-        self.cells += 1;
         live.store.data_mut().stdout = Captured::default();
         live.store.data_mut().stderr = Captured::default();
         live.store.set_epoch_deadline(Engine::deadline_ticks(timeout));
@@ -403,6 +458,76 @@ impl WasmSession {
         })
     }
 
+    /// Runs one Python cell (`<cell N>`, a trailing expression shown as its `repr`)
+    /// in the session's kept CPython interpreter, after writing `files` into the
+    /// session's work directory. A deadline or a trap ends that interpreter only.
+    ///
+    /// # Errors
+    ///
+    /// As [`WasmSession::cell`], and `unsupported` when the provider has no CPython guest.
+    pub fn python_cell(
+        &mut self,
+        code: &str,
+        files: &[(String, Vec<u8>)],
+        timeout: Duration,
+    ) -> Result<CellResult, Refusal> {
+        let Some(guest) = self.provider.python.clone() else {
+            return Err(self.provider.no_python());
+        };
+        self.add_files(files)?;
+        self.cells += 1;
+        let started = self.py.is_none();
+        if started {
+            let mut all = self.files.iter().map(|(p, c)| (p.as_str(), c.as_slice()));
+            self.py = Some(guest.start(&self.provider.engine, &self.provider.config, &mut all, INTERPRETER_START)?);
+        }
+        let Some(py) = self.py.as_mut() else {
+            return Err(Refusal::new(Reason::Environment, "the session's Python interpreter could not be started"));
+        };
+        let ended = py.cell(&self.provider.config, code, self.cells, timeout);
+        if ended.trapped {
+            self.py = None;
+        }
+        Ok(python::cell_result(ended, started))
+    }
+
+    /// Keeps `files` as the session's and writes them into every live interpreter
+    /// (one started later gets them all when it starts).
+    fn add_files(&mut self, files: &[(String, Vec<u8>)]) -> Result<(), Refusal> {
+        // A later file of the same path replaces an earlier one, in this call too.
+        let pending: BTreeMap<&str, usize> = files.iter().map(|(p, c)| (p.as_str(), c.len())).collect();
+        let replaced: usize = pending.keys().map(|p| self.files.get(*p).map_or(0, Vec::len)).sum();
+        let after = self.file_bytes - replaced + pending.values().sum::<usize>();
+        if after > SESSION_FILE_BYTES {
+            return Err(Refusal::request(format!(
+                "invalid request: the session's files would hold {after} bytes, over its budget of {SESSION_FILE_BYTES}; nothing was written"
+            )));
+        }
+        for (path, content) in files {
+            self.files.insert(path.clone(), content.clone());
+        }
+        self.file_bytes = after;
+        if let Some(live) = self.live.as_mut() {
+            let evaluate = live.instance.plimsoll_engine_evaluate();
+            for (path, content) in files {
+                if let Err(e) = evaluate.interpreter().call_write_file(&mut live.store, live.interpreter, path, content)
+                {
+                    self.live = None;
+                    return Err(Refusal::new(Reason::Environment, format!("writing {path} into the session: {e:#}")));
+                }
+            }
+        }
+        if let Some(py) = self.py.as_mut() {
+            for (path, content) in files {
+                if let Err(r) = py.write_file(path, content) {
+                    self.py = None;
+                    return Err(r);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// A fresh interpreter holding every file of the session.
     fn start(&self) -> Result<Live, Refusal> {
         let (mut store, instance, guest_stderr) = self.provider.instantiate(INTERPRETER_START)?;
@@ -421,15 +546,17 @@ impl Session for WasmSession {
         let output = match call {
             Call::Cell(c) => {
                 provider::check_floor(Tier::Process, c.floor)?;
-                if c.language != Language::JavaScript {
-                    return Err(Refusal::unsupported(format!(
-                        "the wasm provider's sessions run javascript cells, not {}",
-                        c.language.as_str()
-                    ))
-                    .into());
-                }
                 let files: Vec<(String, Vec<u8>)> =
                     c.files.iter().map(|f| (f.path.clone(), f.content.as_bytes().to_vec())).collect();
+                if c.language == Language::Python {
+                    let cell = self.python_cell(c.code, &files, c.timeout)?;
+                    let evidence = self.provider.python.as_ref().map(|p| self.provider.python_evidence(p));
+                    return Ok(Answered {
+                        output: Output::Cell(cell),
+                        evidence: evidence.unwrap_or_else(|| self.provider.evidence()),
+                        ended: None,
+                    });
+                }
                 Output::Cell(self.cell(c.code, &files, c.timeout)?)
             }
             // A snippet is a fresh interpreter in the session's sandbox; on wasm it
@@ -450,6 +577,7 @@ impl Session for WasmSession {
 
     fn close(&mut self) {
         self.live = None;
+        self.py = None;
         self.files.clear();
         self.file_bytes = 0;
     }
@@ -457,7 +585,11 @@ impl Session for WasmSession {
 
 impl Provider for WasmProvider {
     fn session_support(&self) -> Option<KindSupport> {
-        self.describe().snippet
+        let mut support = self.describe().snippet?;
+        if self.python.is_some() {
+            support.languages.push(Language::Python);
+        }
+        Some(support)
     }
 
     fn open_session(&self, floor: Option<Floor>) -> Result<Opened, RunError> {
@@ -475,7 +607,13 @@ impl Provider for WasmProvider {
                 max_timeout: self.config.max_timeout,
                 languages: vec![Language::JavaScript],
             }),
-            project: None,
+            project: self.python.as_ref().map(|p| KindSupport {
+                identity: p.identity().to_string(),
+                software_identity: String::new(),
+                default_timeout: self.config.default_timeout,
+                max_timeout: self.config.max_timeout,
+                languages: vec![Language::Python],
+            }),
             module: None,
             memory_mb: self.config.memory_mb,
             policy: String::new(),
@@ -494,13 +632,26 @@ impl Provider for WasmProvider {
         provider::check_floor(Tier::Process, snippet.floor)?;
         if snippet.language != Language::JavaScript {
             return Err(Refusal::unsupported(format!(
-                "the wasm provider runs javascript, not {}; the docker provider runs python",
+                "the wasm provider's snippets are javascript, not {}; python runs as a project of \
+                 `python3 FILE` steps or as a session cell",
                 snippet.language.as_str()
             ))
             .into());
         }
         let result = self.run_javascript(snippet.code, snippet.timeout)?;
         Ok(Ran { result, evidence: self.evidence() })
+    }
+
+    fn run_project(
+        &self,
+        project: &ProjectRun,
+        timeout: Duration,
+        floor: Option<Floor>,
+    ) -> Result<Ran<ProjectResult>, RunError> {
+        provider::check_floor(Tier::Process, floor)?;
+        let python = self.python.as_ref().ok_or_else(|| self.no_python())?;
+        let result = self.run_python_project(project, timeout)?;
+        Ok(Ran { result, evidence: self.python_evidence(python) })
     }
 }
 

@@ -11,6 +11,7 @@ pub fn host() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_plimsoll-host"));
     c.env("PLIMSOLL_CACHE_DIR", concat!(env!("CARGO_TARGET_TMPDIR"), "/plimsoll-cache"));
     c.env_remove("SANDBOX_MEMORY_MB");
+    c.env_remove("SANDBOX_WASM_PYTHON");
     c
 }
 

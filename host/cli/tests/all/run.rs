@@ -142,12 +142,34 @@ fn bad_input_is_refused_marked_request() {
 }
 
 #[test]
-fn python_is_unsupported_on_the_wasm_provider() {
-    assert_refused(
-        &["run", "--lang", "python", "-c", "print(1)"],
-        b"",
-        "unsupported",
-        "the wasm provider runs javascript, not python; the docker provider runs python",
+fn python_runs_on_the_embedded_default_as_python3_main_py() {
+    // Needs guests/python/python.wasm (guests/python/build.sh; tests/run.sh builds it).
+    let o = exec(&["run", "--lang", "python", "-c", "print(6*7)"], b"");
+    assert_eq!(o.status.code(), Some(0), "{}", err(&o));
+    let text = out(&o);
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!((lines[0], lines[1], lines[2]), ("provider wasm", "isolation process", "exit code 0"), "{text}");
+    assert_eq!(lines.last(), Some(&"stdout 42"), "{text}");
+    let o = exec(&["run", "--lang", "python", "-"], b"import sys\nprint('to stderr', file=sys.stderr)\nsys.exit(3)");
+    assert_eq!(o.status.code(), Some(3), "{}", err(&o));
+    assert!(out(&o).ends_with("stdout\nstderr to stderr\n"), "{}", out(&o));
+}
+
+#[test]
+fn a_configured_python_component_that_is_missing_names_the_build() {
+    let o = super::host()
+        .env("SANDBOX_WASM_PYTHON", "/nonexistent/python.wasm")
+        .args(["run", "--lang", "python", "-c", "print(1)"])
+        .output()
+        .expect("run");
+    assert_eq!(o.status.code(), Some(1), "{}", err(&o));
+    assert!(
+        err(&o).contains(
+            "SANDBOX_WASM_PYTHON names /nonexistent/python.wasm, which is not a file; build the CPython component \
+             with guests/python/build.sh"
+        ),
+        "{}",
+        err(&o)
     );
 }
 

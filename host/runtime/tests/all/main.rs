@@ -2,6 +2,7 @@
 //! provider exactly as the daemon and the CLI run it.
 
 mod limits;
+mod python;
 mod sessions;
 mod snippets;
 

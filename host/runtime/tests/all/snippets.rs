@@ -138,7 +138,11 @@ fn python_is_unsupported_here() {
         .expect_err("refused");
     let plimsoll_core::provider::RunError::Refused(r) = err else { panic!("not a refusal: {err}") };
     assert_eq!(r.reason, Reason::Unsupported);
-    assert_eq!(r.message, "the wasm provider runs javascript, not python; the docker provider runs python");
+    assert_eq!(
+        r.message,
+        "the wasm provider's snippets are javascript, not python; python runs as a project of `python3 FILE` steps \
+         or as a session cell"
+    );
 }
 
 #[test]
