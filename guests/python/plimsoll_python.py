@@ -389,6 +389,21 @@ def _print_exception(e, first_frame):
     sys.stderr.write("".join(traceback.format_exception(type(e), e, tb)))
 
 
+def _status(run, first_frame):
+    """Calls `run` and returns the exit status the interpreter would: 0, the
+    `sys.exit` code, or 1 with the traceback (from `first_frame` on) on stderr."""
+    try:
+        run()
+        status = 0
+    except SystemExit as e:
+        status = _exit_status(e)
+    except BaseException as e:
+        _print_exception(e, first_frame)
+        status = 1
+    _flush()
+    return status
+
+
 def _flush():
     for s in (sys.stdout, sys.stderr):
         try:
@@ -466,27 +481,19 @@ class Interpreter(plimsoll_python.Interpreter):
         main.__file__ = filename
         sys.modules["__main__"] = main
         try:
-            source = FILES.files[rel].decode("utf-8")
-            code = compile(source, filename, "exec")
-            exec(code, main.__dict__)
-            status = 0
-        except SystemExit as e:
-            status = _exit_status(e)
-        except BaseException as e:
-            _print_exception(e, filename)
-            status = 1
+            return _status(lambda: exec(compile(FILES.files[rel].decode("utf-8"), filename, "exec"), main.__dict__),
+                           filename)
         finally:
             if finder_on:
                 sys.meta_path.remove(WorkFinder)
-        _flush()
-        return status
 
     def cell(self, code, number):
         sys.stdout, sys.stderr = console_stream(console.Channel.STDOUT), console_stream(console.Channel.STDERR)
         name = f"<cell {number}>"
         linecache.cache[name] = (len(code), None, code.splitlines(True), name)
         sys.modules["__main__"] = self.main
-        try:
+
+        def run():
             tree = ast.parse(code, name, "exec")
             last = None
             if tree.body and isinstance(tree.body[-1], ast.Expr):
@@ -497,12 +504,6 @@ class Interpreter(plimsoll_python.Interpreter):
                 if value is not None:
                     self.namespace["_"] = value
                     print(repr(value))
-            status = 0
-        except SystemExit as e:
-            status = _exit_status(e)
-        except BaseException as e:
-            _print_exception(e, name)
-            status = 1
-        _flush()
-        return status
+
+        return _status(run, name)
 

@@ -82,19 +82,21 @@ assert not errors, errors
 print("concurrent ok")
 "#;
 
-#[test]
-fn the_published_client_accepts_our_answers_and_refusals() {
-    let dir = scratch("python");
+/// A wasm daemon with one caller, `py`, and `extra` settings; its URL and token.
+fn wasm_daemon(name: &str, extra: &[(&str, &str)]) -> (Daemon, String) {
+    let dir = scratch(name);
     let (file, tokens) = callers(&dir, &["py"]);
     let file = file.display().to_string();
-    let d = Daemon::start(&[
-        ("SANDBOX_PROVIDER", "wasm"),
-        ("PLIMSOLL_CLIENTS_FILE", &file),
-        ("SANDBOX_RATE_PER_MIN", "0"),
-        ("SANDBOX_MAX_CONCURRENT", "32"),
-        ("SANDBOX_PER_KEY_CONCURRENT", "32"),
-    ]);
-    let out = run_script(SCRIPT, &[("URL", &d.url()), ("TOKEN", &tokens[0])]);
+    let mut env =
+        vec![("SANDBOX_PROVIDER", "wasm"), ("PLIMSOLL_CLIENTS_FILE", file.as_str()), ("SANDBOX_RATE_PER_MIN", "0")];
+    env.extend_from_slice(extra);
+    (Daemon::start(&env), tokens[0].clone())
+}
+
+#[test]
+fn the_published_client_accepts_our_answers_and_refusals() {
+    let (d, token) = wasm_daemon("python", &[("SANDBOX_MAX_CONCURRENT", "32"), ("SANDBOX_PER_KEY_CONCURRENT", "32")]);
+    let out = run_script(SCRIPT, &[("URL", &d.url()), ("TOKEN", &token)]);
     assert_eq!(out, "runs ok\nrefusals ok\nconcurrent ok\n");
 }
 
@@ -134,15 +136,7 @@ print("python on wasm ok")
 
 #[test]
 fn the_published_client_runs_python_projects_and_cells_on_wasm() {
-    let dir = scratch("python-wasm");
-    let (file, tokens) = callers(&dir, &["py"]);
-    let file = file.display().to_string();
-    let d = Daemon::start(&[
-        ("SANDBOX_PROVIDER", "wasm"),
-        ("PLIMSOLL_CLIENTS_FILE", &file),
-        ("SANDBOX_RATE_PER_MIN", "0"),
-        ("SANDBOX_MAX_SESSIONS", "2"),
-    ]);
-    let out = run_script(PYTHON_ON_WASM, &[("URL", &d.url()), ("TOKEN", &tokens[0])]);
+    let (d, token) = wasm_daemon("python-wasm", &[("SANDBOX_MAX_SESSIONS", "2")]);
+    let out = run_script(PYTHON_ON_WASM, &[("URL", &d.url()), ("TOKEN", &token)]);
     assert_eq!(out, "python on wasm ok\n");
 }
