@@ -31,6 +31,32 @@ const MAX_STACK_BYTES: usize = 512 << 10;
 
 mod redeclare;
 
+thread_local! {
+    /// The context `prepare` built, taken by the next `run`. In the built component
+    /// it is already here: the build snapshots the instance after `prepare`.
+    static READY: RefCell<Option<Js>> = const { RefCell::new(None) };
+    /// `Math.random`'s xorshift64* state, drawn from WASI randomness when a run or
+    /// an interpreter starts (a snapshot would otherwise give every run one sequence).
+    static RANDOM: std::cell::Cell<u64> = const { std::cell::Cell::new(0x9e37_79b9_7f4a_7c15) };
+}
+
+/// Draws a fresh seed for `Math.random`.
+fn reseed() {
+    RANDOM.with(|r| r.set(wasi::random::random::get_random_u64() | 1));
+}
+
+/// The next `Math.random` value in [0, 1).
+fn next_random() -> f64 {
+    RANDOM.with(|r| {
+        let mut x = r.get();
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        r.set(x);
+        (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+    })
+}
+
 struct Engine;
 
 export!(Engine);
@@ -76,6 +102,8 @@ impl Js {
                 })?,
             )?;
             native.set("call", Function::new(ctx.clone(), host_call)?)?;
+            let math: Object = ctx.globals().get("Math")?;
+            math.set("random", Function::new(ctx.clone(), next_random)?.with_name("random")?)?;
             if let Some(files) = files {
                 native.set(
                     "readFile",
@@ -196,8 +224,15 @@ fn fatal(message: &str) -> Status {
 impl Guest for Engine {
     type Interpreter = Interpreter;
 
+    fn prepare() {
+        if let Ok(js) = Js::new(None) {
+            READY.with(|r| *r.borrow_mut() = Some(js));
+        }
+    }
+
     fn run(code: String, grant: Option<Grant>) -> Status {
-        let js = match Js::new(None) {
+        reseed();
+        let js = match READY.with(|r| r.borrow_mut().take()).map_or_else(|| Js::new(None), Ok) {
             Ok(js) => js,
             Err(e) => return fatal(&e),
         };
@@ -235,6 +270,7 @@ pub struct Interpreter {
 
 impl GuestInterpreter for Interpreter {
     fn new() -> Self {
+        reseed();
         let files: Files = Rc::default();
         match Js::new(Some(files.clone())) {
             Ok(js) => Interpreter { js, files },

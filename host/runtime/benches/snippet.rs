@@ -3,7 +3,8 @@
 //! evaluation, teardown), and how far past its budget an endless loop runs.
 //! Prints medians and tails; asserts nothing.
 //!
-//! `cargo bench -p plimsoll-runtime --bench snippet [-- RUNS]` (default 1,000 runs).
+//! `cargo bench -p plimsoll-runtime --bench snippet [-- RUNS]` (default 1,000 runs);
+//! `PLIMSOLL_BENCH_BASELINE=OTHER.wasm` interleaves another build of the component.
 
 use std::time::{Duration, Instant};
 
@@ -33,20 +34,36 @@ fn main() {
     let _ = std::fs::remove_dir_all(&cache);
 
     let wasm = WasmProvider::new(&warm, WasmConfig::default()).expect("provider");
+    // Another build of the component, interleaved with the embedded one: the
+    // raw build (before pre-initialisation) is guests/target/.../plimsoll_quickjs.wasm.
+    let baseline = std::env::var_os("PLIMSOLL_BENCH_BASELINE").map(|path| {
+        let bytes = std::fs::read(&path).expect("the baseline component");
+        (path, WasmProvider::with_component(&warm, WasmConfig::default(), &bytes).expect("baseline provider"))
+    });
     let budget = Duration::from_secs(5);
     for _ in 0..50 {
         wasm.run_javascript("6*7", budget).expect("warm-up");
+        if let Some((_, b)) = &baseline {
+            b.run_javascript("6*7", budget).expect("warm-up");
+        }
     }
     let mut times = Vec::with_capacity(runs);
+    let mut base_times = Vec::with_capacity(runs);
     let all = Instant::now();
     for _ in 0..runs {
         let t = Instant::now();
         let r = wasm.run_javascript("6*7", budget).expect("run");
         times.push(t.elapsed());
         assert_eq!(r.exit_code, 0);
+        if let Some((_, b)) = &baseline {
+            let t = Instant::now();
+            b.run_javascript("6*7", budget).expect("run");
+            base_times.push(t.elapsed());
+        }
     }
     let wall = all.elapsed();
     times.sort();
+    base_times.sort();
 
     println!("component            {} bytes", QUICKJS_COMPONENT.len());
     println!("precompile (cold)    {}", ms(compiled.took));
@@ -55,7 +72,18 @@ fn main() {
     println!("  p50                {}", ms(percentile(&times, 0.50)));
     println!("  p95                {}", ms(percentile(&times, 0.95)));
     println!("  p99                {}", ms(percentile(&times, 0.99)));
-    println!("  throughput         {:.0} runs/s on one thread", runs as f64 / wall.as_secs_f64());
+    if let Some((path, _)) = &baseline {
+        println!("  throughput         (interleaved with the baseline)");
+        println!("baseline             {}", path.to_string_lossy());
+        println!("  p50                {}", ms(percentile(&base_times, 0.50)));
+        println!("  p95                {}", ms(percentile(&base_times, 0.95)));
+        println!(
+            "  ratio p50          {:.2} (embedded / baseline)",
+            percentile(&times, 0.50).as_secs_f64() / percentile(&base_times, 0.50).as_secs_f64()
+        );
+    } else {
+        println!("  throughput         {:.0} runs/s on one thread", runs as f64 / wall.as_secs_f64());
+    }
 
     // How far past its budget an endless loop runs before the epoch deadline stops it.
     let loop_budget = Duration::from_millis(100);

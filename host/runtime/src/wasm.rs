@@ -6,7 +6,7 @@
 //! a run does survives it.
 
 use std::collections::BTreeMap;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use plimsoll_core::limits::OUTPUT_CAP_BYTES;
@@ -222,6 +222,7 @@ pub struct WasmProvider {
     config: WasmConfig,
     loaded: (Readiness, Duration),
     python: Option<PythonGuest>,
+    identity: Arc<str>,
 }
 
 impl std::fmt::Debug for WasmProvider {
@@ -241,14 +242,29 @@ impl WasmProvider {
     ///
     /// [`RuntimeError`] when the component does not compile or link.
     pub fn new(engine: &Engine, config: WasmConfig) -> Result<WasmProvider, RuntimeError> {
-        let Loaded { component, readiness, took } = engine.load("quickjs", QUICKJS_COMPONENT)?;
+        WasmProvider::with_component(engine, config, QUICKJS_COMPONENT)
+    }
+
+    /// As [`WasmProvider::new`], with a QuickJS component other than the embedded
+    /// one (the benchmarks compare builds); its identity is its own digest.
+    ///
+    /// # Errors
+    ///
+    /// [`RuntimeError`] when the component does not compile or link.
+    pub fn with_component(engine: &Engine, config: WasmConfig, bytes: &[u8]) -> Result<WasmProvider, RuntimeError> {
+        let Loaded { component, readiness, took } = engine.load("quickjs", bytes)?;
+        let identity: Arc<str> = if bytes == QUICKJS_COMPONENT {
+            quickjs_identity().into()
+        } else {
+            format!("quickjs-wasm:sha256:{}", hex::encode(Sha256::digest(bytes))).into()
+        };
         let mut linker = Linker::<RunState>::new(engine.wasmtime());
         let link = |e: wasmtime::Error| RuntimeError::Link(format!("{e:#}"));
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(link)?;
         EngineWorld::add_to_linker::<RunState, HasSelf<RunState>>(&mut linker, |s| s).map_err(link)?;
         let pre = linker.instantiate_pre(&component).map_err(link)?;
         let pre = EnginePre::new(pre).map_err(link)?;
-        Ok(WasmProvider { engine: engine.clone(), pre, config, loaded: (readiness, took), python: None })
+        Ok(WasmProvider { engine: engine.clone(), pre, config, loaded: (readiness, took), python: None, identity })
     }
 
     /// The same provider, running Python too: project steps `python3 [-I] FILE
@@ -300,7 +316,7 @@ impl WasmProvider {
     }
 
     fn evidence(&self) -> Evidence {
-        Evidence { tier: Tier::Process, environment: quickjs_identity().to_string(), ..Evidence::default() }
+        Evidence { tier: Tier::Process, environment: self.identity.to_string(), ..Evidence::default() }
     }
 
     /// Runs JavaScript in a fresh store: exit 0 when it completes, 1 when it throws,
@@ -601,7 +617,7 @@ impl Provider for WasmProvider {
         Description {
             name: "wasm".into(),
             snippet: Some(KindSupport {
-                identity: quickjs_identity().to_string(),
+                identity: self.identity.to_string(),
                 software_identity: String::new(),
                 default_timeout: self.config.default_timeout,
                 max_timeout: self.config.max_timeout,

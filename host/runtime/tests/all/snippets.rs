@@ -146,6 +146,16 @@ fn python_is_unsupported_here() {
 }
 
 #[test]
+fn every_run_of_the_snapshot_draws_its_own_random_sequence() {
+    let a = run("console.log(Math.random(), Math.random())", FIVE_S);
+    let b = run("console.log(Math.random(), Math.random())", FIVE_S);
+    assert_eq!((a.exit_code, b.exit_code), (0, 0));
+    assert_ne!(a.stdout, b.stdout, "two runs from one snapshot gave one sequence");
+    let values: Vec<f64> = text(&a.stdout).split_whitespace().map(|v| v.parse().expect("a number")).collect();
+    assert!(values.iter().all(|v| (0.0..1.0).contains(v)) && values[0] != values[1], "{values:?}");
+}
+
+#[test]
 fn the_component_imports_no_filesystem_sockets_or_http() {
     let engine = wasmtime::Engine::default();
     let component =
@@ -157,6 +167,8 @@ fn the_component_imports_no_filesystem_sockets_or_http() {
             || i.starts_with("wasi:io/")
             || i.starts_with("wasi:clocks/")
             || i.starts_with("wasi:random/insecure-seed")
+            // Math.random's seed, drawn at each run (the component is a snapshot).
+            || i.starts_with("wasi:random/random@")
             || i.starts_with("wasi:cli/");
         assert!(allowed, "the engine imports {i}");
     }
