@@ -101,7 +101,13 @@ impl Engine {
             .total_memories(n.saturating_mul(2))
             .max_tables_per_component(8)
             .total_tables(n.saturating_mul(4))
-            .max_memory_size(4 << 30);
+            .max_memory_size(4 << 30)
+            // A freed slot resets its first 2 MiB by hand instead of decommitting them,
+            // so the next instance does not fault in the snapshot's pages again (the
+            // pre-initialised QuickJS heap fits). Each slot reused keeps that much
+            // resident: 128 MiB for the daemon's default 64 slots at most.
+            .linear_memory_keep_resident(2 << 20)
+            .table_keep_resident(64 << 10);
         let mut cfg = Config::new();
         cfg.wasm_component_model(true)
             .epoch_interruption(true)
