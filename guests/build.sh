@@ -17,10 +17,15 @@ cargo build --release --locked --target wasm32-wasip2 \
 # the host's flags, so none of the guest settings above) runs the component's
 # `prepare` with fixed clocks and random streams and snapshots it: a fresh run starts
 # with the context and prelude ready, and the snapshot is the same on every build.
-echo "pre-initialising the QuickJS component (plimsoll-preinit)" >&2
+# The tool is built with the whole workspace and all its targets, so its wasmtime is
+# the one the test suite uses (one build, not two with different features).
+echo "pre-initialising the QuickJS component (plimsoll-preinit; builds the host workspace)" >&2
 mkdir -p "$out_dir/quickjs"
-env -u CARGO_ENCODED_RUSTFLAGS -u CFLAGS_wasm32_wasip2 -u CC_wasm32_wasip2 -u AR_wasm32_wasip2 -u RQUICKJS_SYS_NO_WASI_SDK -u SOURCE_DATE_EPOCH cargo run -q --locked --manifest-path "$root/Cargo.toml" \
-  -p plimsoll-preinit -- "$target_dir/wasm32-wasip2/release/plimsoll_quickjs.wasm" "$out_dir/quickjs/quickjs.wasm.tmp"
+host_env=(env -u CARGO_ENCODED_RUSTFLAGS -u CFLAGS_wasm32_wasip2 -u CC_wasm32_wasip2 -u AR_wasm32_wasip2
+  -u RQUICKJS_SYS_NO_WASI_SDK -u SOURCE_DATE_EPOCH)
+"${host_env[@]}" cargo build -q --locked --manifest-path "$root/Cargo.toml" --workspace --all-targets
+"${host_env[@]}" "${CARGO_TARGET_DIR:-$root/target}/debug/plimsoll-preinit" \
+  "$target_dir/wasm32-wasip2/release/plimsoll_quickjs.wasm" "$out_dir/quickjs/quickjs.wasm.tmp"
 mv "$out_dir/quickjs/quickjs.wasm.tmp" "$out_dir/quickjs/quickjs.wasm"
 chmod 0644 "$out_dir/quickjs/quickjs.wasm"
 (cd "$out_dir" && sha256sum quickjs/quickjs.wasm)
