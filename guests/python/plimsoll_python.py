@@ -183,13 +183,12 @@ def _stat_result(mode, size):
     return os.stat_result((mode, 0, 0, 1, 0, 0, size, now, now, now))
 
 
-_real = {name: getattr(os, name) for name in ("stat", "lstat", "listdir", "scandir", "remove", "unlink", "rename",
-                                              "replace", "mkdir", "makedirs", "rmdir", "getcwd", "chdir")}
+_real_stat = os.stat
 
 
 def work_stat(path, *, dir_fd=None, follow_symlinks=True):
     if isinstance(path, int):
-        return _real["stat"](path)
+        return _real_stat(path)
     rel = FILES.rel(path)
     if rel is not None and rel in FILES.files:
         return _stat_result(stat_module.S_IFREG | 0o644, len(FILES.files[rel]))

@@ -14,13 +14,13 @@ use std::time::{Duration, Instant};
 use plimsoll_core::wire::{Artifact, CellResult, ProjectOutcome, ProjectResult, ProjectRun, StepResult};
 use plimsoll_core::{Reason, Refusal};
 use sha2::{Digest, Sha256};
+use wasmtime::Store;
 use wasmtime::component::{HasSelf, Linker, ResourceAny};
-use wasmtime::{Store, Trap};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
 use crate::RuntimeError;
 use crate::engine::{Engine, Loaded, Readiness};
-use crate::wasm::{Captured, EXIT_TIMEOUT, EXIT_TRAP, RunState, WasmConfig};
+use crate::wasm::{Captured, EXIT_TIMEOUT, EXIT_TRAP, RunState, Stopped, WasmConfig};
 
 mod generated {
     wasmtime::component::bindgen!({
@@ -168,6 +168,7 @@ impl PythonGuest {
         let mut files = project.files.iter().map(|f| (f.path.as_str(), f.content.as_bytes()));
         let mut live = self.start(engine, config, &mut files, timeout)?;
         let mut result = ProjectResult { outcome: ProjectOutcome::Completed, ..ProjectResult::default() };
+        let mut trapped = false;
         for (step, command) in steps.iter().zip(&project.steps) {
             let step_start = Instant::now();
             let ended = live.run_file(config, &step.file, &step.args, step.isolated);
@@ -187,10 +188,12 @@ impl PythonGuest {
                 return Ok(result);
             }
             if ended.trapped || ended.exit_code != 0 {
+                trapped = ended.trapped;
                 break;
             }
         }
-        if !live.trapped() {
+        // A trapped instance cannot be entered again, so its files cannot be read back.
+        if !trapped {
             let (artifacts, truncated) = live.artifacts(&project.artifacts);
             result.artifacts = artifacts;
             result.artifacts_truncated = truncated;
@@ -260,26 +263,22 @@ pub fn python_steps(steps: &[String]) -> Result<Vec<PythonStep>, Refusal> {
 }
 
 impl LivePython {
-    fn trapped(&self) -> bool {
-        self.store.data().trapped
-    }
-
     fn finish(&mut self, config: &WasmConfig, outcome: wasmtime::Result<i32>) -> Ended {
         let state = self.store.data_mut();
         let stdout = std::mem::take(&mut state.stdout);
         let mut stderr = std::mem::take(&mut state.stderr);
-        match outcome {
-            Ok(code) => Ended { exit_code: code, timed_out: false, stdout, stderr, trapped: false },
-            Err(e) => {
-                state.trapped = true;
-                if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) {
-                    return Ended { exit_code: EXIT_TIMEOUT, timed_out: true, stdout, stderr, trapped: true };
+        let (exit_code, timed_out, trapped) = match outcome {
+            Ok(code) => (code, false, false),
+            Err(e) => match Stopped::of(&e, state.limiter.denied, config.memory_mb, &self.guest_stderr) {
+                Stopped::Deadline => (EXIT_TIMEOUT, true, true),
+                // Whatever Python printed comes first; the host adds why the interpreter stopped.
+                Stopped::Trap(why) => {
+                    stderr.push(config.output_cap, why.as_bytes());
+                    (EXIT_TRAP, false, true)
                 }
-                let why = crate::wasm::trap_reason(&e, state.limiter.denied, config.memory_mb, &self.guest_stderr);
-                stderr.push(config.output_cap, why.as_bytes());
-                Ended { exit_code: EXIT_TRAP, timed_out: false, stdout, stderr, trapped: true }
-            }
-        }
+            },
+        };
+        Ended { exit_code, timed_out, stdout, stderr, trapped }
     }
 
     /// Runs a program of the work directory; the deadline set at start applies.

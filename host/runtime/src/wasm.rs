@@ -45,10 +45,15 @@ use generated::{Engine as EngineWorld, EnginePre};
 /// The QuickJS guest component, built by `guests/build.sh` and checked in.
 pub const QUICKJS_COMPONENT: &[u8] = include_bytes!("../../../guests/quickjs/quickjs.wasm");
 
-/// The component's identity: `quickjs-wasm:sha256:<hex>` of its bytes.
+/// The embedded component's identity: `quickjs-wasm:sha256:<hex>` of its bytes.
 pub fn quickjs_identity() -> &'static str {
     static ID: OnceLock<String> = OnceLock::new();
-    ID.get_or_init(|| format!("quickjs-wasm:sha256:{}", hex::encode(Sha256::digest(QUICKJS_COMPONENT))))
+    ID.get_or_init(|| identity_of(QUICKJS_COMPONENT))
+}
+
+/// `quickjs-wasm:sha256:<hex>` of a QuickJS component's bytes.
+fn identity_of(component: &[u8]) -> String {
+    format!("quickjs-wasm:sha256:{}", hex::encode(Sha256::digest(component)))
 }
 
 /// Exit code of a run its deadline ended.
@@ -132,8 +137,6 @@ pub(crate) struct RunState {
     cap: usize,
     pub(crate) stdout: Captured,
     pub(crate) stderr: Captured,
-    /// The instance trapped; it cannot be entered again.
-    pub(crate) trapped: bool,
 }
 
 impl RunState {
@@ -155,7 +158,6 @@ impl RunState {
             cap: config.output_cap,
             stdout: Captured::default(),
             stderr: Captured::default(),
-            trapped: false,
         };
         let mut store = Store::new(engine.wasmtime(), state);
         store.limiter(|s| &mut s.limiter);
@@ -175,19 +177,39 @@ pub(crate) fn instantiate_refusal(e: wasmtime::Error) -> Refusal {
     }
 }
 
-/// What stderr says about a trap other than the deadline.
-pub(crate) fn trap_reason(
-    e: &wasmtime::Error,
-    out_of_memory: bool,
-    memory_mb: u32,
-    guest_stderr: &MemoryOutputPipe,
-) -> String {
-    if out_of_memory {
-        return format!("guest aborted: out of memory (the run's limit is {memory_mb} MiB)\n");
+/// How a call into a guest that did not return ended.
+#[derive(Debug)]
+pub(crate) enum Stopped {
+    /// The epoch deadline: exit [`EXIT_TIMEOUT`], `timed_out`.
+    Deadline,
+    /// Any other trap: exit [`EXIT_TRAP`], with what stderr should say about it.
+    Trap(String),
+}
+
+impl Stopped {
+    /// Classifies the error of a guest call; `out_of_memory` says whether the store's
+    /// limiter refused a growth, and `guest_stderr` holds the guest's own panic text.
+    pub(crate) fn of(
+        e: &wasmtime::Error,
+        out_of_memory: bool,
+        memory_mb: u32,
+        guest_stderr: &MemoryOutputPipe,
+    ) -> Stopped {
+        let trap = e.downcast_ref::<Trap>();
+        if trap == Some(&Trap::Interrupt) {
+            return Stopped::Deadline;
+        }
+        if out_of_memory {
+            return Stopped::Trap(format!("guest aborted: out of memory (the run's limit is {memory_mb} MiB)\n"));
+        }
+        let panic = String::from_utf8_lossy(&guest_stderr.contents()).trim().to_string();
+        let trap = trap.map(|t| t.to_string()).unwrap_or_else(|| format!("{e}"));
+        Stopped::Trap(if panic.is_empty() {
+            format!("guest aborted: {trap}\n")
+        } else {
+            format!("guest aborted: {trap}: {panic}\n")
+        })
     }
-    let panic = String::from_utf8_lossy(&guest_stderr.contents()).trim().to_string();
-    let trap = e.downcast_ref::<Trap>().map(|t| t.to_string()).unwrap_or_else(|| format!("{e}"));
-    if panic.is_empty() { format!("guest aborted: {trap}\n") } else { format!("guest aborted: {trap}: {panic}\n") }
 }
 
 impl WasiView for RunState {
@@ -253,11 +275,8 @@ impl WasmProvider {
     /// [`RuntimeError`] when the component does not compile or link.
     pub fn with_component(engine: &Engine, config: WasmConfig, bytes: &[u8]) -> Result<WasmProvider, RuntimeError> {
         let Loaded { component, readiness, took } = engine.load("quickjs", bytes)?;
-        let identity: Arc<str> = if bytes == QUICKJS_COMPONENT {
-            quickjs_identity().into()
-        } else {
-            format!("quickjs-wasm:sha256:{}", hex::encode(Sha256::digest(bytes))).into()
-        };
+        let identity: Arc<str> =
+            if bytes == QUICKJS_COMPONENT { quickjs_identity().into() } else { identity_of(bytes).into() };
         let mut linker = Linker::<RunState>::new(engine.wasmtime());
         let link = |e: wasmtime::Error| RuntimeError::Link(format!("{e:#}"));
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(link)?;
@@ -285,20 +304,6 @@ impl WasmProvider {
             "this wasm provider has no CPython component, so it runs javascript only: build one with \
              guests/python/build.sh (or set SANDBOX_WASM_PYTHON), or use the docker provider",
         )
-    }
-
-    /// Runs a Python project: every step must be `python3 [-I] FILE [ARG...]`
-    /// (checked before anything runs); the steps run in order in one fresh CPython
-    /// instance over an in-memory work directory holding the project's files.
-    ///
-    /// # Errors
-    ///
-    /// Refused (nothing ran): `unsupported` without the CPython guest or for any
-    /// other step; `capacity` or `environment` when no instance could be started.
-    pub fn run_python_project(&self, project: &ProjectRun, timeout: Duration) -> Result<ProjectResult, Refusal> {
-        let python = self.python.as_ref().ok_or_else(|| self.no_python())?;
-        let steps = python::python_steps(&project.steps)?;
-        python.run_project(&self.engine, &self.config, project, &steps, timeout)
     }
 
     fn python_evidence(&self, python: &PythonGuest) -> Evidence {
@@ -362,20 +367,23 @@ impl WasmProvider {
         match outcome {
             Ok(Status::Completed) => result.exit_code = 0,
             Ok(Status::Raised) => result.exit_code = 1,
-            Err(e) if e.downcast_ref::<Trap>() == Some(&Trap::Interrupt) => {
-                result.exit_code = EXIT_TIMEOUT;
-                result.timed_out = true;
-            }
-            Err(e) => {
-                result.exit_code = EXIT_TRAP;
-                if result.stderr.is_empty() {
-                    let why = trap_reason(&e, out_of_memory, self.config.memory_mb, guest_stderr);
-                    let mut stderr = Captured::default();
-                    stderr.push(self.config.output_cap, why.as_bytes());
-                    result.stderr = stderr.bytes;
-                    result.stderr_truncated = stderr.truncated;
+            Err(e) => match Stopped::of(&e, out_of_memory, self.config.memory_mb, guest_stderr) {
+                Stopped::Deadline => {
+                    result.exit_code = EXIT_TIMEOUT;
+                    result.timed_out = true;
                 }
-            }
+                // QuickJS reports what it can on stderr itself; the host's reason
+                // fills in only when it printed nothing.
+                Stopped::Trap(why) => {
+                    result.exit_code = EXIT_TRAP;
+                    if result.stderr.is_empty() {
+                        let mut stderr = Captured::default();
+                        stderr.push(self.config.output_cap, why.as_bytes());
+                        result.stderr = stderr.bytes;
+                        result.stderr_truncated = stderr.truncated;
+                    }
+                }
+            },
         }
         result
     }
@@ -565,13 +573,12 @@ impl Session for WasmSession {
                 let files: Vec<(String, Vec<u8>)> =
                     c.files.iter().map(|f| (f.path.clone(), f.content.as_bytes().to_vec())).collect();
                 if c.language == Language::Python {
+                    let Some(python) = self.provider.python.as_ref() else {
+                        return Err(self.provider.no_python().into());
+                    };
+                    let evidence = self.provider.python_evidence(python);
                     let cell = self.python_cell(c.code, &files, c.timeout)?;
-                    let evidence = self.provider.python.as_ref().map(|p| self.provider.python_evidence(p));
-                    return Ok(Answered {
-                        output: Output::Cell(cell),
-                        evidence: evidence.unwrap_or_else(|| self.provider.evidence()),
-                        ended: None,
-                    });
+                    return Ok(Answered { output: Output::Cell(cell), evidence, ended: None });
                 }
                 Output::Cell(self.cell(c.code, &files, c.timeout)?)
             }
@@ -664,9 +671,13 @@ impl Provider for WasmProvider {
         timeout: Duration,
         floor: Option<Floor>,
     ) -> Result<Ran<ProjectResult>, RunError> {
+        // Every step must be `python3 [-I] FILE [ARG...]`, checked before anything
+        // runs; the steps run in order in one fresh CPython instance over an
+        // in-memory work directory holding the project's files.
         provider::check_floor(Tier::Process, floor)?;
         let python = self.python.as_ref().ok_or_else(|| self.no_python())?;
-        let result = self.run_python_project(project, timeout)?;
+        let steps = python::python_steps(&project.steps)?;
+        let result = python.run_project(&self.engine, &self.config, project, &steps, timeout)?;
         Ok(Ran { result, evidence: self.python_evidence(python) })
     }
 }
