@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use plimsoll_core::record;
-use plimsoll_core::wire::RunRecord;
+use plimsoll_core::wire::{CloseSessionResponse, RunRecord};
 use plimsoll_keys::VerifyingKey;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -171,6 +171,18 @@ pub struct ClosePredicate {
     pub calls: u64,
     /// The last call's record digest (empty with no calls).
     pub last_record_sha256: String,
+}
+
+impl ClosePredicate {
+    /// The end a client's checked `CloseSession` answer states (the client compared
+    /// its session fingerprint, calls and last digest with the chain it followed).
+    pub fn closed(done: &CloseSessionResponse) -> ClosePredicate {
+        ClosePredicate {
+            session: done.session.clone(),
+            calls: done.calls,
+            last_record_sha256: done.last_record_sha256.clone(),
+        }
+    }
 }
 
 /// One bundle line's place: its index, the previous line's digest, and this line's

@@ -296,7 +296,6 @@ fn session(target: &Target, calls: &Path) -> anyhow::Result<ExitCode> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let c = client(daemon)?;
     let s = rt.block_on(c.open_session(&plimsoll_client::SessionOptions::default()))?;
-    let fingerprint = s.fingerprint().to_string();
     let mut entries = Vec::new();
     let mut failure = None;
     for (i, mut req) in requests.into_iter().enumerate() {
@@ -319,16 +318,12 @@ fn session(target: &Target, calls: &Path) -> anyhow::Result<ExitCode> {
         }
     }
     let closed = rt.block_on(s.close())?;
-    let close = plimsoll_attest::statement::ClosePredicate {
-        session: fingerprint.clone(),
-        calls: closed.calls,
-        last_record_sha256: closed.last_record_sha256,
-    };
+    let close = plimsoll_attest::statement::ClosePredicate::closed(&closed);
     entries.push(Entry::close(signer, &close)?);
     append_or_keep(bundle, signer, shared, &entries)?;
     println!(
         "session {}…: {} calls and the close signed into {}",
-        plimsoll_attest::bundle::short(&fingerprint),
+        plimsoll_attest::bundle::short(&close.session),
         close.calls,
         bundle.display()
     );

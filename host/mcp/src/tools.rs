@@ -291,11 +291,7 @@ impl Tools {
             self.remember(&resp).await;
             let cell = resp.cell.clone().unwrap_or_default();
             let flags = Flags { state_kept: false, files_persist: false, fresh_sandbox: true, fresh_interpreter: true };
-            let close = closed.ok().map(|c| ClosePredicate {
-                session: s.fingerprint().to_string(),
-                calls: c.calls,
-                last_record_sha256: c.last_record_sha256,
-            });
+            let close = closed.ok().map(|c| ClosePredicate::closed(&c));
             let value = self.with_receipt(result(&resp, &cell, flags, None), &req, &resp, close).await;
             return Ok(Answer::ok(value));
         };
@@ -371,14 +367,8 @@ impl Tools {
         let removed = self.sandboxes.lock().await.remove(&a.handle);
         let closed = match removed {
             Some(s) => {
-                let fingerprint = s.session.fingerprint().to_string();
                 if let (Ok(c), Some(r)) = (s.session.close().await, &self.receipts) {
-                    let close = ClosePredicate {
-                        session: fingerprint,
-                        calls: c.calls,
-                        last_record_sha256: c.last_record_sha256,
-                    };
-                    r.close(close).await;
+                    r.close(ClosePredicate::closed(&c)).await;
                 }
                 true
             }
