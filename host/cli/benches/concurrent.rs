@@ -14,28 +14,18 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use plimsoll_client::{Client, Options};
-use support::{TOKEN, serve};
+use support::{TOKEN, peak_rss_kib, serve};
 
 fn ms(d: Duration) -> String {
     format!("{:.1} ms", d.as_secs_f64() * 1000.0)
 }
 
-fn limit(name: &str, pid: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/{name}"))
+/// This process's soft limit on open files.
+fn open_files_limit() -> u64 {
+    std::fs::read_to_string("/proc/self/limits")
         .ok()
         .and_then(|s| {
             s.lines().find(|l| l.starts_with("Max open files")).and_then(|l| l.split_whitespace().nth(3)?.parse().ok())
-        })
-        .unwrap_or(0)
-}
-
-fn peak_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmHWM:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         })
         .unwrap_or(0)
 }
@@ -44,7 +34,7 @@ fn main() {
     let args: Vec<u64> = std::env::args().skip(1).filter_map(|a| a.parse().ok()).collect();
     let n = args.first().copied().unwrap_or(2000) as usize;
     let busy_ms = args.get(1).copied().unwrap_or(0);
-    let files = limit("limits", "self");
+    let files = open_files_limit();
     if files < 2 * n as u64 + 100 {
         eprintln!(
             "concurrent: {n} connections need {} open files, the limit is {files}: raise it with ulimit -n",
@@ -120,5 +110,5 @@ fn main() {
     println!("  latency p50       {}", ms(times[times.len() / 2]));
     println!("  latency p99       {}", ms(times[(times.len() * 99) / 100]));
     println!("  latency max       {}", ms(times[times.len() - 1]));
-    println!("  daemon peak RSS   {} MiB", peak_kib(daemon.pid()) / 1024);
+    println!("  daemon peak RSS   {} MiB", peak_rss_kib(daemon.pid()) / 1024);
 }

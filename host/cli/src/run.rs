@@ -99,11 +99,12 @@ fn refused(json: bool, r: &Refusal) -> ExitCode {
 
 /// Builds the request the command line describes, refusing bad input before any
 /// engine starts.
-fn request(args: &Args, code: String, provider: &WasmProvider) -> anyhow::Result<Result<RunRequest, Refusal>> {
-    let language = match Language::parse(&args.language) {
-        Ok(l) => l,
-        Err(r) => return Ok(Err(r)),
-    };
+fn request(
+    args: &Args,
+    code: String,
+    language: Language,
+    provider: &WasmProvider,
+) -> anyhow::Result<Result<RunRequest, Refusal>> {
     let desc = provider.describe();
     // Python runs as a one-step project (`python3 main.py`); JavaScript as a snippet.
     let kind = match language {
@@ -217,21 +218,21 @@ fn print_lines(resp: &RunResponse) -> anyhow::Result<ExitCode> {
 pub fn main(args: Args) -> anyhow::Result<ExitCode> {
     // Cheap checks first: bad code, a bad language or floor refuses before any engine starts.
     let checked = read_code(&args)?.and_then(|code| {
-        Language::parse(&args.language)?;
+        let language = Language::parse(&args.language)?;
         validate::floor(args.min_isolation.as_deref().unwrap_or(""))?;
-        Ok(code)
+        Ok((code, language))
     });
-    let code = match checked {
-        Ok(code) => code,
+    let (code, language) = match checked {
+        Ok(checked) => checked,
         Err(r) => return Ok(refused(args.json, &r)),
     };
     if let Some(url) = args.daemon.clone() {
-        return remote(&args, code, &url);
+        return remote(&args, code, language, &url);
     }
     let engine = Engine::new(&EngineConfig::default()).context("starting the wasm engine")?;
     let mut wasm = WasmProvider::new(&engine, WasmConfig { memory_mb: memory_mb()?, ..WasmConfig::default() })
         .context("loading the QuickJS component")?;
-    if Language::parse(&args.language).ok() == Some(Language::Python) {
+    if language == Language::Python {
         let configured = std::env::var_os("SANDBOX_WASM_PYTHON").filter(|v| !v.is_empty()).map(PathBuf::from);
         if let Some(path) =
             plimsoll_runtime::python::component_path(configured.as_deref()).map_err(anyhow::Error::msg)?
@@ -240,7 +241,7 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
             wasm = wasm.with_python(guest);
         }
     }
-    let req = match request(&args, code, &wasm)? {
+    let req = match request(&args, code, language, &wasm)? {
         Ok(r) => r,
         Err(r) => return Ok(refused(args.json, &r)),
     };
@@ -264,9 +265,8 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
 }
 
 /// `run --daemon URL`: the same run through the checked client.
-fn remote(args: &Args, code: String, url: &str) -> anyhow::Result<ExitCode> {
+fn remote(args: &Args, code: String, language: Language, url: &str) -> anyhow::Result<ExitCode> {
     use plimsoll_client::{Client, Error, Settings};
-    let language = Language::parse(&args.language).map_err(|r| anyhow::anyhow!(r.message))?;
     let timeout_ms = match args.timeout_ms {
         None => 0,
         Some(0) => {

@@ -32,12 +32,23 @@ impl Drop for Daemon {
 /// A process's resident set in KiB, from /proc.
 #[allow(dead_code, reason = "not every bench reads it")]
 pub fn rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS")
+}
+
+/// A process's peak resident set in KiB, from /proc.
+#[allow(dead_code, reason = "not every bench reads it")]
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmHWM")
+}
+
+/// A `kB` field of `/proc/PID/status`.
+fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("/proc status");
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
+        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"))
 }
 
 /// Starts `serve` with `env` on an ephemeral loopback port (the shared token, no
