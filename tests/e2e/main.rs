@@ -6,6 +6,7 @@ mod config;
 mod daemon;
 mod docker;
 mod docker_sessions;
+mod grants;
 mod mcp;
 mod mcp_tour;
 mod python;

@@ -258,8 +258,10 @@
     return lead + inspect(e, 0, [], true) + '\n';
   }
 
-  // A grant's client: host.get(path), host.post(path, body), ... Calls outside the
-  // granted routes are refused here first; the host's broker refuses them anyway.
+  // A grant's client: host.get(route, params), host.post(route, body, params), ...
+  // `params` fill the route's `*` segments in order (an array, or one value for
+  // one `*`). Calls outside the granted routes are refused here first; the host's
+  // broker refuses them anyway, and it alone holds the credential.
   function installHost(name, routes, preamble) {
     const allowed = routes.map((r) => {
       const sp = r.indexOf(' ');
@@ -270,15 +272,39 @@
         (r) =>
           r.method === method &&
           r.segments.length === path.split('/').length &&
-          path.split('/').every((s, i) => (r.segments[i] === '*' ? s !== '' : r.segments[i] === s)),
+          path.split('/').every((s, i) => (r.segments[i] === '*' ? s !== '' && !s.includes(':') : r.segments[i] === s)),
       );
-    const request = (method, path, body) => {
-      if (typeof path !== 'string') return Promise.reject(new TypeError('the path must be a string'));
+    const fill = (route, params) => {
+      if (typeof route !== 'string') throw new TypeError('the route must be a string such as "/items/*"');
+      if (params === undefined) return route;
+      const values = Array.isArray(params) ? params : [params];
+      const segments = route.split('/');
+      const wild = segments.filter((s) => s === '*').length;
+      if (wild !== values.length) {
+        throw new TypeError('route ' + route + ' has ' + wild + ' * segment(s) but ' + values.length + ' param(s) were given');
+      }
+      let i = 0;
+      return segments
+        .map((s) => {
+          if (s !== '*') return s;
+          const v = String(values[i++]);
+          if (v === '' || v.includes('/')) throw new TypeError('a param fills one segment: it must be non-empty and hold no /');
+          return v;
+        })
+        .join('/');
+    };
+    const request = (method, route, body, params) => {
+      let path;
+      try {
+        path = fill(route, params);
+      } catch (e) {
+        return Promise.reject(e);
+      }
       if (!permitted(method, path)) {
         return Promise.reject(new Error('host api call not permitted by sandbox capability: ' + method + ' ' + path));
       }
-      const payload = body === undefined ? undefined : JSON.stringify(body);
-      const answer = native.call(method, path, payload);
+      // The native side takes two arguments, or three with a body.
+      const answer = body === undefined ? native.call(method, path) : native.call(method, path, JSON.stringify(body));
       let data = answer.body;
       if (/json/.test(answer.contentType)) {
         try {
@@ -296,12 +322,12 @@
       return Promise.resolve(data);
     };
     const client = {
-      call: request,
-      get: (path) => request('GET', path),
-      post: (path, body) => request('POST', path, body),
-      put: (path, body) => request('PUT', path, body),
-      patch: (path, body) => request('PATCH', path, body),
-      del: (path) => request('DELETE', path),
+      call: (method, route, body, params) => request(method, route, body, params),
+      get: (route, params) => request('GET', route, undefined, params),
+      del: (route, params) => request('DELETE', route, undefined, params),
+      post: (route, body, params) => request('POST', route, body, params),
+      put: (route, body, params) => request('PUT', route, body, params),
+      patch: (route, body, params) => request('PATCH', route, body, params),
     };
     Object.defineProperty(globalThis, name, { value: Object.freeze(client), writable: false, configurable: false });
     if (preamble) (0, eval)(preamble);

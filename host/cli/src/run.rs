@@ -250,7 +250,7 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
         Ok(p) => p,
         Err(r) => return Ok(refused(args.json, &r)),
     };
-    match dispatch::execute(&wasm, prepared, &started) {
+    match dispatch::execute(&wasm, prepared, None, &started) {
         Ok(resp) if args.json => {
             println!("{}", serde_json::to_string(&resp)?);
             Ok(ExitCode::from(shown(&resp).map(|j| j.exit_code.clamp(0, 255) as u8).unwrap_or(0)))

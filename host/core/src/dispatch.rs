@@ -7,7 +7,9 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::provider::{Description, Evidence, KindSupport, Provider, Ran, RunError, Snippet, check_floor};
+use crate::provider::{
+    Description, Evidence, Grant, GrantSupport, KindSupport, Provider, Ran, RunError, Snippet, check_floor,
+};
 use crate::record::{self, VERSION};
 use crate::refusal::{Reason, Refusal};
 use crate::session::{Call, CallError, Cell, Ending, Output, Session};
@@ -29,6 +31,15 @@ pub struct Prepared {
 }
 
 impl Prepared {
+    /// The grant profile the request names, or "".
+    pub fn grant_profile(&self) -> &str {
+        match self.payload() {
+            Payload::JavaScript(js) => &js.grant_profile,
+            Payload::Project(p) => &p.grant_profile,
+            Payload::Module(_) | Payload::Cell(_) => "",
+        }
+    }
+
     /// The payload (checked to be exactly one in [`prepare`]).
     fn payload(&self) -> Payload<'_> {
         match self.request.payload() {
@@ -46,13 +57,24 @@ fn kind_support<'d>(
     support.as_ref().ok_or_else(|| Refusal::unsupported(format!("the {} provider does not run {what}", desc.name)))
 }
 
-/// Refuses a named grant profile: this build holds none (issue 9 brings grants),
-/// so every name is one the caller may not use.
-fn no_grants(profile: &str) -> Result<(), Refusal> {
-    if profile.is_empty() {
+/// Checks that a request naming a grant profile goes to a provider that can carry
+/// a grant for its kind; the caller's right to the profile is the daemon's to check.
+///
+/// # Errors
+///
+/// An `unsupported` refusal naming the provider and the kind.
+pub fn check_grant_support(provider: &str, support: GrantSupport, prepared: &Prepared) -> Result<(), Refusal> {
+    let (carried, kind) = match prepared.payload() {
+        Payload::JavaScript(_) => (support.snippets, "snippets"),
+        Payload::Project(_) => (support.projects, "projects"),
+        Payload::Module(_) | Payload::Cell(_) => (true, ""),
+    };
+    if prepared.grant_profile().is_empty() || carried {
         return Ok(());
     }
-    Err(Refusal::new(Reason::Permission, format!("grant_profile {profile:?} is not available to this caller")))
+    Err(Refusal::unsupported(format!(
+        "the {provider} provider cannot carry a grant for {kind}; run it without grant_profile, or on a provider whose Describe says it supports {kind} grants"
+    )))
 }
 
 /// Checks a `Run` request before admission: its payload, its limits, its software
@@ -89,11 +111,6 @@ pub fn prepare(desc: &Description, tier: Tier, request: RunRequest) -> Result<Pr
             return Err(Refusal::request("invalid request: a cell runs only in a session (SessionRun)"));
         }
     };
-    match payload {
-        Payload::JavaScript(js) => no_grants(&js.grant_profile)?,
-        Payload::Project(p) => no_grants(&p.grant_profile)?,
-        Payload::Module(_) | Payload::Cell(_) => {}
-    }
     check_floor(tier, floor)?;
     if let Some(rule) = request.software_rule.as_ref().filter(|r| !r.identities.is_empty())
         && !rule.identities.contains(&support.software_identity)
@@ -199,14 +216,28 @@ pub fn answer(
     resp
 }
 
-/// Dispatches a prepared request to `provider` and answers it with its record.
+/// Dispatches a prepared request to `provider` with the run's `grant` (the one the
+/// request's profile opened) and answers it with its record.
 ///
 /// # Errors
 ///
 /// [`Failure::Refused`] when the provider refused (nothing ran), and
 /// [`Failure::MayHaveRun`] when it failed after the code may have started.
-pub fn execute(provider: &dyn Provider, prepared: Prepared, started: &Started) -> Result<RunResponse, Failure> {
+pub fn execute(
+    provider: &dyn Provider,
+    prepared: Prepared,
+    grant: Option<&Grant>,
+    started: &Started,
+) -> Result<RunResponse, Failure> {
     let name = provider.describe().name;
+    // A named profile without its grant, or a grant nobody asked for, never runs.
+    if prepared.grant_profile().is_empty() != grant.is_none() {
+        return Err(Failure::Refused(Refusal::new(
+            Reason::Permission,
+            format!("grant_profile {:?} is not available to this caller", prepared.grant_profile()),
+        )));
+    }
+    check_grant_support(&name, provider.grant_support(), &prepared).map_err(Failure::Refused)?;
     let mut resp = RunResponse::default();
     let evidence = match prepared.payload() {
         Payload::JavaScript(js) => {
@@ -215,12 +246,13 @@ pub fn execute(provider: &dyn Provider, prepared: Prepared, started: &Started) -
                 code: &js.code,
                 timeout: prepared.timeout,
                 floor: prepared.floor,
+                grant,
             })?;
             resp.javascript = Some(result);
             evidence
         }
         Payload::Project(p) => {
-            let Ran { result, evidence } = provider.run_project(p, prepared.timeout, prepared.floor)?;
+            let Ran { result, evidence } = provider.run_project(p, prepared.timeout, prepared.floor, grant)?;
             resp.project = Some(result);
             evidence
         }
@@ -302,7 +334,14 @@ pub const RULE_OMITTED: &str = "invalid request: session call omitted the softwa
 /// # Errors
 ///
 /// A [`Refusal`]: nothing ran, and the session is unchanged.
-pub fn prepare_call(facts: &SessionFacts, tier: Tier, request: &SessionRunRequest) -> Result<PreparedCall, Refusal> {
+///
+/// `grants` checks a grant profile a call names (never called with "").
+pub fn prepare_call(
+    facts: &SessionFacts,
+    tier: Tier,
+    request: &SessionRunRequest,
+    grants: &dyn Fn(&str) -> Result<(), Refusal>,
+) -> Result<PreparedCall, Refusal> {
     let payload = request.payload().map_err(|e| {
         Refusal::request(match e {
             PayloadError::Missing => "invalid request: a session call carries exactly one of javascript, project, or cell",
@@ -319,11 +358,15 @@ pub fn prepare_call(facts: &SessionFacts, tier: Tier, request: &SessionRunReques
     match payload {
         Payload::JavaScript(js) => {
             validate::javascript(js)?;
-            no_grants(&js.grant_profile)?;
+            if !js.grant_profile.is_empty() {
+                grants(&js.grant_profile)?;
+            }
         }
         Payload::Project(p) => {
             validate::project(p)?;
-            no_grants(&p.grant_profile)?;
+            if !p.grant_profile.is_empty() {
+                grants(&p.grant_profile)?;
+            }
             if !facts.projects {
                 return Err(Refusal::unsupported(format!(
                     "the {} provider's sessions run cells and snippets, not projects; the docker provider runs projects in sessions",
@@ -414,6 +457,7 @@ pub fn execute_call(
             code: &js.code,
             timeout: prepared.timeout,
             floor: prepared.floor,
+            grant: None,
         }),
         Ok(Payload::Project(p)) => Call::Project { project: p, timeout: prepared.timeout, floor: prepared.floor },
         Ok(Payload::Cell(c)) => Call::Cell(Cell {
@@ -601,11 +645,6 @@ mod tests {
                 "the fake provider does not run projects",
             ),
             (
-                r#"{"protocol":4,"javascript":{"code":"1","grantProfile":"crm"}}"#,
-                Reason::Permission,
-                "grant_profile \"crm\" is not available to this caller",
-            ),
-            (
                 r#"{"protocol":4,"softwareRule":{"mode":"exact","identities":["oci-manifest:y"]},"javascript":{"code":"1"}}"#,
                 Reason::Environment,
                 "the software this provider would run is outside the request's software rule",
@@ -623,6 +662,30 @@ mod tests {
     }
 
     #[test]
+    fn a_named_profile_never_runs_without_its_grant_nor_on_a_provider_that_cannot_carry_it() {
+        let fake = Fake::new(Tier::Container);
+        let req: RunRequest =
+            crate::wire::from_json(br#"{"protocol":4,"javascript":{"code":"1","grantProfile":"crm"}}"#)
+                .expect("decodes");
+        let p = prepare(&fake.describe(), fake.tier(), req).expect("the name alone is not refused here");
+        assert_eq!(p.grant_profile(), "crm");
+        let r = execute(&fake, p.clone(), None, &Started::now()).expect_err("refused");
+        assert_eq!(
+            r,
+            Failure::Refused(Refusal::new(Reason::Permission, "grant_profile \"crm\" is not available to this caller"))
+        );
+        let r = check_grant_support("fake", GrantSupport { snippets: false, projects: true }, &p).expect_err("refused");
+        assert_eq!(
+            (r.reason, r.message.as_str()),
+            (
+                Reason::Unsupported,
+                "the fake provider cannot carry a grant for snippets; run it without grant_profile, or on a provider whose Describe says it supports snippets grants"
+            )
+        );
+        assert!(check_grant_support("fake", GrantSupport { snippets: true, projects: false }, &p).is_ok());
+    }
+
+    #[test]
     fn an_answer_carries_a_record_the_caller_can_recompute() {
         let fake = Fake::new(Tier::Container);
         let r = req(
@@ -631,7 +694,7 @@ mod tests {
         let started = Started::now();
         let p = prepare(&fake.describe(), fake.tier(), r.clone()).expect("prepared");
         assert_eq!(p.timeout, Duration::from_secs(30), "clamped to the provider's ceiling");
-        let resp = execute(&fake, p, &started).expect("answered");
+        let resp = execute(&fake, p, None, &started).expect("answered");
         let rec = resp.record.clone().expect("a record");
         assert_eq!(rec.version, 4);
         assert_eq!(rec.request_sha256, record::request_digest(&r));
@@ -652,10 +715,13 @@ mod tests {
         fake.answer = Err(RunError::Refused(Refusal::new(Reason::Capacity, "full")));
         let r = req(r#"{"protocol":4,"javascript":{"code":"1"}}"#);
         let p = prepare(&fake.describe(), fake.tier(), r.clone()).expect("prepared");
-        assert_eq!(execute(&fake, p, &Started::now()), Err(Failure::Refused(Refusal::new(Reason::Capacity, "full"))));
+        assert_eq!(
+            execute(&fake, p, None, &Started::now()),
+            Err(Failure::Refused(Refusal::new(Reason::Capacity, "full")))
+        );
         fake.answer = Err(RunError::MayHaveRun("lost".into()));
         let p = prepare(&fake.describe(), fake.tier(), r.clone()).expect("prepared");
-        assert_eq!(execute(&fake, p, &Started::now()), Err(Failure::MayHaveRun("lost".into())));
+        assert_eq!(execute(&fake, p, None, &Started::now()), Err(Failure::MayHaveRun("lost".into())));
     }
 
     #[test]
@@ -664,7 +730,7 @@ mod tests {
         fake.evidence_tier = Tier::Container;
         let r = req(r#"{"protocol":4,"minimumIsolation":"kernel","javascript":{"code":"1"}}"#);
         let p = prepare(&fake.describe(), fake.tier(), r.clone()).expect("prepared");
-        assert!(matches!(execute(&fake, p, &Started::now()), Err(Failure::MayHaveRun(_))));
+        assert!(matches!(execute(&fake, p, None, &Started::now()), Err(Failure::MayHaveRun(_))));
     }
 
     #[test]
@@ -673,7 +739,7 @@ mod tests {
         fake.evidence_tier = Tier::Vm;
         let r = req(r#"{"protocol":4,"javascript":{"code":"1"}}"#);
         let p = prepare(&fake.describe(), fake.tier(), r.clone()).expect("prepared");
-        let resp = execute(&fake, p, &Started::now()).expect("answered");
+        let resp = execute(&fake, p, None, &Started::now()).expect("answered");
         assert_eq!(resp.isolation, "container");
     }
 }

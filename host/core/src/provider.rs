@@ -101,6 +101,57 @@ pub struct Description {
     pub policy: String,
 }
 
+/// One brokered call's answer as the guest sees it: the upstream's status, content
+/// type and body, or the broker's own refusal in the same shape. No other header
+/// crosses into the sandbox.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostAnswer {
+    /// HTTP status (the broker's 403, 413, 429, 502 or 503, or the upstream's).
+    pub status: u16,
+    /// The content type, sanitised.
+    pub content_type: String,
+    /// The body.
+    pub body: Vec<u8>,
+}
+
+/// The broker one run's code calls through. The host holds the credential behind
+/// it; a provider only carries calls in and answers out.
+pub trait HostApi: Send + Sync {
+    /// One call: `method`, an absolute `path` (a concrete path, never a template),
+    /// and an optional JSON body.
+    fn call(&self, method: &str, path: &str, body: Option<&[u8]>) -> HostAnswer;
+}
+
+/// A grant as a run's code sees it: the client installed as `globalThis[global]`,
+/// the routes it may call (for the client's local refusal; the broker decides),
+/// an optional SDK, and the broker behind it.
+#[derive(Clone)]
+pub struct Grant {
+    /// The global the client is installed as (`host` by default).
+    pub global: String,
+    /// "METHOD /path" lines, `*` a whole segment.
+    pub routes: Vec<String>,
+    /// Extra JavaScript evaluated after the client is installed.
+    pub preamble: String,
+    /// The run's broker.
+    pub api: std::sync::Arc<dyn HostApi>,
+}
+
+impl std::fmt::Debug for Grant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grant").field("global", &self.global).field("routes", &self.routes).finish_non_exhaustive()
+    }
+}
+
+/// Which payload kinds can carry a grant on a provider.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct GrantSupport {
+    /// Snippets.
+    pub snippets: bool,
+    /// Projects.
+    pub projects: bool,
+}
+
 /// A snippet to run, validated and bounded by the host.
 #[derive(Clone, Copy, Debug)]
 pub struct Snippet<'a> {
@@ -112,6 +163,8 @@ pub struct Snippet<'a> {
     pub timeout: Duration,
     /// The floor the request set; the provider checks it against its boundary too.
     pub floor: Option<Floor>,
+    /// The run's grant, when it holds one.
+    pub grant: Option<&'a Grant>,
 }
 
 /// A result with the evidence it ran under.
@@ -174,6 +227,11 @@ pub trait Provider: Send + Sync {
     /// The tier the provider can justify now (it may drop at runtime).
     fn tier(&self) -> Tier;
 
+    /// Which payload kinds can carry a grant here; none unless the provider says so.
+    fn grant_support(&self) -> GrantSupport {
+        GrantSupport::default()
+    }
+
     /// A cheap, repeatable readiness check.
     ///
     /// # Errors
@@ -198,8 +256,9 @@ pub trait Provider: Send + Sync {
         project: &ProjectRun,
         timeout: Duration,
         floor: Option<Floor>,
+        grant: Option<&Grant>,
     ) -> Result<Ran<ProjectResult>, RunError> {
-        let _ = (project, timeout, floor);
+        let _ = (project, timeout, floor, grant);
         Err(unsupported_kind(&self.describe().name, "projects").into())
     }
 

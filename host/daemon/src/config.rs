@@ -107,6 +107,15 @@ struct File {
     docker: DockerTable,
     #[serde(default)]
     plugins: std::collections::BTreeMap<String, PluginTable>,
+    #[serde(default)]
+    grants: GrantsTable,
+}
+
+/// The `[grants]` table: where the grant profiles are.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+struct GrantsTable {
+    file: Option<PathBuf>,
 }
 
 /// Where a provider plugin comes from and what the operator allows it.
@@ -273,6 +282,8 @@ pub struct Config {
     pub total_memory_mb: u32,
     /// `PLIMSOLL_CACHE_DIR`: precompiled components.
     pub cache_dir: Option<PathBuf>,
+    /// `PLIMSOLL_GRANTS_FILE`: the grant profiles (unset: runs name no profile).
+    pub grants_file: Option<PathBuf>,
     /// `SANDBOX_WASM_PYTHON`: the CPython guest component the wasm provider runs
     /// Python with (unset: the checkout's `guests/python/python.wasm` when built).
     pub wasm_python: Option<PathBuf>,
@@ -286,7 +297,7 @@ pub struct Config {
 
 /// Every variable the daemon reads, with the file key it overrides and what it does.
 /// `serve --help` prints this table, so the usage text and the code cannot drift.
-pub const VARIABLES: [(&str, &str, &str); 36] = [
+pub const VARIABLES: [(&str, &str, &str); 37] = [
     ("PLIMSOLL_CONFIG", "", "path of plimsoll.toml"),
     ("PLIMSOLL_ADDR", "daemon.addr", "RPC listener, default :8746"),
     ("PLIMSOLL_METRICS_ADDR", "daemon.metrics-addr", "metrics listener, default 127.0.0.1:9464; off"),
@@ -298,6 +309,7 @@ pub const VARIABLES: [(&str, &str, &str); 36] = [
     ("PLIMSOLL_TLS_CERT", "daemon.tls-cert", "PEM certificate chain; with PLIMSOLL_TLS_KEY"),
     ("PLIMSOLL_TLS_KEY", "daemon.tls-key", "PEM private key; with PLIMSOLL_TLS_CERT"),
     ("PLIMSOLL_CACHE_DIR", "daemon.cache-dir", "precompiled components, default ~/.cache/plimsoll"),
+    ("PLIMSOLL_GRANTS_FILE", "grants.file", "grant profiles (JSON): the APIs runs may call through the broker"),
     ("SANDBOX_PROVIDER", "sandbox.provider", "unset = disabled (runs nothing); wasm"),
     ("SANDBOX_WASM_PYTHON", "sandbox.wasm-python", "wasm: the CPython component (guests/python/build.sh)"),
     ("SANDBOX_MIN_ISOLATION", "sandbox.min-isolation", "vm|kernel|container|process: startup floor"),
@@ -464,7 +476,7 @@ impl Config {
                     .map_err(|e| ConfigError::File { path: p.display().to_string(), message: e.to_string() })?
             }
         };
-        let File { daemon: d, sandbox: s, docker: docker_table, mut plugins } = file;
+        let File { daemon: d, sandbox: s, docker: docker_table, mut plugins, grants: grants_table } = file;
         let mut pick = Pick { env, explicit: Vec::new() };
 
         let addr = pick.string("PLIMSOLL_ADDR", d.addr).unwrap_or_else(|| ":8746".into());
@@ -523,6 +535,10 @@ impl Config {
         };
         let cache_dir =
             pick.string("PLIMSOLL_CACHE_DIR", d.cache_dir.map(|p| p.display().to_string())).map(PathBuf::from);
+        let grants_file = pick
+            .string("PLIMSOLL_GRANTS_FILE", grants_table.file.map(|p| p.display().to_string()))
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from);
 
         let provider = match pick
             .string("SANDBOX_PROVIDER", s.provider)
@@ -683,6 +699,7 @@ impl Config {
             admission: Admission { max_concurrent, per_key_concurrent, rate_per_min, rate_burst },
             total_memory_mb,
             cache_dir,
+            grants_file,
             wasm_python,
             docker,
             sessions,

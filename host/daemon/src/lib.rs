@@ -19,6 +19,7 @@ pub mod admission;
 pub mod auth;
 pub mod callers;
 pub mod config;
+pub mod grants;
 pub mod http;
 pub mod log;
 pub mod metrics;

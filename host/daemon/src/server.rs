@@ -23,6 +23,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::admission::Limiter;
 use crate::auth::{ClientsFile, Verifier};
 use crate::config::{AuthSource, Config};
+use crate::grants::DaemonGrants;
 use crate::http;
 use crate::log::Log;
 use crate::providers;
@@ -65,6 +66,9 @@ pub enum StartError {
     /// TLS material could not be loaded.
     #[error("TLS: {0}")]
     Tls(String),
+    /// The grant profiles were refused, or no grant can travel to the provider.
+    #[error("PLIMSOLL_GRANTS_FILE: {0}")]
+    Grants(String),
     /// A listener could not be bound.
     #[error("binding {addr}: {source}")]
     Bind {
@@ -172,9 +176,33 @@ impl Server {
             }
             None => None,
         };
+        let grants = match &config.grants_file {
+            None => None,
+            Some(path) => {
+                // Broker plugins arrive with issue 9's plugin loader; a profile naming one fails to load.
+                let grants = DaemonGrants::load(path, &|_| None).map_err(StartError::Grants)?;
+                let support = provider.grant_support();
+                if !grants.profiles().is_empty() && !support.snippets && !support.projects {
+                    return Err(StartError::Grants(format!(
+                        "profiles are configured but the {name} provider has no credential-safe way to carry a grant; \
+                         unset PLIMSOLL_GRANTS_FILE or use the wasm provider"
+                    )));
+                }
+                for p in grants.profiles().iter().filter(|p| p.callers == plimsoll_grants::profile::Callers::Any) {
+                    log.warn(
+                        "a grant profile admits every authenticated caller (allowed_callers \"*\")",
+                        &[("grant_profile", json!(p.name))],
+                    );
+                }
+                Some(Arc::new(grants))
+            }
+        };
         let limiter = Limiter::new(config.admission.clone());
-        let daemon =
-            Arc::new(Daemon::new(provider, verifier, limiter, Arc::default(), log).with_sessions(config.sessions));
+        let mut daemon = Daemon::new(provider, verifier, limiter, Arc::default(), log);
+        if let Some(g) = grants {
+            daemon = daemon.with_grants(g);
+        }
+        let daemon = Arc::new(daemon.with_sessions(config.sessions));
         if config.sessions.max > 0 && daemon.sessions().is_none() {
             log.warn(
                 "SANDBOX_MAX_SESSIONS is set but the provider keeps no sessions; session calls are refused",

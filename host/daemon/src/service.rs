@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use crate::admission::{Limiter, Permit};
 use crate::auth::{AuthError, Principal, SCOPE_RUN, Verifier};
 use crate::config::SessionSettings;
+use crate::grants::{self, DaemonGrants};
 use crate::log::{Log, cut};
 use crate::metrics::Metrics;
 use crate::providers::DISABLED;
@@ -109,6 +110,7 @@ pub struct Daemon {
     metrics: Arc<Metrics>,
     log: Log,
     sessions: Option<Arc<Sessions>>,
+    grants: Option<Arc<DaemonGrants>>,
 }
 
 impl std::fmt::Debug for Daemon {
@@ -168,7 +170,14 @@ impl Daemon {
     ) -> Daemon {
         let describe = provider.describe();
         let disabled = describe.name == "disabled";
-        Daemon { provider, describe, disabled, verifier, limiter, metrics, log, sessions: None }
+        Daemon { provider, describe, disabled, verifier, limiter, metrics, log, sessions: None, grants: None }
+    }
+
+    /// Turns grants on: runs may name one of `grants`' profiles. Call it before
+    /// [`Daemon::with_sessions`], which hands them to the sessions.
+    pub fn with_grants(mut self, grants: Arc<DaemonGrants>) -> Daemon {
+        self.grants = Some(grants);
+        self
     }
 
     /// The admission limiter (for the in-flight gauge).
@@ -207,6 +216,7 @@ impl Daemon {
     pub fn with_sessions(mut self, settings: SessionSettings) -> Daemon {
         self.sessions = Sessions::new(
             Arc::clone(&self.provider),
+            self.grants.clone(),
             settings,
             Arc::clone(&self.limiter),
             Arc::clone(&self.metrics),
@@ -275,6 +285,8 @@ impl Daemon {
             sandbox: d.name.clone(),
             isolation: self.provider.tier().as_str().to_string(),
             supports_project: d.project.is_some(),
+            supports_javascript_grants: self.grants.is_some() && self.provider.grant_support().snippets,
+            supports_project_grants: self.grants.is_some() && self.provider.grant_support().projects,
             supports_module: d.module.is_some(),
             protocol: protocol::NUMBER,
             javascript_environment: d.snippet.as_ref().map(|k| k.environment()),
@@ -398,18 +410,52 @@ impl Daemon {
             return Err(RpcError::refused(Code::FailedPrecondition, Reason::Unsupported, DISABLED));
         }
         let prepared = dispatch::prepare(&self.describe, self.provider.tier(), req).map_err(RpcError::from_refusal)?;
+        let profile = match prepared.grant_profile() {
+            "" => None,
+            name => {
+                dispatch::check_grant_support(&self.describe.name, self.provider.grant_support(), &prepared)
+                    .map_err(RpcError::from_refusal)?;
+                let grants = self.grants.as_ref().ok_or_else(|| RpcError::from_refusal(grants::no_profiles(name)))?;
+                Some(grants.select(name, &caller.id).map_err(RpcError::from_refusal)?)
+            }
+        };
         let permit = admit(&self.limiter, &self.metrics, &caller.id)?;
         self.metrics.run();
         let daemon = Arc::clone(self);
         let started = *started;
+        let subject = caller.id.clone();
         let outcome = tokio::task::spawn_blocking(move || {
-            let out = dispatch::execute(daemon.provider.as_ref(), prepared, &started);
+            let opened = match (profile, &daemon.grants) {
+                (Some(p), Some(g)) => match g.open(p, &subject, prepared.timeout) {
+                    Ok(o) => Some(o),
+                    Err(r) => return (Err(Failure::Refused(r)), None),
+                },
+                _ => None,
+            };
+            let out =
+                dispatch::execute(daemon.provider.as_ref(), prepared, opened.as_ref().map(|o| &o.grant), &started);
+            // The grant ends with the run's code, so the trace is complete.
+            let closed = opened.as_ref().map(grants::close);
             drop(permit);
-            out
+            (out, closed)
         })
         .await;
+        let (outcome, closed) = match outcome {
+            Ok((out, closed)) => (Ok(out), closed),
+            Err(join) => (Err(join), None),
+        };
         let resp = match outcome {
-            Ok(Ok(resp)) => resp,
+            Ok(Ok(mut resp)) => {
+                if let Some(c) = &closed {
+                    let advice = c.for_caller();
+                    if let Some(js) = resp.javascript.as_mut() {
+                        js.advice = advice;
+                    } else if let Some(p) = resp.project.as_mut() {
+                        p.advice = advice;
+                    }
+                }
+                resp
+            }
             Ok(Err(Failure::Refused(r))) => return Err(RpcError::from_refusal(r)),
             Ok(Err(Failure::MayHaveRun(detail))) => {
                 self.metrics.failed();
@@ -421,6 +467,9 @@ impl Daemon {
             }
         };
         let mut fields = vec![("isolation", json!(resp.isolation))];
+        if let Some(c) = &closed {
+            fields.extend(c.log_fields());
+        }
         if let Some(js) = &resp.javascript {
             fields.push(("exit_code", json!(js.exit_code)));
             fields.push(("timed_out", json!(js.timed_out)));

@@ -30,6 +30,7 @@ use tokio::sync::Mutex as TurnLock;
 use crate::admission::Limiter;
 use crate::auth::Principal;
 use crate::config::SessionSettings;
+use crate::grants::{self, DaemonGrants};
 use crate::log::{Log, cut};
 use crate::metrics::Metrics;
 use crate::service::{RpcError, admit};
@@ -124,6 +125,7 @@ impl Drop for Opening<'_> {
 /// The daemon's sessions.
 pub struct Sessions {
     provider: Arc<dyn Provider>,
+    grants: Option<Arc<DaemonGrants>>,
     name: String,
     support: KindSupport,
     projects: bool,
@@ -188,6 +190,7 @@ impl Sessions {
     /// (`SANDBOX_MAX_SESSIONS` is 0) or the provider keeps none.
     pub fn new(
         provider: Arc<dyn Provider>,
+        grants: Option<Arc<DaemonGrants>>,
         settings: SessionSettings,
         limiter: Arc<Limiter>,
         metrics: Arc<Metrics>,
@@ -202,6 +205,7 @@ impl Sessions {
             name: desc.name,
             projects: desc.project.is_some(),
             provider,
+            grants,
             support,
             settings,
             limiter,
@@ -492,8 +496,12 @@ impl Sessions {
         if let Some((ending, _, _)) = entry.ended() {
             return Err(ended_error(&ending, Reason::Request));
         }
-        let prepared =
-            dispatch::prepare_call(&entry.facts, self.provider.tier(), &req).map_err(RpcError::from_refusal)?;
+        let grants = |name: &str| match &self.grants {
+            Some(g) => g.for_session(name, &caller.id, &self.name),
+            None => Err(grants::no_profiles(name)),
+        };
+        let prepared = dispatch::prepare_call(&entry.facts, self.provider.tier(), &req, &grants)
+            .map_err(RpcError::from_refusal)?;
         let before = entry.queue.fetch_add(1, Ordering::AcqRel);
         let place = Place(&entry.queue);
         if before >= TAKEN {

@@ -55,14 +55,14 @@ fn main() {
     };
     println!("component                          {size} bytes, made ready in {} ({readiness:?})", ms(took));
     for _ in 0..20 {
-        wasm.run_project(&project, budget, None).expect("warm-up");
+        wasm.run_project(&project, budget, None, None).expect("warm-up");
         wasm.run_javascript("6*7", budget).expect("warm-up");
     }
     // Interleaved, so both languages see the same machine.
     let (mut py, mut js) = (Vec::with_capacity(runs), Vec::with_capacity(runs));
     for _ in 0..runs {
         let t = Instant::now();
-        let r = wasm.run_project(&project, budget, None).expect("run").result;
+        let r = wasm.run_project(&project, budget, None, None).expect("run").result;
         py.push(t.elapsed());
         assert_eq!(r.steps[0].stdout, b"42\n");
         let t = Instant::now();

@@ -23,6 +23,7 @@
 //!     code: "console.log(6*7)",
 //!     timeout: Duration::from_secs(5),
 //!     floor: None,
+//!     grant: None,
 //! }).unwrap();
 //! assert_eq!(ran.result.stdout, b"42\n");
 //! # Ok::<(), plimsoll_runtime::RuntimeError>(())

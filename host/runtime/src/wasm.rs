@@ -10,7 +10,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use plimsoll_core::limits::OUTPUT_CAP_BYTES;
-use plimsoll_core::provider::{self, Description, Evidence, KindSupport, Provider, Ran, RunError, Snippet};
+use plimsoll_core::provider::{
+    self, Description, Evidence, Grant, GrantSupport, HostApi, KindSupport, Provider, Ran, RunError, Snippet,
+};
 use plimsoll_core::session::{Answered, Call, CallError, Opened, Output, Session};
 use plimsoll_core::validate::Language;
 use plimsoll_core::wire::{CellResult, JavaScriptResult, ProjectResult, ProjectRun};
@@ -137,6 +139,8 @@ pub(crate) struct RunState {
     cap: usize,
     pub(crate) stdout: Captured,
     pub(crate) stderr: Captured,
+    /// The run's broker, when it holds a grant.
+    host_api: Option<Arc<dyn HostApi>>,
 }
 
 impl RunState {
@@ -158,6 +162,7 @@ impl RunState {
             cap: config.output_cap,
             stdout: Captured::default(),
             stderr: Captured::default(),
+            host_api: None,
         };
         let mut store = Store::new(engine.wasmtime(), state);
         store.limiter(|s| &mut s.limiter);
@@ -229,10 +234,18 @@ impl console::Host for RunState {
 }
 
 impl host_api::Host for RunState {
-    fn call(&mut self, method: String, path: String, _body: Option<Vec<u8>>) -> host_api::Response {
-        // A run without a grant reaches nothing; the broker answers every call 403.
-        let body = format!("{{\"error\":\"forbidden: this run holds no grant, so {method} {path} is not allowed\"}}");
-        host_api::Response { status: 403, content_type: "application/json".into(), body: body.into_bytes() }
+    fn call(&mut self, method: String, path: String, body: Option<Vec<u8>>) -> host_api::Response {
+        let Some(api) = &self.host_api else {
+            // A run without a grant reaches nothing; the broker answers every call 403.
+            let body = serde_json::json!({ "error": format!("forbidden: this run holds no grant, so {method} {path} is not allowed") });
+            return host_api::Response {
+                status: 403,
+                content_type: "application/json".into(),
+                body: body.to_string().into_bytes(),
+            };
+        };
+        let a = api.call(&method, &path, body.as_deref());
+        host_api::Response { status: a.status, content_type: a.content_type, body: a.body }
     }
 }
 
@@ -332,8 +345,32 @@ impl WasmProvider {
     /// Refused (nothing ran) when no instance could be made: `capacity` when the
     /// instance pool is full, `environment` otherwise.
     pub fn run_javascript(&self, code: &str, timeout: Duration) -> Result<JavaScriptResult, Refusal> {
+        self.run_javascript_with(code, timeout, None)
+    }
+
+    /// As [`WasmProvider::run_javascript`], with the run's grant: its client is
+    /// installed as `globalThis[global]` and every call goes through its broker,
+    /// which holds the credential (the guest never does).
+    ///
+    /// # Errors
+    ///
+    /// As [`WasmProvider::run_javascript`].
+    pub fn run_javascript_with(
+        &self,
+        code: &str,
+        timeout: Duration,
+        grant: Option<&Grant>,
+    ) -> Result<JavaScriptResult, Refusal> {
         let (mut store, instance, guest_stderr) = self.instantiate(timeout)?;
-        let outcome = instance.plimsoll_engine_evaluate().call_run(&mut store, code, None);
+        let client = grant.map(|g| {
+            store.data_mut().host_api = Some(g.api.clone());
+            generated::exports::plimsoll::engine::evaluate::Grant {
+                global: g.global.clone(),
+                routes: g.routes.clone(),
+                preamble: g.preamble.clone(),
+            }
+        });
+        let outcome = instance.plimsoll_engine_evaluate().call_run(&mut store, code, client.as_ref());
         let state = store.into_data();
         Ok(self.ended(outcome, state.stdout, state.stderr, state.limiter.denied, &guest_stderr))
     }
@@ -651,6 +688,12 @@ impl Provider for WasmProvider {
         Ok(())
     }
 
+    fn grant_support(&self) -> GrantSupport {
+        // Snippets reach the broker through the engine's host import; Python
+        // projects have no client here yet.
+        GrantSupport { snippets: true, projects: false }
+    }
+
     fn run_snippet(&self, snippet: &Snippet<'_>) -> Result<Ran<JavaScriptResult>, RunError> {
         provider::check_floor(Tier::Process, snippet.floor)?;
         if snippet.language != Language::JavaScript {
@@ -661,7 +704,7 @@ impl Provider for WasmProvider {
             ))
             .into());
         }
-        let result = self.run_javascript(snippet.code, snippet.timeout)?;
+        let result = self.run_javascript_with(snippet.code, snippet.timeout, snippet.grant)?;
         Ok(Ran { result, evidence: self.evidence() })
     }
 
@@ -670,7 +713,14 @@ impl Provider for WasmProvider {
         project: &ProjectRun,
         timeout: Duration,
         floor: Option<Floor>,
+        grant: Option<&Grant>,
     ) -> Result<Ran<ProjectResult>, RunError> {
+        if grant.is_some() {
+            return Err(Refusal::unsupported(
+                "the wasm provider's Python projects cannot carry a grant; the docker provider's can",
+            )
+            .into());
+        }
         // Every step must be `python3 [-I] FILE [ARG...]`, checked before anything
         // runs; the steps run in order in one fresh CPython instance over an
         // in-memory work directory holding the project's files.

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use plimsoll_core::provider::{self, Description, Evidence, KindSupport, Provider, Ran, RunError, Snippet};
+use plimsoll_core::provider::{self, Description, Evidence, Grant, KindSupport, Provider, Ran, RunError, Snippet};
 use plimsoll_core::session::Opened;
 use plimsoll_core::validate::Language;
 use plimsoll_core::wire::{
@@ -315,6 +315,12 @@ impl PluginProvider {
     }
 }
 
+/// A plugin provider's runs carry no grant: the host's broker has no transport into
+/// a plugin's sandbox yet, and a grant must never be dropped silently.
+fn no_grants(name: &str, kind: &str) -> Refusal {
+    Refusal::unsupported(format!("the {name} provider cannot carry a grant for {kind}"))
+}
+
 impl Provider for PluginProvider {
     fn describe(&self) -> Description {
         self.description.clone()
@@ -342,6 +348,9 @@ impl Provider for PluginProvider {
 
     fn run_snippet(&self, snippet: &Snippet<'_>) -> Result<Ran<JavaScriptResult>, RunError> {
         provider::check_floor(self.tier(), snippet.floor)?;
+        if snippet.grant.is_some() {
+            return Err(no_grants(&self.name, "snippets").into());
+        }
         let limits = self.wit_limits(snippet.timeout);
         let lang = snippet.language.as_str();
         let (r, used) = self.call(snippet.timeout, self.limits.max_output as usize, |store, plugin| {
@@ -359,8 +368,12 @@ impl Provider for PluginProvider {
         project: &ProjectRun,
         timeout: Duration,
         floor: Option<Floor>,
+        grant: Option<&Grant>,
     ) -> Result<Ran<ProjectResult>, RunError> {
         provider::check_floor(self.tier(), floor)?;
+        if grant.is_some() {
+            return Err(no_grants(&self.name, "projects").into());
+        }
         if self.description.project.is_none() {
             return Err(provider::unsupported_kind(&self.name, "projects").into());
         }

@@ -1,6 +1,7 @@
 //! The runtime's integration suite: the QuickJS component run through the wasm
 //! provider exactly as the daemon and the CLI run it.
 
+mod grants;
 mod limits;
 mod python;
 mod sessions;
@@ -26,7 +27,7 @@ fn wasm() -> &'static WasmProvider {
 /// Runs `code` with a budget and returns the result.
 fn run(code: &str, timeout: Duration) -> JavaScriptResult {
     wasm()
-        .run_snippet(&Snippet { language: Language::JavaScript, code, timeout, floor: None })
+        .run_snippet(&Snippet { language: Language::JavaScript, code, timeout, floor: None, grant: None })
         .expect("a result")
         .result
 }

@@ -41,13 +41,13 @@ fn project(files: &[(&str, &str)], steps: &[&str], artifacts: &[&str]) -> Projec
 
 fn run(code: &str) -> ProjectResult {
     let p = project(&[("main.py", code)], &["python3 main.py"], &[]);
-    py().run_project(&p, BUDGET, None).expect("a result").result
+    py().run_project(&p, BUDGET, None, None).expect("a result").result
 }
 
 #[test]
 fn a_project_runs_at_the_process_tier_under_the_components_identity() {
     let p = project(&[("main.py", "print(6*7)")], &["python3 main.py"], &[]);
-    let ran = py().run_project(&p, BUDGET, None).expect("a result");
+    let ran = py().run_project(&p, BUDGET, None, None).expect("a result");
     assert_eq!(ran.evidence.tier, Tier::Process);
     assert!(ran.evidence.environment.starts_with("cpython-wasm:sha256:"), "{}", ran.evidence.environment);
     assert_eq!(ran.result.outcome, ProjectOutcome::Completed);
@@ -68,7 +68,7 @@ fn steps_share_the_work_directory_and_artifacts_come_back() {
         &["python3 write.py 21", "python3 -I read.py"],
         &["out/n.txt", "missing.txt"],
     );
-    let r = py().run_project(&p, BUDGET, None).expect("a result").result;
+    let r = py().run_project(&p, BUDGET, None, None).expect("a result").result;
     assert_eq!(r.outcome, ProjectOutcome::Completed, "{r:?}");
     assert_eq!(text(&r.steps[1].stdout), "42 ['.keep', 'n.txt']\n", "{}", text(&r.steps[1].stderr));
     assert_eq!(r.artifacts.len(), 1);
@@ -78,7 +78,7 @@ fn steps_share_the_work_directory_and_artifacts_come_back() {
 #[test]
 fn isolated_mode_keeps_the_work_directory_off_the_import_path() {
     let p = project(&[("helper.py", "X = 1\n"), ("main.py", "import helper\n")], &["python3 -I main.py"], &[]);
-    let r = py().run_project(&p, BUDGET, None).expect("a result").result;
+    let r = py().run_project(&p, BUDGET, None, None).expect("a result").result;
     assert_eq!(r.steps[0].exit_code, 1);
     assert!(text(&r.steps[0].stderr).contains("No module named 'helper'"), "{}", text(&r.steps[0].stderr));
 }
@@ -90,7 +90,7 @@ fn the_first_failing_step_stops_the_run_with_its_exit_code() {
         &["python3 fail.py", "python3 never.py"],
         &[],
     );
-    let r = py().run_project(&p, BUDGET, None).expect("a result").result;
+    let r = py().run_project(&p, BUDGET, None, None).expect("a result").result;
     assert_eq!(r.steps.len(), 1);
     assert_eq!(r.steps[0].exit_code, 3);
 }
@@ -98,7 +98,7 @@ fn the_first_failing_step_stops_the_run_with_its_exit_code() {
 #[test]
 fn any_step_but_python3_file_is_refused_before_anything_runs() {
     let p = project(&[("main.py", "open('ran', 'w')")], &["python3 main.py", "ls -l"], &[]);
-    let r = py().run_project(&p, BUDGET, None).expect_err("refused");
+    let r = py().run_project(&p, BUDGET, None, None).expect_err("refused");
     let plimsoll_core::provider::RunError::Refused(r) = r else { panic!("refused, not may-have-run") };
     assert_eq!(r.reason, Reason::Unsupported);
     assert_eq!(
@@ -129,7 +129,7 @@ fn memory_past_the_limit_is_a_memory_error_and_the_run_reports() {
 #[test]
 fn a_loop_is_stopped_at_the_deadline_with_exit_124() {
     let p = project(&[("main.py", "print('started', flush=True)\nwhile True:\n    pass\n")], &["python3 main.py"], &[]);
-    let r = py().run_project(&p, Duration::from_millis(300), None).expect("a result").result;
+    let r = py().run_project(&p, Duration::from_millis(300), None, None).expect("a result").result;
     assert_eq!((r.steps[0].exit_code, r.steps[0].timed_out), (EXIT_TIMEOUT, true));
     assert_eq!(r.outcome, ProjectOutcome::TimedOut);
     assert_eq!(text(&r.steps[0].stdout), "started\n");
@@ -214,7 +214,8 @@ fn without_the_component_python_is_refused_naming_the_build() {
     let engine = Engine::new(&EngineConfig::default()).expect("engine");
     let js_only = WasmProvider::new(&engine, WasmConfig::default()).expect("provider");
     let p = project(&[("main.py", "print(1)")], &["python3 main.py"], &[]);
-    let plimsoll_core::provider::RunError::Refused(r) = js_only.run_project(&p, BUDGET, None).expect_err("refused")
+    let plimsoll_core::provider::RunError::Refused(r) =
+        js_only.run_project(&p, BUDGET, None, None).expect_err("refused")
     else {
         panic!("refused, not may-have-run")
     };

@@ -123,6 +123,7 @@ fn the_evidence_is_the_process_tier_and_the_component_digest() {
             code: "1",
             timeout: FIVE_S,
             floor: Some(Floor::Process),
+            grant: None,
         })
         .expect("runs");
     assert_eq!(ran.evidence.tier, Tier::Process);
@@ -133,7 +134,13 @@ fn the_evidence_is_the_process_tier_and_the_component_digest() {
 fn a_floor_above_process_is_refused_with_isolation() {
     for floor in [Floor::Container, Floor::Kernel, Floor::Vm] {
         let err = wasm()
-            .run_snippet(&Snippet { language: Language::JavaScript, code: "1", timeout: FIVE_S, floor: Some(floor) })
+            .run_snippet(&Snippet {
+                language: Language::JavaScript,
+                code: "1",
+                timeout: FIVE_S,
+                floor: Some(floor),
+                grant: None,
+            })
             .expect_err("refused");
         let plimsoll_core::provider::RunError::Refused(r) = err else { panic!("not a refusal: {err}") };
         assert_eq!(r.reason, Reason::Isolation);
@@ -143,7 +150,13 @@ fn a_floor_above_process_is_refused_with_isolation() {
 #[test]
 fn python_is_unsupported_here() {
     let err = wasm()
-        .run_snippet(&Snippet { language: Language::Python, code: "print(1)", timeout: FIVE_S, floor: None })
+        .run_snippet(&Snippet {
+            language: Language::Python,
+            code: "print(1)",
+            timeout: FIVE_S,
+            floor: None,
+            grant: None,
+        })
         .expect_err("refused");
     let plimsoll_core::provider::RunError::Refused(r) = err else { panic!("not a refusal: {err}") };
     assert_eq!(r.reason, Reason::Unsupported);

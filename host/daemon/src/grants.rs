@@ -1,0 +1,181 @@
+//! The daemon's grants: the operator's profiles and the broker every granted run
+//! calls through. A caller only selects a profile by name; the credential is
+//! minted here per run and never leaves the host.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use plimsoll_core::provider::Grant;
+use plimsoll_core::wire::AdviceFinding;
+use plimsoll_core::{Reason, Refusal};
+use plimsoll_grants::advice::{self, Finding, Routes};
+use plimsoll_grants::profile::{AdviceAudience, Retention, not_available};
+use plimsoll_grants::token::Minter;
+use plimsoll_grants::{Broker, CallTrace, LoadContext, Profile, Profiles, RunGrant};
+use serde_json::{Value, json};
+
+/// The profiles and the broker.
+#[derive(Debug)]
+pub struct DaemonGrants {
+    profiles: Profiles,
+    broker: Arc<Broker>,
+}
+
+/// One run's grant: what the provider carries, and the host's own handle on it.
+#[derive(Debug)]
+pub struct Opened {
+    /// The grant the provider installs.
+    pub grant: Grant,
+    /// The broker session, kept to close it and read its trace.
+    pub run: Arc<RunGrant>,
+}
+
+/// What a granted run left: its trace and the findings over it.
+#[derive(Debug)]
+pub struct Closed {
+    /// The profile's name.
+    pub profile: String,
+    /// The trace.
+    pub trace: CallTrace,
+    /// The advisor's findings (empty when the profile turns it off).
+    pub findings: Vec<Finding>,
+    /// Who sees the findings.
+    pub audience: AdviceAudience,
+    /// What the log keeps of them.
+    pub retention: Retention,
+}
+
+impl DaemonGrants {
+    /// Loads the profiles file, reading credentials from the environment.
+    ///
+    /// # Errors
+    ///
+    /// The file, the profile and the rule it breaks; the daemon does not start.
+    pub fn load(path: &Path, plugins: &dyn Fn(&str) -> Option<Arc<dyn Minter>>) -> Result<DaemonGrants, String> {
+        let env = |var: &str| std::env::var(var).ok();
+        let profiles =
+            Profiles::load(path, &LoadContext { env: &env, dir: None, plugins }).map_err(|e| e.to_string())?;
+        DaemonGrants::new(profiles)
+    }
+
+    /// Grants over `profiles`.
+    ///
+    /// # Errors
+    ///
+    /// The broker's HTTP client could not be set up.
+    pub fn new(profiles: Profiles) -> Result<DaemonGrants, String> {
+        Ok(DaemonGrants { profiles, broker: Broker::new()? })
+    }
+
+    /// The profiles.
+    pub fn profiles(&self) -> &Profiles {
+        &self.profiles
+    }
+
+    /// The profile `name` if `caller` may use it.
+    ///
+    /// # Errors
+    ///
+    /// A `permission` refusal, the same for an unknown profile and a forbidden one.
+    pub fn select(&self, name: &str, caller: &str) -> Result<Arc<Profile>, Refusal> {
+        self.profiles.select(name, caller)
+    }
+
+    /// Opens one run's grant: mints its credential for `caller`, bounded by `budget`.
+    ///
+    /// # Errors
+    ///
+    /// A `permission` refusal when no credential could be minted (nothing ran).
+    pub fn open(&self, profile: Arc<Profile>, caller: &str, budget: Duration) -> Result<Opened, Refusal> {
+        let run = self.broker.open(profile.clone(), caller, budget)?;
+        let grant = Grant {
+            global: profile.global.clone(),
+            routes: profile.route_lines(),
+            preamble: profile.preamble.clone(),
+            api: run.clone(),
+        };
+        Ok(Opened { grant, run })
+    }
+
+    /// Checks a session call's profile: sessions with grants are refused unless
+    /// the profile allows them, and this daemon's sessions carry none yet.
+    ///
+    /// # Errors
+    ///
+    /// Always a refusal: `permission` (unknown, forbidden, or not for sessions) or
+    /// `unsupported`.
+    pub fn for_session(&self, name: &str, caller: &str, provider: &str) -> Result<(), Refusal> {
+        let p = self.select(name, caller)?;
+        if !p.allow_in_sessions {
+            return Err(Refusal::new(
+                Reason::Permission,
+                format!(
+                    "grant_profile {name:?} does not allow sessions; use it in a Run call, or set allow_in_sessions in the profile"
+                ),
+            ));
+        }
+        Err(Refusal::unsupported(format!(
+            "the {provider} provider's sessions cannot carry a grant; use grant_profile {name:?} in a Run call"
+        )))
+    }
+}
+
+/// The refusal for a session call naming a profile on a daemon without grants.
+pub fn no_profiles(name: &str) -> Refusal {
+    not_available(name)
+}
+
+/// Ends a run's grant (later calls are refused, so the trace is complete) and
+/// runs the advisor over its trace.
+pub fn close(opened: &Opened) -> Closed {
+    let trace = opened.run.close();
+    let p = opened.run.profile();
+    let findings = if p.advice == AdviceAudience::Off {
+        Vec::new()
+    } else {
+        advice::advise(&trace, Routes { granted: &p.allow, catalog: &p.catalog, batch_of: &p.batch_of })
+    };
+    Closed { profile: p.name.clone(), trace, findings, audience: p.advice, retention: p.advice_retention }
+}
+
+impl Closed {
+    /// The findings the caller sees: only when the profile says so, never the
+    /// operator's hints.
+    pub fn for_caller(&self) -> Vec<AdviceFinding> {
+        if self.audience != AdviceAudience::Caller {
+            return Vec::new();
+        }
+        self.findings.iter().map(Finding::to_wire).collect()
+    }
+
+    /// The run's log fields: call counts always, findings as the profile retains them.
+    pub fn log_fields(&self) -> Vec<(&'static str, Value)> {
+        let t = &self.trace;
+        let mut out = vec![
+            ("grant_profile", json!(self.profile)),
+            ("host_calls", json!(t.calls.len() as u64 + u64::from(t.dropped))),
+            ("host_calls_denied", json!(t.denied)),
+            ("host_calls_dropped", json!(t.dropped)),
+            ("host_calls_shed", json!(t.shed)),
+        ];
+        if self.findings.is_empty() {
+            return out;
+        }
+        match self.retention {
+            Retention::None => {}
+            Retention::Aggregate => {
+                let mut counts = std::collections::BTreeMap::<&str, u32>::new();
+                for f in &self.findings {
+                    *counts.entry(f.pattern).or_default() += 1;
+                }
+                out.push(("advice", json!(counts)));
+            }
+            Retention::Detailed => {
+                out.push(("advice_findings", json!(self.findings)));
+                out.push(("call_trace", json!(self.trace)));
+            }
+        }
+        out
+    }
+}
