@@ -2,7 +2,9 @@
 # Installs the container engine and gVisor from Debian's packages, registers runsc
 # with the engine, and (re)starts dockerd. Idempotent; run as root.
 #
-# runsc runs with --network=none (sandboxes have no network anyway) and the ptrace
+# runsc runs with --network=none (sandboxes have no network anyway), with
+# --host-uds=open so a granted run can dial the one host socket plimsoll mounts into
+# it (its broker; nothing else from the host is mounted), and with the ptrace
 # platform, which works everywhere, nested virtual machines included; set
 # PLIMSOLL_RUNSC_PLATFORM=systrap (or kvm) where that platform works.
 set -euo pipefail
@@ -18,7 +20,7 @@ mkdir -p /etc/docker
 want=$(cat <<JSON
 {
   "runtimes": {
-    "runsc": { "path": "$(command -v runsc)", "runtimeArgs": ["--network=none", "--platform=$platform"] }
+    "runsc": { "path": "$(command -v runsc)", "runtimeArgs": ["--network=none", "--host-uds=open", "--platform=$platform"] }
   }
 }
 JSON
@@ -36,7 +38,8 @@ if running && [ "$restart" = 1 ]; then
     systemctl restart docker
   else
     pkill -x dockerd || true
-    for _ in $(seq 50); do running || break; sleep 0.2; done
+    # Wait for the process itself to exit: it removes its pid file last.
+    for _ in $(seq 150); do pgrep -x dockerd >/dev/null || break; sleep 0.2; done
   fi
 fi
 if ! running; then

@@ -61,6 +61,19 @@ def report(key, body):
 TOTAL_OUTPUT = 16 << 20
 
 
+# What the host sets on a granted run's container so its code reaches the broker;
+# steps get these and the plan's variables, nothing else of the runner's environment.
+GRANT_ENV = ("PLIMSOLL_HOST_API", "PLIMSOLL_HOST_TOKEN", "PLIMSOLL_HOST_GLOBAL", "PLIMSOLL_HOST_ROUTES",
+             "NODE_OPTIONS", "PYTHONPATH")
+
+
+def step_env(plan):
+    env = dict(plan.get("env") or {})
+    if os.environ.get("PLIMSOLL_HOST_API"):
+        env.update({k: os.environ[k] for k in GRANT_ENV if k in os.environ})
+    return env
+
+
 def run_steps(plan, deadline):
     per_stream = int(plan.get("maxOutput", 1 << 20))
     left_total = TOTAL_OUTPUT
@@ -73,7 +86,7 @@ def run_steps(plan, deadline):
             break
         started = time.monotonic()
         proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=WORK, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=plan.get("env") or {},
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=step_env(plan),
                                 start_new_session=True)
         timed_out = False
         try:

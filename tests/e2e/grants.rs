@@ -240,3 +240,383 @@ fn a_bad_profiles_file_or_a_provider_without_a_grant_path_stops_the_start() {
         "{err}"
     );
 }
+
+/// The JWT header our broker mints, base64url: any token's first bytes.
+const JWT_HEAD: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9";
+
+/// A Python project at the container tier: the client module, then calls by hand
+/// past it, then a search of every file and the environment for a token, then a
+/// pause while the test reads the container's memory from the host.
+const PROJECT: &str = r#"
+import json, os, socket, sys, time
+import plimsoll_host as host
+out = {}
+out["items"] = [host.get("/items/*", [i])["name"] for i in (1, 2)]
+out["by"] = host.post("/items", {"name": "py-flange"})["created_by"]
+try:
+    host.get("/items/*", ["404"])
+except host.HostApiError as e:
+    out["missing"] = [e.status, e.body["error"]]
+try:
+    host.delete("/items/*", [1])
+except PermissionError as e:
+    out["local"] = str(e)
+
+def raw(envelope, token):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(os.environ["PLIMSOLL_HOST_API"])
+    body = json.dumps(envelope).encode()
+    s.sendall(b"POST /call HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nAuthorization: Bearer " +
+              token.encode() + b"\r\nContent-Length: " + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    head, _, rest = data.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(rest)["error"]
+
+token = os.environ["PLIMSOLL_HOST_TOKEN"]
+out["unlisted"] = raw({"method": "DELETE", "path": "/items/1", "body": None}, token)
+out["dotted"] = raw({"method": "GET", "path": "/items/1/../../admin", "body": None}, token)
+out["no_token"] = raw({"method": "GET", "path": "/items/1", "body": None}, "guess")
+try:
+    socket.create_connection(("127.0.0.1", API_PORT), timeout=2)
+    out["direct"] = "connected"
+except OSError as e:
+    out["direct"] = type(e).__name__
+
+# A header the broker attaches starts so; built here so this file does not hold it.
+needle = ("Bearer " + "ey").encode()
+found = []
+for root, dirs, files in os.walk("/"):
+    if root == "/":
+        dirs[:] = [d for d in dirs if d not in ("proc", "sys", "dev")]
+    for f in files:
+        p = os.path.join(root, f)
+        try:
+            with open(p, "rb") as fh:
+                tail = b""
+                while chunk := fh.read(1 << 16):
+                    if needle in tail + chunk:
+                        found.append(p)
+                        break
+                    tail = chunk[-len(needle):]
+        except OSError:
+            pass
+env = "\n".join(f"{k}={v}" for k, v in os.environ.items())
+out["files_with_token"] = found
+out["env_has_token"] = needle.decode() in env
+print(json.dumps(out, sort_keys=True), flush=True)
+time.sleep(4)
+"#;
+
+const DOCKER_SCRIPT: &str = r#"
+import json, os
+from plimsoll_client import Client
+alice = Client(os.environ["URL"], token=os.environ["ALICE"])
+info = alice.describe()
+assert info.supports_javascript_grants and info.supports_project_grants, info
+js = '''
+const ids = [1, 2, 3, 4, 5, 6];
+Promise.all(ids.map((id) => host.get("/items/*", [id]))).then(async (items) => {
+  console.log(items.map((i) => i.name).join(","));
+  const made = await host.post("/items", { name: "node-flange" });
+  console.log(made.created_by);
+});
+'''
+r = alice.run_javascript(js, grant_profile="inventory")
+assert r.exit_code == 0 and r.isolation == os.environ["TIER"], r
+assert r.stdout == b"bolt,nut,washer,gear,spring,pin\nalice\n", r.stdout
+assert [(f.pattern, f.suggested_route) for f in r.advice] == [("fan_out", "/items")], r.advice
+r = alice.run_project({"main.py": os.environ["PROJECT"]}, ["python3 main.py"], grant_profile="inventory")
+assert r.outcome == "completed" and r.isolation == os.environ["TIER"], r
+print(r.steps[0].stdout.decode().strip())
+assert r.steps[0].exit_code == 0, r.steps[0].stderr
+"#;
+
+/// Every process whose cgroup names container `id`: the container's own under runc;
+/// under runsc the sandbox and the stubs that hold the guest's memory.
+fn container_pids(id: &str) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("proc").flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        if std::fs::read_to_string(entry.path().join("cgroup")).is_ok_and(|c| c.contains(id)) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// Whether any resident page of `pid`'s readable mappings holds one of `needles`;
+/// also the bytes read. Only pages present in memory are read (from
+/// `/proc/PID/pagemap`): reading an untouched page would allocate it, and under
+/// runsc that is charged to the sandbox, which the scan must not disturb.
+fn memory_holds(pid: u32, needles: &[&[u8]]) -> (bool, u64) {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    const PAGE: u64 = 4096;
+    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return (false, 0) };
+    let (Ok(mut mem), Ok(mut pagemap)) =
+        (std::fs::File::open(format!("/proc/{pid}/mem")), std::fs::File::open(format!("/proc/{pid}/pagemap")))
+    else {
+        return (false, 0);
+    };
+    let mut read = 0u64;
+    for line in maps.lines() {
+        let mut f = line.split_whitespace();
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else { continue };
+        if !perms.starts_with('r') || line.ends_with("[vvar]") || line.ends_with("[vsyscall]") {
+            continue;
+        }
+        let Some((a, b)) = range.split_once('-') else { continue };
+        let (Ok(a), Ok(b)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16)) else { continue };
+        let mut entries = vec![0u8; ((b - a) / PAGE * 8) as usize];
+        if pagemap.seek(SeekFrom::Start(a / PAGE * 8)).is_err() || pagemap.read_exact(&mut entries).is_err() {
+            continue;
+        }
+        let present: Vec<bool> = entries
+            .chunks_exact(8)
+            .map(|e| u64::from_le_bytes(e.try_into().unwrap_or_default()) & (1 << 63) != 0)
+            .collect();
+        // Runs of present pages: a needle cannot span a page that is not there.
+        let mut i = 0;
+        while i < present.len() {
+            if !present[i] {
+                i += 1;
+                continue;
+            }
+            let start = i;
+            while i < present.len() && present[i] {
+                i += 1;
+            }
+            let from = a + start as u64 * PAGE;
+            let len = ((i - start) as u64 * PAGE).min(b - from);
+            let mut buf = vec![0u8; len as usize];
+            if mem.seek(SeekFrom::Start(from)).is_err() || mem.read_exact(&mut buf).is_err() {
+                continue;
+            }
+            read += len;
+            if needles.iter().any(|n| buf.windows(n.len()).any(|w| w == *n)) {
+                return (true, read);
+            }
+        }
+    }
+    (false, read)
+}
+
+fn granted_at_container_tier(runtime: &str, tier: &str) {
+    let Some(fx) = super::docker::fixture(runtime) else { return };
+    let api = DemoApi::start(&[]);
+    let port = api.url.rsplit(':').next().expect("port").to_string();
+    let dir = scratch(&format!("grants-{runtime}"));
+    let (plugin, key) = super::docker::signed_plugin(&fx, &dir);
+    let (clients, tokens) = callers(&dir, &["alice"]);
+    let grants = profiles(&dir, &api.url);
+    let mut env = super::docker::docker_env(&fx, &plugin, &key, runtime);
+    env.push(("PLIMSOLL_CLIENTS_FILE".into(), clients.display().to_string()));
+    env.push(("PLIMSOLL_GRANTS_FILE".into(), grants.display().to_string()));
+    env.push(("DEMO_JWT_SECRET".into(), JWT_SECRET.into()));
+    let d = super::docker::start(&env);
+    let owner = super::docker::owner(&d);
+
+    // Scan the memory of every container the daemon runs while the script goes.
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let scanner = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut scanned = std::collections::BTreeMap::<String, u64>::new();
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let o = Command::new("docker")
+                    .args(["ps", "-q", "--no-trunc", "--filter", &format!("label=dev.plimsoll.owner={owner}")])
+                    .output()
+                    .expect("docker ps");
+                for id in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                    for pid in container_pids(id) {
+                        let (hit, bytes) = memory_holds(pid, &[JWT_SECRET.as_bytes(), JWT_HEAD.as_bytes()]);
+                        assert!(!hit, "container {id} process {pid} holds the credential in memory");
+                        *scanned.entry(id.to_string()).or_default() += bytes;
+                    }
+                }
+                std::thread::sleep(std::time::Duration::from_millis(300));
+            }
+            scanned
+        })
+    };
+    let project = PROJECT.replace("API_PORT", &port);
+    let out =
+        run_script(DOCKER_SCRIPT, &[("URL", &d.url()), ("ALICE", &tokens[0]), ("TIER", tier), ("PROJECT", &project)]);
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let scanned = scanner.join().expect("the memory scan found no credential");
+    assert!(scanned.values().any(|b| *b > 1 << 20), "the project's container memory was read: {scanned:?}");
+
+    let v: serde_json::Value = serde_json::from_str(out.trim()).expect("the project's report");
+    assert_eq!(v["items"], serde_json::json!(["bolt", "nut"]), "{v}");
+    assert_eq!(v["by"], "alice", "{v}");
+    assert_eq!(v["missing"], serde_json::json!([404, "no such item"]), "{v}");
+    assert_eq!(v["local"], "host api call not permitted by sandbox capability: DELETE /items/1", "{v}");
+    assert_eq!(
+        v["unlisted"],
+        serde_json::json!([
+            403,
+            "forbidden by sandbox capability allowlist: DELETE /items/1: it is not a granted route"
+        ])
+    );
+    assert_eq!(
+        v["dotted"],
+        serde_json::json!([
+            403,
+            "forbidden by sandbox capability allowlist: GET /items/1/../../admin: a dot segment (. or ..) is not allowed"
+        ])
+    );
+    assert_eq!(v["no_token"], serde_json::json!([401, "unknown or missing run token"]));
+    assert_ne!(v["direct"], "connected", "the container has no network: {v}");
+    assert_eq!(
+        (v["files_with_token"].clone(), v["env_has_token"].clone()),
+        (serde_json::json!([]), serde_json::json!(false))
+    );
+
+    // The broker counted the refused calls; the API saw only verified calls from alice.
+    let (_, log) = d.terminate();
+    let project_line = log
+        .iter()
+        .filter(|l| l.contains(r#""grant_profile":"inventory""#))
+        .find(|l| l.contains(r#""steps_ran""#))
+        .expect("the project's log line");
+    let p: serde_json::Value = serde_json::from_str(project_line).expect("json");
+    assert_eq!((p["host_calls"].as_u64(), p["host_calls_denied"].as_u64()), (Some(4), Some(2)), "{project_line}");
+    let seen = api.seen();
+    assert!(seen.iter().filter(|s| s.1.starts_with("/items")).all(|s| s.2 == "alice" && s.3 != 401), "{seen:?}");
+    assert!(log.iter().all(|l| !l.contains(JWT_SECRET) && !l.contains(JWT_HEAD)));
+}
+
+#[test]
+fn node_and_python_call_the_api_through_the_broker_under_runc() {
+    granted_at_container_tier("runc", "container");
+}
+
+#[test]
+fn node_and_python_call_the_api_through_the_broker_under_runsc() {
+    granted_at_container_tier("runsc", "kernel");
+}
+
+/// The operator's long-lived client secret for the demo API's token endpoint.
+const CLIENT_SECRET: &str = "demo-client-secret-7f3a9c";
+
+/// Copies the built inventory broker plugin into `dir/plugin` and signs it with a
+/// fresh vendor key; returns the plugin directory and the vendor's public key.
+fn signed_broker(dir: &std::path::Path) -> (std::path::PathBuf, std::path::PathBuf) {
+    let built = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../plugins/out/inventory-broker"));
+    assert!(built.join("inventory-broker.wasm").exists(), "the broker plugin is not built: run plugins/build.sh");
+    let plugin = dir.join("plugin");
+    std::fs::create_dir_all(&plugin).expect("mkdir");
+    for f in ["inventory-broker.wasm", "plugin.toml"] {
+        std::fs::copy(built.join(f), plugin.join(f)).expect("copy");
+    }
+    let key = dir.join("vendor");
+    let o = super::host().args(["plugin", "keygen"]).arg(&key).output().expect("keygen");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = super::host()
+        .args(["plugin", "sign", "--key"])
+        .arg(key.with_extension("key"))
+        .arg(&plugin)
+        .output()
+        .expect("sign");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    (plugin, key.with_extension("pub"))
+}
+
+fn broker_env(plugin: &std::path::Path, key: &std::path::Path, api: &str) -> Vec<(String, String)> {
+    use base64::Engine as _;
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!("plimsoll:{CLIENT_SECRET}"));
+    vec![
+        ("PLIMSOLL_BROKER_PLUGINS".into(), plugin.display().to_string()),
+        ("PLIMSOLL_BROKER_PLUGIN_KEYS".into(), key.display().to_string()),
+        ("PLIMSOLL_BROKER_ENDPOINTS".into(), format!("inventory-broker.token={api}")),
+        ("PLIMSOLL_BROKER_AUTH_INVENTORY_BROKER_TOKEN".into(), format!("Basic {basic}")),
+    ]
+}
+
+fn vendor_profiles(dir: &std::path::Path, api: &str) -> std::path::PathBuf {
+    let file = dir.join("grants.json");
+    let text = serde_json::json!({"profiles": {"inventory-vendor": {
+        "base_url": api,
+        "allow": ["GET /items/*", "POST /items"],
+        "allowed_callers": ["alice"],
+        "token": {"type": "plugin", "plugin": "inventory-broker"}
+    }}});
+    std::fs::write(&file, text.to_string()).expect("grants file");
+    file
+}
+
+const VENDOR_SCRIPT: &str = r#"
+import os
+from plimsoll_client import Client
+alice = Client(os.environ["URL"], token=os.environ["ALICE"])
+code = '''(async () => {
+  const item = await host.get("/items/*", [3]);
+  const made = await host.post("/items", { name: "vendor-flange" });
+  console.log(item.name, made.created_by);
+})()'''
+r = alice.run_javascript(code, grant_profile="inventory-vendor")
+assert r.exit_code == 0, r
+assert r.stdout == b"washer alice\n", r
+print("vendor ok")
+"#;
+
+#[test]
+fn a_signed_broker_plugin_mints_through_the_vendors_token_endpoint() {
+    let api = DemoApi::start(&[("DEMO_CLIENT_SECRET", CLIENT_SECRET)]);
+    let dir = scratch("grants-plugin");
+    let (plugin, key) = signed_broker(&dir);
+    let (clients, tokens) = callers(&dir, &["alice"]);
+    let grants = vendor_profiles(&dir, &api.url);
+    let mut env: Vec<(String, String)> = vec![
+        ("SANDBOX_PROVIDER".into(), "wasm".into()),
+        ("PLIMSOLL_CLIENTS_FILE".into(), clients.display().to_string()),
+        ("PLIMSOLL_GRANTS_FILE".into(), grants.display().to_string()),
+    ];
+    env.extend(broker_env(&plugin, &key, &api.url));
+    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let d = Daemon::start(&pairs);
+    assert_eq!(run_script(VENDOR_SCRIPT, &[("URL", &d.url()), ("ALICE", &tokens[0])]), "vendor ok\n");
+    // One token request per run, then the calls with the token it returned.
+    let seen = api.seen();
+    assert_eq!(
+        seen.iter().map(|s| (s.0.as_str(), s.1.as_str(), s.2.as_str(), s.3)).collect::<Vec<_>>(),
+        [("POST", "/oauth/token", "", 200), ("GET", "/items/3", "alice", 200), ("POST", "/items", "alice", 201)]
+    );
+    let (_, log) = d.terminate();
+    assert!(log.iter().any(|l| l.contains(r#""msg":"broker plugin loaded""#) && l.contains("inventory-broker")));
+    assert!(log.iter().all(|l| !l.contains(CLIENT_SECRET)));
+}
+
+#[test]
+fn a_broker_plugin_with_a_bad_signature_or_an_untrusted_key_does_not_load() {
+    let api = DemoApi::start(&[("DEMO_CLIENT_SECRET", CLIENT_SECRET)]);
+    let dir = scratch("grants-plugin-bad");
+    let (plugin, key) = signed_broker(&dir);
+    let grants = vendor_profiles(&dir, &api.url);
+    let start = |key: &std::path::Path| {
+        let mut env: Vec<(String, String)> = vec![
+            ("SANDBOX_PROVIDER".into(), "wasm".into()),
+            ("PLIMSOLL_INSECURE".into(), "1".into()),
+            ("PLIMSOLL_GRANTS_FILE".into(), grants.display().to_string()),
+        ];
+        env.extend(broker_env(&plugin, key, &api.url));
+        let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        super::refused_start(&pairs)
+    };
+    // Another vendor's key: the signature is not one the operator trusts.
+    let other = dir.join("other");
+    let o = super::host().args(["plugin", "keygen"]).arg(&other).output().expect("keygen");
+    assert!(o.status.success());
+    let (code, err) = start(&other.with_extension("pub"));
+    assert_ne!(code, Some(0));
+    assert!(err.contains("PLIMSOLL_GRANTS_FILE: broker plugin: ") && err.contains("signature"), "{err}");
+    // The trusted key, but a component changed after signing.
+    let wasm = plugin.join("inventory-broker.wasm");
+    let mut bytes = std::fs::read(&wasm).expect("read");
+    bytes.push(0);
+    std::fs::write(&wasm, bytes).expect("tamper");
+    let (code, err) = start(&key);
+    assert_ne!(code, Some(0));
+    assert!(err.contains("PLIMSOLL_GRANTS_FILE: broker plugin: ") && err.contains("signature"), "{err}");
+}

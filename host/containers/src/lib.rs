@@ -19,7 +19,7 @@ pub mod uid;
 pub const SECCOMP_PROFILE: &str = include_str!("../../../images/seccomp.json");
 
 pub use engine::{Engine, EngineError, ExecOutcome, ImageFacts, Inspection};
-pub use lockdown::{Ceilings, Lockdown, Spec, Tmpfs, Violation};
+pub use lockdown::{BROKER_TARGET, BrokerMount, Ceilings, Lockdown, Spec, Tmpfs, Violation, broker_root};
 
 #[cfg(test)]
 mod tests {

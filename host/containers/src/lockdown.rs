@@ -6,7 +6,7 @@
 //! the spec, so a mistake in the builder cannot weaken the wall either.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use bollard::models::{ContainerCreateBody, HostConfig, HostConfigLogConfig};
 
@@ -57,6 +57,46 @@ pub struct Spec {
     pub labels: Vec<(String, String)>,
     /// Seconds until the orphan sweep may remove the container.
     pub lifetime_s: u32,
+    /// The run's broker socket, when the run holds a grant. Only the host sets it;
+    /// a plugin's spec cannot express it.
+    pub broker: Option<BrokerMount>,
+}
+
+/// Where a broker directory is mounted inside a container (read-only).
+pub const BROKER_TARGET: &str = "/run/plimsoll";
+
+/// The host directory every per-run broker directory lives in.
+pub fn broker_root() -> PathBuf {
+    std::env::temp_dir().join("plimsoll-broker")
+}
+
+/// A run's broker directory (its socket and in-sandbox clients) and the variables
+/// that point the sandbox's clients at it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BrokerMount {
+    /// The host directory: a direct child of [`broker_root`].
+    pub dir: PathBuf,
+    /// Variables the host sets for every process of the container.
+    pub env: Vec<(String, String)>,
+}
+
+impl BrokerMount {
+    fn bind(&self) -> String {
+        format!("{}:{BROKER_TARGET}:ro", self.dir.display())
+    }
+}
+
+/// Whether `bind` is a broker bind the host could have made.
+fn is_broker_bind(bind: &str) -> bool {
+    let Some(dir) = bind.strip_suffix(&format!(":{BROKER_TARGET}:ro")) else {
+        return false;
+    };
+    let dir = Path::new(dir);
+    dir.parent() == Some(broker_root().as_path())
+        && dir
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("run-") && n.len() > 4 && n[4..].bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The most any one container may get; the operator's configuration.
@@ -116,7 +156,7 @@ pub enum Violation {
     #[error("lockdown: tmpfs {0}")]
     Tmpfs(String),
     /// A host path would be visible inside the container.
-    #[error("lockdown: no host binds or volumes but the host's own resolv.conf ({0})")]
+    #[error("lockdown: no host binds or volumes but the host's own resolv.conf and run broker ({0})")]
     HostBind(String),
     /// The container is privileged.
     #[error("lockdown: the container must not be privileged")]
@@ -195,6 +235,18 @@ impl Lockdown {
         {
             security_opt.push(format!("seccomp={profile}"));
         }
+        let mut env: Vec<String> = Vec::new();
+        let mut binds = vec![self.resolv_bind()];
+        if let Some(b) = &spec.broker {
+            // The host's variables win: the plugin's of the same name are dropped.
+            env.extend(
+                spec.env.iter().filter(|(k, _)| !b.env.iter().any(|(h, _)| h == k)).map(|(k, v)| format!("{k}={v}")),
+            );
+            env.extend(b.env.iter().map(|(k, v)| format!("{k}={v}")));
+            binds.push(b.bind());
+        } else {
+            env.extend(spec.env.iter().map(|(k, v)| format!("{k}={v}")));
+        }
         let mut labels: HashMap<String, String> = spec.labels.iter().cloned().collect();
         labels.insert(LIFETIME_LABEL.into(), (now_unix + u64::from(spec.lifetime_s)).to_string());
         let body = ContainerCreateBody {
@@ -203,7 +255,7 @@ impl Lockdown {
             entrypoint: Some(spec.command.clone()),
             cmd: Some(Vec::new()),
             working_dir: Some(spec.workdir.clone()),
-            env: Some(spec.env.iter().map(|(k, v)| format!("{k}={v}")).collect()),
+            env: Some(env),
             labels: Some(labels),
             network_disabled: Some(true),
             open_stdin: Some(true),
@@ -223,7 +275,7 @@ impl Lockdown {
                 pids_limit: Some(i64::from(spec.pids)),
                 nano_cpus: Some(i64::from(spec.cpus_milli) * 1_000_000),
                 tmpfs: Some(tmpfs),
-                binds: Some(vec![self.resolv_bind()]),
+                binds: Some(binds),
                 privileged: Some(false),
                 ipc_mode: Some("private".into()),
                 log_config: Some(HostConfigLogConfig { typ: Some("none".into()), config: None }),
@@ -402,7 +454,12 @@ impl Lockdown {
 
     fn check_mounts(&self, body: &ContainerCreateBody, hc: &HostConfig) -> Result<(), Violation> {
         let binds = hc.binds.as_deref().unwrap_or_default();
-        if binds != [self.resolv_bind()] {
+        let ok = match binds {
+            [resolv] => *resolv == self.resolv_bind(),
+            [resolv, broker] => *resolv == self.resolv_bind() && is_broker_bind(broker),
+            _ => false,
+        };
+        if !ok {
             return Err(Violation::HostBind(format!("binds {binds:?}")));
         }
         if hc.mounts.as_ref().is_some_and(|m| !m.is_empty())
@@ -568,6 +625,7 @@ mod tests {
             env: vec![("PATH".into(), "/usr/bin:/bin".into())],
             labels: vec![("dev.plimsoll.plugin.run".into(), "1".into())],
             lifetime_s: 600,
+            broker: None,
         }
     }
 
@@ -725,6 +783,42 @@ mod tests {
         assert!(matches!(v, Violation::HostBind(_)), "{v}");
         let v = broken(|_, hc| hc.volumes_from = Some(vec!["other".into()]));
         assert!(matches!(v, Violation::HostBind(_)), "{v}");
+        // A second bind passes only as a run broker directory, read-only, at its place.
+        let root = broker_root();
+        for bad in [
+            format!("{}/run-ab12:/run/plimsoll", root.display()),
+            format!("{}/run-ab12:/etc:ro", root.display()),
+            format!("{}/../run-ab12:/run/plimsoll:ro", root.display()),
+            format!("{}/run-ab12/x:/run/plimsoll:ro", root.display()),
+            format!("{}/run-zz:/run/plimsoll:ro", root.display()),
+            "/:/run/plimsoll:ro".to_string(),
+        ] {
+            let v = broken(|_, hc| hc.binds.get_or_insert_default().push(bad.clone()));
+            assert!(matches!(v, Violation::HostBind(_)), "{bad}: {v}");
+        }
+    }
+
+    #[test]
+    fn a_broker_mount_adds_its_bind_and_the_hosts_variables_win() {
+        let l = lockdown();
+        let mut s = spec();
+        s.env = vec![("NODE_OPTIONS".into(), "--require /tmp/evil.js".into()), ("KEEP".into(), "1".into())];
+        s.broker = Some(BrokerMount {
+            dir: broker_root().join("run-0123abcd"),
+            env: vec![("NODE_OPTIONS".into(), "--require=/run/plimsoll/host.js".into())],
+        });
+        let body = l.create_body(&s, 0).expect("a broker mount passes the lockdown");
+        let hc = body.host_config.as_ref().expect("host config");
+        assert_eq!(
+            hc.binds.as_deref().expect("binds")[1],
+            format!("{}/run-0123abcd:/run/plimsoll:ro", broker_root().display())
+        );
+        assert_eq!(
+            body.env.as_deref().expect("env"),
+            ["KEEP=1".to_string(), "NODE_OPTIONS=--require=/run/plimsoll/host.js".to_string()]
+        );
+        s.broker = Some(BrokerMount { dir: "/etc".into(), env: vec![] });
+        assert!(matches!(l.create_body(&s, 0), Err(Violation::HostBind(_))));
     }
 
     #[test]

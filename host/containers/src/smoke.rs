@@ -91,6 +91,7 @@ pub async fn prove(
         env: Vec::new(),
         labels: Vec::new(),
         lifetime_s: 600,
+        broker: None,
     };
     let id = engine.create(lockdown, &spec, now_unix).await.map_err(|e| fail("create", e.to_string()))?;
     let outcome = async {

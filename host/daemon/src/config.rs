@@ -116,6 +116,20 @@ struct File {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct GrantsTable {
     file: Option<PathBuf>,
+    broker_plugins: Option<Vec<PathBuf>>,
+    broker_plugin_keys: Option<Vec<PathBuf>>,
+    broker_endpoints: Option<Vec<String>>,
+}
+
+/// Where broker plugins come from and where their endpoints point.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BrokerPlugins {
+    /// Plugin directories (`plugin.toml`, the component, `plugin.sig`).
+    pub dirs: Vec<PathBuf>,
+    /// Vendor keys the operator trusts (PEM files).
+    pub trusted_keys: Vec<PathBuf>,
+    /// `(plugin, alias, url)` for each endpoint a plugin calls.
+    pub endpoints: Vec<(String, String, String)>,
 }
 
 /// Where a provider plugin comes from and what the operator allows it.
@@ -284,6 +298,8 @@ pub struct Config {
     pub cache_dir: Option<PathBuf>,
     /// `PLIMSOLL_GRANTS_FILE`: the grant profiles (unset: runs name no profile).
     pub grants_file: Option<PathBuf>,
+    /// `PLIMSOLL_BROKER_PLUGINS` and the rest: vendor broker plugins for profiles.
+    pub broker_plugins: BrokerPlugins,
     /// `SANDBOX_WASM_PYTHON`: the CPython guest component the wasm provider runs
     /// Python with (unset: the checkout's `guests/python/python.wasm` when built).
     pub wasm_python: Option<PathBuf>,
@@ -295,9 +311,12 @@ pub struct Config {
     pub explicit: Vec<&'static str>,
 }
 
+/// The prefix of the variables holding a broker plugin endpoint's `Authorization`.
+pub const BROKER_AUTH_PREFIX: &str = "PLIMSOLL_BROKER_AUTH_";
+
 /// Every variable the daemon reads, with the file key it overrides and what it does.
 /// `serve --help` prints this table, so the usage text and the code cannot drift.
-pub const VARIABLES: [(&str, &str, &str); 37] = [
+pub const VARIABLES: [(&str, &str, &str); 40] = [
     ("PLIMSOLL_CONFIG", "", "path of plimsoll.toml"),
     ("PLIMSOLL_ADDR", "daemon.addr", "RPC listener, default :8746"),
     ("PLIMSOLL_METRICS_ADDR", "daemon.metrics-addr", "metrics listener, default 127.0.0.1:9464; off"),
@@ -310,6 +329,17 @@ pub const VARIABLES: [(&str, &str, &str); 37] = [
     ("PLIMSOLL_TLS_KEY", "daemon.tls-key", "PEM private key; with PLIMSOLL_TLS_CERT"),
     ("PLIMSOLL_CACHE_DIR", "daemon.cache-dir", "precompiled components, default ~/.cache/plimsoll"),
     ("PLIMSOLL_GRANTS_FILE", "grants.file", "grant profiles (JSON): the APIs runs may call through the broker"),
+    ("PLIMSOLL_BROKER_PLUGINS", "grants.broker-plugins", "signed vendor broker plugin directories, comma-separated"),
+    (
+        "PLIMSOLL_BROKER_PLUGIN_KEYS",
+        "grants.broker-plugin-keys",
+        "vendor public keys (PEM) trusted to sign broker plugins",
+    ),
+    (
+        "PLIMSOLL_BROKER_ENDPOINTS",
+        "grants.broker-endpoints",
+        "PLUGIN.ALIAS=URL per endpoint; PLIMSOLL_BROKER_AUTH_<PLUGIN>_<ALIAS> is its Authorization",
+    ),
     ("SANDBOX_PROVIDER", "sandbox.provider", "unset = disabled (runs nothing); wasm"),
     ("SANDBOX_WASM_PYTHON", "sandbox.wasm-python", "wasm: the CPython component (guests/python/build.sh)"),
     ("SANDBOX_MIN_ISOLATION", "sandbox.min-isolation", "vm|kernel|container|process: startup floor"),
@@ -459,6 +489,9 @@ impl Config {
                 .into_iter()
                 .filter(|n| n.starts_with("PLIMSOLL_") || n.starts_with("SANDBOX_"))
                 .filter(|n| !VARIABLES.iter().any(|(v, _, _)| v == n) && !CLIENT_VARIABLES.contains(&n.as_str()))
+                // One per broker plugin endpoint; a misspelt one leaves its endpoint without
+                // a credential, which the vendor's token endpoint refuses.
+                .filter(|n| !n.starts_with(BROKER_AUTH_PREFIX))
                 .collect();
             u.sort();
             u
@@ -536,9 +569,10 @@ impl Config {
         let cache_dir =
             pick.string("PLIMSOLL_CACHE_DIR", d.cache_dir.map(|p| p.display().to_string())).map(PathBuf::from);
         let grants_file = pick
-            .string("PLIMSOLL_GRANTS_FILE", grants_table.file.map(|p| p.display().to_string()))
+            .string("PLIMSOLL_GRANTS_FILE", grants_table.file.as_ref().map(|p| p.display().to_string()))
             .filter(|p| !p.is_empty())
             .map(PathBuf::from);
+        let broker_plugins = broker_plugins(&mut pick, grants_table)?;
 
         let provider = match pick
             .string("SANDBOX_PROVIDER", s.provider)
@@ -700,6 +734,7 @@ impl Config {
             total_memory_mb,
             cache_dir,
             grants_file,
+            broker_plugins,
             wasm_python,
             docker,
             sessions,
@@ -767,6 +802,37 @@ impl Config {
         }
         v
     }
+}
+
+/// Reads the broker plugin settings: environment first, then `[grants]`.
+fn broker_plugins(pick: &mut Pick<'_>, t: GrantsTable) -> Result<BrokerPlugins, ConfigError> {
+    let list = |v: String| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect::<Vec<_>>();
+    let paths = |v: Option<String>, file: Option<Vec<PathBuf>>| match v {
+        Some(v) => list(v).into_iter().map(PathBuf::from).collect(),
+        None => file.unwrap_or_default(),
+    };
+    let dirs = paths(pick.string("PLIMSOLL_BROKER_PLUGINS", None), t.broker_plugins);
+    let trusted_keys = paths(pick.string("PLIMSOLL_BROKER_PLUGIN_KEYS", None), t.broker_plugin_keys);
+    let endpoints = match pick.string("PLIMSOLL_BROKER_ENDPOINTS", None) {
+        Some(v) => list(v),
+        None => t.broker_endpoints.unwrap_or_default(),
+    };
+    let mut parsed = Vec::new();
+    for e in endpoints {
+        let bad = || ConfigError::Value(format!("PLIMSOLL_BROKER_ENDPOINTS: {e:?} must be PLUGIN.ALIAS=URL"));
+        let (key, url) = e.split_once('=').ok_or_else(bad)?;
+        let (plugin, alias) = key.split_once('.').ok_or_else(bad)?;
+        if plugin.is_empty() || alias.is_empty() || url.is_empty() {
+            return Err(bad());
+        }
+        parsed.push((plugin.to_string(), alias.to_string(), url.to_string()));
+    }
+    if !dirs.is_empty() && trusted_keys.is_empty() {
+        return Err(ConfigError::Value(
+            "PLIMSOLL_BROKER_PLUGINS is set but PLIMSOLL_BROKER_PLUGIN_KEYS names no vendor key; a broker plugin loads only when a key the operator trusts signed it".into(),
+        ));
+    }
+    Ok(BrokerPlugins { dirs, trusted_keys, endpoints: parsed })
 }
 
 /// Reads the docker settings: required when docker is the provider, refused when

@@ -11,7 +11,14 @@ use plimsoll_core::wire::AdviceFinding;
 use plimsoll_core::{Reason, Refusal};
 use plimsoll_grants::advice::{self, Finding, Routes};
 use plimsoll_grants::profile::{AdviceAudience, Retention, not_available};
-use plimsoll_grants::token::Minter;
+use plimsoll_grants::route::Route;
+use plimsoll_grants::token::{Credential, MintError, MintScope, Minter, PluginBroker, Secret, Shaped, Shaper};
+use plimsoll_runtime::plugin::broker::BrokerPlugin;
+use plimsoll_runtime::plugin::http::{Endpoint, HttpGate};
+use plimsoll_runtime::plugin::{self, Capability};
+use plimsoll_runtime::{Engine, EngineConfig};
+
+use crate::config::BrokerPlugins;
 use plimsoll_grants::{Broker, CallTrace, LoadContext, Profile, Profiles, RunGrant};
 use serde_json::{Value, json};
 
@@ -52,7 +59,7 @@ impl DaemonGrants {
     /// # Errors
     ///
     /// The file, the profile and the rule it breaks; the daemon does not start.
-    pub fn load(path: &Path, plugins: &dyn Fn(&str) -> Option<Arc<dyn Minter>>) -> Result<DaemonGrants, String> {
+    pub fn load(path: &Path, plugins: &dyn Fn(&str) -> Option<PluginBroker>) -> Result<DaemonGrants, String> {
         let env = |var: &str| std::env::var(var).ok();
         let profiles =
             Profiles::load(path, &LoadContext { env: &env, dir: None, plugins }).map_err(|e| e.to_string())?;
@@ -178,4 +185,101 @@ impl Closed {
         }
         out
     }
+}
+
+/// A broker plugin as a profile's minter.
+#[derive(Debug)]
+struct PluginMinter(Arc<BrokerPlugin>);
+
+impl Minter for PluginMinter {
+    fn mint(&self, scope: &MintScope<'_>) -> Result<Credential, MintError> {
+        let ttl = scope.budget + plimsoll_grants::token::JWT_GRACE;
+        let m = self.0.mint(scope.subject, ttl, scope.scopes).map_err(MintError::Plugin)?;
+        if m.authorization.is_empty() || !m.authorization.bytes().all(|b| (0x20..0x7f).contains(&b)) {
+            return Err(MintError::Unprintable);
+        }
+        let expires = std::time::UNIX_EPOCH + Duration::from_millis(m.expires_unix_ms);
+        if expires <= std::time::SystemTime::now() {
+            return Err(MintError::Expired);
+        }
+        Ok(Credential { authorization: Secret::new(m.authorization), expires: Some(expires) })
+    }
+}
+
+/// A broker plugin as a profile's shaper.
+#[derive(Debug)]
+struct PluginShaper(Arc<BrokerPlugin>);
+
+impl Shaper for PluginShaper {
+    fn shape(&self, route: &Route, path: &str, body: Option<&[u8]>) -> Result<Shaped, String> {
+        let s = self.0.shape(route.method().as_str(), route.template(), path, body)?;
+        Ok(Shaped { path: s.path, headers: s.headers, body: s.body })
+    }
+}
+
+/// The variable holding the `Authorization` the host attaches to a broker plugin's
+/// endpoint: `PLIMSOLL_BROKER_AUTH_<PLUGIN>_<ALIAS>`, upper-cased, dashes as underscores.
+pub fn auth_var(plugin: &str, alias: &str) -> String {
+    format!("{}{plugin}_{alias}", crate::config::BROKER_AUTH_PREFIX).to_ascii_uppercase().replace(['-', '.'], "_")
+}
+
+/// Verifies and loads every configured broker plugin: its signature against the
+/// vendor keys the operator trusts, its capabilities (http and log only), its
+/// endpoints, and its declared routes.
+///
+/// # Errors
+///
+/// The plugin and the check that failed; the daemon does not start.
+pub fn load_plugins(cfg: &BrokerPlugins) -> Result<std::collections::BTreeMap<String, PluginBroker>, String> {
+    let mut out = std::collections::BTreeMap::new();
+    if cfg.dirs.is_empty() {
+        return Ok(out);
+    }
+    let mut keys = Vec::new();
+    for path in &cfg.trusted_keys {
+        let pem = std::fs::read_to_string(path).map_err(|e| format!("reading vendor key {}: {e}", path.display()))?;
+        keys.push(plugin::signature::public_key(&pem).map_err(|e| format!("vendor key {}: {e}", path.display()))?);
+    }
+    let approved = vec![Capability::Http, Capability::Log];
+    let engine = Engine::new(&EngineConfig { max_instances: 64, cache_dir: EngineConfig::default_cache_dir() })
+        .map_err(|e| format!("starting the broker plugins' engine: {e}"))?;
+    for dir in &cfg.dirs {
+        let verified = plugin::verify(dir, &keys, &approved).map_err(|e| format!("broker plugin: {e}"))?;
+        let name = verified.manifest.name.clone();
+        let mut endpoints = std::collections::BTreeMap::new();
+        for alias in &verified.manifest.endpoints {
+            let Some((_, _, url)) = cfg.endpoints.iter().find(|(p, a, _)| *p == name && a == alias) else {
+                return Err(format!(
+                    "broker plugin {name} calls endpoint {alias:?}: map it with PLIMSOLL_BROKER_ENDPOINTS={name}.{alias}=URL"
+                ));
+            };
+            let headers = std::env::var(auth_var(&name, alias))
+                .ok()
+                .filter(|v| !v.is_empty())
+                .map(|v| vec![("authorization".to_string(), v)])
+                .unwrap_or_default();
+            endpoints.insert(alias.clone(), Endpoint { base: url.clone(), headers });
+        }
+        let gate = Arc::new(HttpGate::new(endpoints).map_err(|e| format!("broker plugin {name}: {e}"))?);
+        let loaded = Arc::new(
+            BrokerPlugin::new(&engine, verified, approved.clone(), Some(gate))
+                .map_err(|e| format!("broker plugin {name}: {e}"))?,
+        );
+        let declared = loaded.describe().map_err(|e| format!("broker plugin {name}: {e}"))?;
+        let routes = declared
+            .routes
+            .iter()
+            .map(|r| Route::parse(r))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| format!("broker plugin {name} declares a bad route: {e}"))?;
+        out.insert(
+            name,
+            PluginBroker {
+                minter: Arc::new(PluginMinter(loaded.clone())),
+                routes,
+                shaper: Arc::new(PluginShaper(loaded)),
+            },
+        );
+    }
+    Ok(out)
 }

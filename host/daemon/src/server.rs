@@ -179,8 +179,12 @@ impl Server {
         let grants = match &config.grants_file {
             None => None,
             Some(path) => {
-                // Broker plugins arrive with issue 9's plugin loader; a profile naming one fails to load.
-                let grants = DaemonGrants::load(path, &|_| None).map_err(StartError::Grants)?;
+                let plugins = crate::grants::load_plugins(&config.broker_plugins).map_err(StartError::Grants)?;
+                for name in plugins.keys() {
+                    log.info("broker plugin loaded", &[("plugin", json!(name))]);
+                }
+                let grants =
+                    DaemonGrants::load(path, &|name| plugins.get(name).cloned()).map_err(StartError::Grants)?;
                 let support = provider.grant_support();
                 if !grants.profiles().is_empty() && !support.snippets && !support.projects {
                     return Err(StartError::Grants(format!(

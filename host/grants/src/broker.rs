@@ -98,13 +98,33 @@ impl std::fmt::Debug for RunGrant {
 
 /// A call that passed every check before the upstream.
 struct Plan<'g> {
-    method: Method,
-    route: String,
-    url: String,
+    route: Route,
+    path: String,
     body: Option<Vec<u8>>,
     probe: bool,
     _slot: Slot<'g>,
 }
+
+/// A request ready to send: the URL, the plugin's extra headers, the body.
+struct Outgoing {
+    url: String,
+    headers: Vec<(String, String)>,
+    body: Option<Vec<u8>>,
+}
+
+/// Headers only the host sets; a broker plugin's shaping may not add them.
+const HOST_HEADERS: [&str; 10] = [
+    "authorization",
+    "host",
+    "cookie",
+    "proxy-authorization",
+    "content-length",
+    "content-type",
+    "transfer-encoding",
+    "connection",
+    "te",
+    "accept",
+];
 
 struct Slot<'g>(&'g AtomicU32);
 
@@ -211,18 +231,58 @@ impl RunGrant {
             ));
         }
         Ok(Plan {
-            method: matched.method(),
-            route: matched.template().to_string(),
-            url: format!("{}{path}", self.profile.base_url),
+            route: matched,
+            path: path.to_string(),
             body: body.map(<[u8]>::to_vec),
             probe: gate == Gate::Probe,
             _slot: slot,
         })
     }
 
-    fn request(&self, method: Method, url: &str, body: Option<Vec<u8>>) -> Option<http::Request<Full<Bytes>>> {
+    /// The request as it goes upstream: shaped by the profile's broker plugin, if
+    /// any, and checked again to still match the same route.
+    fn outgoing(&self, plan: &Plan<'_>) -> Result<Outgoing, HostAnswer> {
+        let Some(shaper) = &self.profile.shaper else {
+            return Ok(Outgoing {
+                url: format!("{}{}", self.profile.base_url, plan.path),
+                headers: Vec::new(),
+                body: plan.body.clone(),
+            });
+        };
+        let shaped = shaper
+            .shape(&plan.route, &plan.path, plan.body.as_deref())
+            .map_err(|e| self.deny(403, &format!("forbidden by the API's broker plugin: {}", echo(&e))))?;
+        let escaped =
+            route::check_request_path(&shaped.path).is_err() || !plan.route.matches(plan.route.method(), &shaped.path);
+        let host_header = shaped.headers.iter().any(|(k, _)| HOST_HEADERS.contains(&k.to_ascii_lowercase().as_str()));
+        if escaped || host_header {
+            return Err(self.deny(
+                502,
+                "host api unavailable: the broker plugin shaped the call outside its route or set a header only the host sets",
+            ));
+        }
+        if shaped.body.as_ref().map_or(0, Vec::len) > self.profile.max_request_bytes as usize {
+            return Err(self.deny(413, "host api request body too large after the broker plugin shaped it"));
+        }
+        Ok(Outgoing {
+            url: format!("{}{}", self.profile.base_url, shaped.path),
+            headers: shaped.headers,
+            body: shaped.body,
+        })
+    }
+
+    fn request(
+        &self,
+        method: Method,
+        url: &str,
+        headers: &[(String, String)],
+        body: Option<Vec<u8>>,
+    ) -> Option<http::Request<Full<Bytes>>> {
         let mut b =
             http::Request::builder().method(method.as_str()).uri(url).header(http::header::ACCEPT, "application/json");
+        for (k, v) in headers {
+            b = b.header(k.as_str(), v.as_str());
+        }
         if body.is_some() {
             b = b.header(http::header::CONTENT_TYPE, "application/json");
         }
@@ -234,7 +294,7 @@ impl RunGrant {
 
     fn probe_request(&self) -> Option<http::Request<Full<Bytes>>> {
         let health = self.profile.health_check.as_ref()?;
-        self.request(Method::Get, &format!("{}{}", self.profile.base_url, health.template()), None)
+        self.request(Method::Get, &format!("{}{}", self.profile.base_url, health.template()), &[], None)
     }
 
     /// After a probe: a 2xx closes the circuit; anything else sheds this call.
@@ -250,6 +310,7 @@ impl RunGrant {
     fn finish(&self, plan: &Plan<'_>, started: Instant, sent: Result<Sent, UpstreamError>) -> HostAnswer {
         let latency_us = started.elapsed().as_micros().min(u128::from(u64::MAX)) as u64;
         let req_bytes = plan.body.as_ref().map_or(0, Vec::len) as u64;
+        let (method, template) = (plan.route.method(), plan.route.template().to_string());
         let (row_status, delivered, resp_bytes, answer) = match sent {
             Ok(s) => {
                 if s.status == 429 || s.status == 503 {
@@ -282,8 +343,8 @@ impl RunGrant {
             let seq = st.trace.calls.len() as u32 + 1;
             st.trace.calls.push(CallRow {
                 seq,
-                method: plan.method,
-                route: plan.route.clone(),
+                method,
+                route: template,
                 status: row_status,
                 delivered,
                 req_bytes,
@@ -324,8 +385,12 @@ impl RunGrant {
                 return a;
             }
         }
+        let out = match self.outgoing(&plan) {
+            Ok(o) => o,
+            Err(a) => return a,
+        };
         let started = Instant::now();
-        let Some(req) = self.request(plan.method, &plan.url, plan.body.clone()) else {
+        let Some(req) = self.request(plan.route.method(), &out.url, &out.headers, out.body) else {
             return self.finish(&plan, started, Err(UpstreamError::Unreachable));
         };
         let sent = up.send_blocking(req, self.profile.max_response_bytes, timeout);
@@ -352,8 +417,12 @@ impl RunGrant {
                 return a;
             }
         }
+        let out = match self.outgoing(&plan) {
+            Ok(o) => o,
+            Err(a) => return a,
+        };
         let started = Instant::now();
-        let Some(req) = self.request(plan.method, &plan.url, plan.body.clone()) else {
+        let Some(req) = self.request(plan.route.method(), &out.url, &out.headers, out.body) else {
             return self.finish(&plan, started, Err(UpstreamError::Unreachable));
         };
         let sent = up.send(req, self.profile.max_response_bytes, timeout).await;

@@ -11,7 +11,7 @@ use serde::Deserialize;
 
 use crate::breaker::Breaker;
 use crate::route::{Method, Route, RouteError};
-use crate::token::{DEFAULT_JWT_TTL, JwtMinter, MIN_JWT_SECRET, Minter, Secret, StaticToken};
+use crate::token::{DEFAULT_JWT_TTL, JwtMinter, MIN_JWT_SECRET, Minter, PluginBroker, Secret, Shaper, StaticToken};
 
 /// Calls a run may make when its profile states no `max_calls`.
 pub const DEFAULT_MAX_CALLS: u32 = 256;
@@ -100,6 +100,8 @@ pub struct Profile {
     pub advice_retention: Retention,
     /// How a run's credential is minted; none sends no `Authorization`.
     pub minter: Option<Arc<dyn Minter>>,
+    /// The broker plugin's shaper, when a plugin mints for this profile.
+    pub shaper: Option<Arc<dyn Shaper>>,
     /// The upstream's circuit, shared by every run of this profile.
     pub(crate) breaker: Arc<Mutex<Breaker>>,
 }
@@ -216,8 +218,8 @@ pub struct LoadContext<'a> {
     pub env: &'a dyn Fn(&str) -> Option<String>,
     /// The file's directory, for `preamble_file`.
     pub dir: Option<PathBuf>,
-    /// Broker plugins by name, each a minter.
-    pub plugins: &'a dyn Fn(&str) -> Option<Arc<dyn Minter>>,
+    /// Loaded broker plugins by name.
+    pub plugins: &'a dyn Fn(&str) -> Option<PluginBroker>,
 }
 
 impl std::fmt::Debug for LoadContext<'_> {
@@ -418,6 +420,7 @@ fn validate(name: &str, raw: RawProfile, ctx: &LoadContext<'_>) -> Result<Profil
         }
         batch_of.push((b, items));
     }
+    let mut shaper = None;
     let minter: Option<Arc<dyn Minter>> = match raw.token {
         None => None,
         Some(RawToken::Static { env }) => Some(Arc::new(StaticToken(env_secret(ctx, &env)?))),
@@ -436,10 +439,15 @@ fn validate(name: &str, raw: RawProfile, ctx: &LoadContext<'_>) -> Result<Profil
             };
             Some(Arc::new(JwtMinter { secret, ttl, audience, issuer, key_id }))
         }
-        Some(RawToken::Plugin { plugin }) => Some(
-            (ctx.plugins)(&plugin)
-                .ok_or_else(|| format!("token: no broker plugin {plugin:?} is loaded (see PLIMSOLL_BROKER_PLUGINS)"))?,
-        ),
+        Some(RawToken::Plugin { plugin }) => {
+            let p = (ctx.plugins)(&plugin)
+                .ok_or_else(|| format!("token: no broker plugin {plugin:?} is loaded (see PLIMSOLL_BROKER_PLUGINS)"))?;
+            if let Some(r) = allow.iter().find(|r| !p.routes.contains(r)) {
+                return Err(format!("allow: route \"{r}\" is not one the broker plugin {plugin:?} serves"));
+            }
+            shaper = Some(p.shaper);
+            Some(p.minter)
+        }
     };
     Ok(Profile {
         name: name.to_string(),
@@ -460,6 +468,7 @@ fn validate(name: &str, raw: RawProfile, ctx: &LoadContext<'_>) -> Result<Profil
         advice: raw.advice,
         advice_retention: raw.advice_retention,
         minter,
+        shaper,
         breaker: Arc::default(),
     })
 }
@@ -490,7 +499,7 @@ mod tests {
         }
     }
 
-    fn no_plugins(_: &str) -> Option<Arc<dyn Minter>> {
+    fn no_plugins(_: &str) -> Option<PluginBroker> {
         None
     }
 

@@ -2,6 +2,7 @@
 //! handed to a sandbox.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
@@ -89,6 +90,40 @@ pub trait Minter: Send + Sync + fmt::Debug {
     ///
     /// [`MintError`]: the run does not start.
     fn mint(&self, scope: &MintScope<'_>) -> Result<Credential, MintError>;
+}
+
+/// A call as a broker plugin may reshape it: the path (which must still match the
+/// same route), extra headers (never the host's own), and the body.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Shaped {
+    /// The path sent upstream.
+    pub path: String,
+    /// Headers added to the request.
+    pub headers: Vec<(String, String)>,
+    /// The body sent upstream.
+    pub body: Option<Vec<u8>>,
+}
+
+/// Reshapes calls for a vendor's API (a broker plugin's `shape`).
+pub trait Shaper: Send + Sync + fmt::Debug {
+    /// Shapes one call that matched `route`.
+    ///
+    /// # Errors
+    ///
+    /// The plugin's refusal: nothing is sent.
+    fn shape(&self, route: &crate::route::Route, path: &str, body: Option<&[u8]>) -> Result<Shaped, String>;
+}
+
+/// What a loaded broker plugin offers profiles: its minter, the routes it serves
+/// (a profile may open only these), and its shaper.
+#[derive(Clone, Debug)]
+pub struct PluginBroker {
+    /// Mints each run's credential through the vendor's token endpoint.
+    pub minter: Arc<dyn Minter>,
+    /// The routes the plugin declares.
+    pub routes: Vec<crate::route::Route>,
+    /// Shapes each call.
+    pub shaper: Arc<dyn Shaper>,
 }
 
 /// Checks a minted header value: non-empty printable ASCII without spaces inside the token.

@@ -135,11 +135,31 @@ fn run_lifetime(limits: &Limits) -> u32 {
     (limits.timeout_ms / 1000).saturating_add(300)
 }
 
-/// `env -i` + a shell that writes `marker` to stderr, then execs `argv`.
+/// Variables the host sets on a granted run's container (its broker socket, run
+/// token, client and routes); the guest keeps these and [`GUEST_ENV`], nothing else.
+const GRANT_ENV: [&str; 6] = [
+    "PLIMSOLL_HOST_API",
+    "PLIMSOLL_HOST_TOKEN",
+    "PLIMSOLL_HOST_GLOBAL",
+    "PLIMSOLL_HOST_ROUTES",
+    "NODE_OPTIONS",
+    "PYTHONPATH",
+];
+
+/// A shell that writes `marker` to stderr, then execs `argv` under `env -i` with
+/// [`GUEST_ENV`], plus [`GRANT_ENV`] when the host mounted a broker: nothing of the
+/// image's environment reaches the guest.
 fn marked(marker: &str, argv: &[&str]) -> Vec<String> {
-    let mut cmd: Vec<String> = vec!["/usr/bin/env".into(), "-i".into()];
-    cmd.extend(GUEST_ENV.iter().map(|s| s.to_string()));
-    cmd.extend(["/bin/sh".into(), "-c".into(), "printf '%s' \"$0\" >&2 && exec \"$@\"".into(), marker.into()]);
+    let keep: Vec<String> = GUEST_ENV.iter().map(|kv| format!("'{kv}'")).collect();
+    let grant: Vec<String> = GRANT_ENV.iter().map(|k| format!("\"{k}=${k}\"")).collect();
+    let script = format!(
+        "printf '%s' \"$0\" >&2 || exit 1\n\
+         if [ -n \"${{PLIMSOLL_HOST_API-}}\" ]; then exec /usr/bin/env -i {keep} {grant} \"$@\"; fi\n\
+         exec /usr/bin/env -i {keep} \"$@\"",
+        keep = keep.join(" "),
+        grant = grant.join(" ")
+    );
+    let mut cmd: Vec<String> = vec!["/bin/sh".into(), "-c".into(), script, marker.into()];
     cmd.extend(argv.iter().map(|s| s.to_string()));
     cmd
 }

@@ -3,7 +3,7 @@ use std::net::TcpListener;
 
 use super::*;
 use crate::profile::{LoadContext, Profiles};
-use crate::token::Minter;
+use crate::token::{Credential, MintScope, Minter, PluginBroker};
 
 /// What the fake API saw: method, path, and the Authorization header.
 type Seen = Arc<Mutex<Vec<(String, String, Option<String>)>>>;
@@ -77,7 +77,7 @@ fn env(var: &str) -> Option<String> {
     (var == "API_TOKEN").then(|| "s3cret-operator-token".into())
 }
 
-fn no_plugins(_: &str) -> Option<Arc<dyn Minter>> {
+fn no_plugins(_: &str) -> Option<PluginBroker> {
     None
 }
 
@@ -304,5 +304,97 @@ fn a_mint_failure_refuses_the_run_with_permission() {
     assert_eq!(
         r.message,
         "grant_profile \"j\": a subject-bound credential needs an authenticated caller; the caller's ID is not a stable subject"
+    );
+}
+
+/// A shaper that does what `mode` says.
+#[derive(Debug)]
+struct TestShaper(&'static str);
+
+impl crate::token::Shaper for TestShaper {
+    fn shape(&self, _route: &Route, path: &str, body: Option<&[u8]>) -> Result<crate::token::Shaped, String> {
+        let body = body.map(<[u8]>::to_vec);
+        let shaped = |path: &str, headers: Vec<(String, String)>| crate::token::Shaped {
+            path: path.into(),
+            headers,
+            body: body.clone(),
+        };
+        match self.0 {
+            "tag" => Ok(shaped(path, vec![("x-demo-client".into(), "plimsoll".into())])),
+            "escape" => Ok(shaped("/admin", vec![])),
+            "auth" => Ok(shaped(path, vec![("Authorization".into(), "Bearer forged".into())])),
+            _ => Err("this vendor does not serve that call".into()),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct NoMint;
+
+impl Minter for NoMint {
+    fn mint(&self, _: &MintScope<'_>) -> Result<Credential, crate::token::MintError> {
+        Ok(Credential { authorization: crate::token::Secret::new("Bearer minted-by-plugin".into()), expires: None })
+    }
+}
+
+#[test]
+fn a_broker_plugin_shapes_calls_but_cannot_leave_the_route_or_set_host_headers() {
+    let (url, seen) = api(Arc::default());
+    let broker = Broker::new().expect("broker");
+    for (mode, status, error) in [
+        ("tag", 200, None),
+        (
+            "escape",
+            502,
+            Some(
+                "host api unavailable: the broker plugin shaped the call outside its route or set a header only the host sets",
+            ),
+        ),
+        (
+            "auth",
+            502,
+            Some(
+                "host api unavailable: the broker plugin shaped the call outside its route or set a header only the host sets",
+            ),
+        ),
+        ("refuse", 403, Some("forbidden by the API's broker plugin: this vendor does not serve that call")),
+    ] {
+        let plugin = PluginBroker {
+            minter: Arc::new(NoMint),
+            routes: vec![Route::parse("GET /items/*").expect("route"), Route::parse("GET /admin").expect("route")],
+            shaper: Arc::new(TestShaper(mode)),
+        };
+        let plugins = move |name: &str| (name == "vendor").then(|| plugin.clone());
+        let text = format!(
+            r#"{{"profiles": {{"v": {{"base_url": "{url}", "allowed_callers": ["alice"], "allow": ["GET /items/*"], "token": {{"type": "plugin", "plugin": "vendor"}}}}}}}}"#
+        );
+        let profiles =
+            Profiles::parse(&text, &LoadContext { env: &env, dir: None, plugins: &plugins }).expect("profiles");
+        let g =
+            broker.open(profiles.select("v", "alice").expect("select"), "alice", Duration::from_secs(5)).expect("open");
+        let a = g.call_blocking("GET", "/items/7", None);
+        assert_eq!(a.status, status, "{mode}");
+        if let Some(e) = error {
+            assert_eq!(error_of(&a), e, "{mode}");
+        }
+        assert_eq!(g.close().denied, u32::from(error.is_some()), "{mode}");
+    }
+    let seen = seen.lock().expect("seen").clone();
+    assert_eq!(seen, [("GET".to_string(), "/items/7".to_string(), Some("Bearer minted-by-plugin".to_string()))]);
+}
+
+#[test]
+fn a_profile_may_open_only_routes_its_broker_plugin_serves() {
+    let plugin = PluginBroker {
+        minter: Arc::new(NoMint),
+        routes: vec![Route::parse("GET /items/*").expect("route")],
+        shaper: Arc::new(TestShaper("tag")),
+    };
+    let plugins = move |name: &str| (name == "vendor").then(|| plugin.clone());
+    let text = r#"{"profiles": {"v": {"base_url": "https://api.example.com", "allowed_callers": ["a"], "allow": ["GET /items/*", "DELETE /items/*"], "token": {"type": "plugin", "plugin": "vendor"}}}}"#;
+    let e = Profiles::parse(text, &LoadContext { env: &env, dir: None, plugins: &plugins }).expect_err("refused");
+    assert_eq!(
+        e.to_string(),
+        "grant profile \"v\": allow: route \"DELETE /items/*\" is not one the broker plugin \"vendor\" serves"
     );
 }

@@ -58,6 +58,14 @@ impl Wall {
         }
     }
 
+    /// A handle on the wall's runtime (it serves granted runs' broker sockets).
+    pub fn handle(&self) -> tokio::runtime::Handle {
+        match &self.rt {
+            Some(rt) => rt.handle().clone(),
+            None => unreachable!("the wall's runtime is taken only in drop"),
+        }
+    }
+
     /// The engine.
     pub fn engine(&self) -> &Engine {
         &self.engine
@@ -159,6 +167,8 @@ pub(crate) struct PluginState {
     pub http: Option<Arc<super::http::HttpGate>>,
     /// The endpoint aliases the plugin's manifest names.
     pub endpoints: Vec<String>,
+    /// The run's broker mount: every container this call creates gets it.
+    pub broker: Option<plimsoll_containers::BrokerMount>,
 }
 
 impl WasiView for PluginState {
@@ -247,6 +257,7 @@ impl containers::HostContainer for PluginState {
             env: spec.env,
             labels: spec.labels,
             lifetime_s: spec.lifetime_s,
+            broker: self.broker.clone(),
         };
         let id = wall.block_on(wall.engine.create(&wall.lockdown, &spec, now_unix())).map_err(|e| e.to_string())?;
         self.live.insert(id.clone());

@@ -10,11 +10,13 @@
 pub mod manifest;
 pub mod signature;
 
+pub mod broker;
 mod host;
 pub mod http;
 mod provider;
 mod session;
 pub mod signer;
+pub mod socket;
 
 use std::path::{Path, PathBuf};
 

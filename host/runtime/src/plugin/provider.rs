@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use plimsoll_core::provider::{self, Description, Evidence, Grant, KindSupport, Provider, Ran, RunError, Snippet};
+use plimsoll_core::provider::{
+    self, Description, Evidence, Grant, GrantSupport, KindSupport, Provider, Ran, RunError, Snippet,
+};
 use plimsoll_core::session::Opened;
 use plimsoll_core::validate::Language;
 use plimsoll_core::wire::{
@@ -19,6 +21,7 @@ use super::host::bindings::exports::plimsoll::provider::provider as wit;
 use super::host::bindings::plimsoll::types::types as t;
 use super::host::bindings::{ProviderPlugin, ProviderPluginPre};
 use super::host::{PluginState, Used, Wall};
+use super::socket::BrokerSocket;
 use super::{Capability, PluginError, Verified};
 use crate::engine::Engine;
 
@@ -246,6 +249,7 @@ impl PluginProvider {
             limits,
             http: None,
             endpoints: Vec::new(),
+            broker: None,
         };
         let mut store = Store::new(self.engine.wasmtime(), state);
         store.limiter(|s| &mut s.limits);
@@ -260,7 +264,20 @@ impl PluginProvider {
         collect_cap: usize,
         f: impl FnOnce(&mut Store<PluginState>, &ProviderPlugin) -> wasmtime::Result<T>,
     ) -> (Result<T, String>, Used) {
+        self.call_granted(budget, collect_cap, None, f)
+    }
+
+    /// As [`PluginProvider::call`], with every container the call creates given
+    /// the run's broker mount.
+    fn call_granted<T>(
+        &self,
+        budget: Duration,
+        collect_cap: usize,
+        broker: Option<&BrokerSocket>,
+        f: impl FnOnce(&mut Store<PluginState>, &ProviderPlugin) -> wasmtime::Result<T>,
+    ) -> (Result<T, String>, Used) {
         let mut store = self.store(budget, collect_cap);
+        store.data_mut().broker = broker.map(BrokerSocket::mount);
         let result = self
             .pre
             .instantiate(&mut store)
@@ -315,15 +332,40 @@ impl PluginProvider {
     }
 }
 
-/// A plugin provider's runs carry no grant: the host's broker has no transport into
-/// a plugin's sandbox yet, and a grant must never be dropped silently.
+/// The refusal for a grant a plugin's runs cannot carry (a remote backend: the
+/// host's socket cannot reach it); a grant is never dropped silently.
 fn no_grants(name: &str, kind: &str) -> Refusal {
     Refusal::unsupported(format!("the {name} provider cannot carry a grant for {kind}"))
+}
+
+impl PluginProvider {
+    /// Whether runs reach the broker: only through the host's own container wall,
+    /// which mounts the run's socket into every container the run creates.
+    fn carries_grants(&self) -> bool {
+        self.wall.is_some() && self.approved.contains(&Capability::Containers)
+    }
+
+    /// Opens the run's broker socket when it holds a grant.
+    fn socket(&self, grant: Option<&Grant>, kind: &str) -> Result<Option<BrokerSocket>, Refusal> {
+        let Some(grant) = grant else { return Ok(None) };
+        let wall = self.wall.as_ref().filter(|_| self.carries_grants()).ok_or_else(|| no_grants(&self.name, kind))?;
+        BrokerSocket::open(grant, &wall.handle())
+            .map(Some)
+            .map_err(|e| Refusal::new(Reason::Environment, format!("the run's broker socket could not be made: {e}")))
+    }
 }
 
 impl Provider for PluginProvider {
     fn describe(&self) -> Description {
         self.description.clone()
+    }
+
+    fn grant_support(&self) -> GrantSupport {
+        let carried = self.carries_grants();
+        GrantSupport {
+            snippets: carried && self.description.snippet.is_some(),
+            projects: carried && self.description.project.is_some(),
+        }
     }
 
     fn tier(&self) -> Tier {
@@ -348,12 +390,11 @@ impl Provider for PluginProvider {
 
     fn run_snippet(&self, snippet: &Snippet<'_>) -> Result<Ran<JavaScriptResult>, RunError> {
         provider::check_floor(self.tier(), snippet.floor)?;
-        if snippet.grant.is_some() {
-            return Err(no_grants(&self.name, "snippets").into());
-        }
+        let socket = self.socket(snippet.grant, "snippets")?;
         let limits = self.wit_limits(snippet.timeout);
         let lang = snippet.language.as_str();
-        let (r, used) = self.call(snippet.timeout, self.limits.max_output as usize, |store, plugin| {
+        let cap = self.limits.max_output as usize;
+        let (r, used) = self.call_granted(snippet.timeout, cap, socket.as_ref(), |store, plugin| {
             plugin.plimsoll_provider_provider().call_run_snippet(store, lang, snippet.code, limits)
         });
         let r = r.map_err(|e| Self::failed(&used, e))?;
@@ -371,15 +412,13 @@ impl Provider for PluginProvider {
         grant: Option<&Grant>,
     ) -> Result<Ran<ProjectResult>, RunError> {
         provider::check_floor(self.tier(), floor)?;
-        if grant.is_some() {
-            return Err(no_grants(&self.name, "projects").into());
-        }
         if self.description.project.is_none() {
             return Err(provider::unsupported_kind(&self.name, "projects").into());
         }
+        let socket = self.socket(grant, "projects")?;
         let files = wit_files(&project.files);
         let limits = self.wit_limits(timeout);
-        let (r, used) = self.call(timeout, REPORT_CAP, |store, plugin| {
+        let (r, used) = self.call_granted(timeout, REPORT_CAP, socket.as_ref(), |store, plugin| {
             plugin.plimsoll_provider_provider().call_run_project(
                 store,
                 &files,

@@ -107,6 +107,7 @@ impl SignerPlugin {
             limits: StoreLimitsBuilder::new().memory_size(PLUGIN_MEMORY).build(),
             http: self.http.clone(),
             endpoints: self.endpoints.clone(),
+            broker: None,
         };
         let mut store = Store::new(self.engine.wasmtime(), state);
         store.limiter(|s| &mut s.limits);

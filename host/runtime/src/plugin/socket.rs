@@ -1,0 +1,250 @@
+//! A granted container's way to the broker: a per-run Unix socket in a fresh host
+//! directory, bind-mounted read-only at `/run/plimsoll` with the in-sandbox
+//! clients beside it. The container keeps `--network none`; the socket answers
+//! only `POST /call` with the run's token, and every call goes through the run's
+//! broker, which alone holds the credential.
+
+use std::convert::Infallible;
+use std::os::unix::fs::PermissionsExt as _;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use plimsoll_containers::{BROKER_TARGET, BrokerMount, broker_root};
+use plimsoll_core::provider::{Grant, HostAnswer, HostApi};
+use serde::Deserialize;
+
+/// The Node client, preloaded into every Node process of a granted container.
+const NODE_CLIENT: &str = include_str!("../../../../runners/host-api/host.js");
+/// The Python module `plimsoll_host`.
+const PYTHON_CLIENT: &str = include_str!("../../../../runners/host-api/plimsoll_host.py");
+/// The most connections one run's socket serves at once.
+pub const MAX_CONNECTIONS: usize = 32;
+/// The largest envelope: a 1 MiB body, JSON-escaped, and its method and path.
+pub const MAX_ENVELOPE_BYTES: usize = (2 << 20) + (64 << 10);
+/// How long a request body may take to arrive.
+const BODY_DEADLINE: Duration = Duration::from_secs(10);
+
+/// One call as a client sends it.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Envelope {
+    method: String,
+    path: String,
+    #[serde(default)]
+    body: Option<String>,
+}
+
+/// A run's socket; dropping it stops serving and removes the directory.
+#[derive(Debug)]
+pub struct BrokerSocket {
+    dir: PathBuf,
+    mount: BrokerMount,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for BrokerSocket {
+    fn drop(&mut self) {
+        self.task.abort();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn answer(a: HostAnswer) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(a.body)));
+    *r.status_mut() = hyper::StatusCode::from_u16(a.status).unwrap_or(hyper::StatusCode::BAD_GATEWAY);
+    if let Ok(v) = hyper::header::HeaderValue::from_str(&a.content_type) {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn error(status: u16, message: &str) -> Response<Full<Bytes>> {
+    answer(HostAnswer {
+        status,
+        content_type: "application/json".into(),
+        body: serde_json::json!({ "error": message }).to_string().into_bytes(),
+    })
+}
+
+/// Compares without stopping at the first difference.
+fn same(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn serve_one(api: Arc<dyn HostApi>, token: Arc<str>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.method() != hyper::Method::POST || req.uri().path() != "/call" {
+        return error(404, "the broker socket answers POST /call only");
+    }
+    let presented = req.headers().get(hyper::header::AUTHORIZATION).map(|v| v.as_bytes().to_vec()).unwrap_or_default();
+    if !same(&presented, format!("Bearer {token}").as_bytes()) {
+        return error(401, "unknown or missing run token");
+    }
+    let body =
+        match tokio::time::timeout(BODY_DEADLINE, Limited::new(req.into_body(), MAX_ENVELOPE_BYTES).collect()).await {
+            Ok(Ok(b)) => b.to_bytes(),
+            Ok(Err(_)) => return error(413, "host api request body too large"),
+            Err(_) => return error(408, "the call's body did not arrive within 10 s"),
+        };
+    let env: Envelope = match serde_json::from_slice(&body) {
+        Ok(e) => e,
+        Err(_) => {
+            return error(400, "the call must be JSON {\"method\", \"path\", \"body\"} with body a string or null");
+        }
+    };
+    let blocking =
+        tokio::task::spawn_blocking(move || api.call(&env.method, &env.path, env.body.as_deref().map(str::as_bytes)));
+    match blocking.await {
+        Ok(a) => answer(a),
+        Err(_) => error(502, "host api unavailable"),
+    }
+}
+
+impl BrokerSocket {
+    /// Opens a run's directory and socket for `grant`, served on `rt`.
+    ///
+    /// # Errors
+    ///
+    /// The directory or socket could not be made.
+    pub fn open(grant: &Grant, rt: &tokio::runtime::Handle) -> std::io::Result<BrokerSocket> {
+        let root = broker_root();
+        std::fs::create_dir_all(&root)?;
+        let mut id = [0u8; 12];
+        let mut token = [0u8; 32];
+        getrandom::fill(&mut id)
+            .and_then(|()| getrandom::fill(&mut token))
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let dir = root.join(format!("run-{}", hex::encode(id)));
+        std::fs::create_dir(&dir)?;
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
+        let write = |name: &str, text: &str| -> std::io::Result<()> {
+            std::fs::write(dir.join(name), text)?;
+            std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(0o644))
+        };
+        write("host.js", NODE_CLIENT)?;
+        write("plimsoll_host.py", PYTHON_CLIENT)?;
+        if !grant.preamble.is_empty() {
+            write("preamble.js", &grant.preamble)?;
+        }
+        let path = dir.join("host-api.sock");
+        let std_listener = std::os::unix::net::UnixListener::bind(&path)?;
+        // The guest's uid is not the host's: anyone inside may connect; the run token decides.
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
+        std_listener.set_nonblocking(true)?;
+        let listener = {
+            let _enter = rt.enter();
+            tokio::net::UnixListener::from_std(std_listener)?
+        };
+        let token: Arc<str> = hex::encode(token).into();
+        let api = grant.api.clone();
+        let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
+        let serve_token = token.clone();
+        let task = rt.spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    drop(stream);
+                    continue;
+                };
+                let (api, token) = (api.clone(), serve_token.clone());
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| {
+                        let (api, token) = (api.clone(), token.clone());
+                        async move { Ok::<_, Infallible>(serve_one(api, token, req).await) }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                    drop(slot);
+                });
+            }
+        });
+        let target = |name: &str| format!("{BROKER_TARGET}/{name}");
+        let env = vec![
+            ("PLIMSOLL_HOST_API".to_string(), target("host-api.sock")),
+            ("PLIMSOLL_HOST_TOKEN".to_string(), token.to_string()),
+            ("PLIMSOLL_HOST_GLOBAL".to_string(), grant.global.clone()),
+            ("PLIMSOLL_HOST_ROUTES".to_string(), grant.routes.join("\n")),
+            ("NODE_OPTIONS".to_string(), format!("--require={}", target("host.js"))),
+            ("PYTHONPATH".to_string(), BROKER_TARGET.to_string()),
+        ];
+        Ok(BrokerSocket { mount: BrokerMount { dir: dir.clone(), env }, dir, task })
+    }
+
+    /// The bind and variables a container of this run gets.
+    pub fn mount(&self) -> BrokerMount {
+        self.mount.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{Read as _, Write as _};
+    use std::os::unix::net::UnixStream;
+    use std::sync::Mutex;
+
+    use super::*;
+
+    struct Echo(Mutex<Vec<String>>);
+
+    impl HostApi for Echo {
+        fn call(&self, method: &str, path: &str, body: Option<&[u8]>) -> HostAnswer {
+            let body = body.map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+            self.0.lock().expect("calls").push(format!("{method} {path} {body}"));
+            HostAnswer { status: 201, content_type: "application/json".into(), body: b"{\"ok\":true}".to_vec() }
+        }
+    }
+
+    fn post(sock: &std::path::Path, path: &str, token: &str, body: &str) -> (u16, String) {
+        let mut s = UnixStream::connect(sock).expect("connect");
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes()).expect("write");
+        let mut out = String::new();
+        s.read_to_string(&mut out).expect("read");
+        let status = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+        (status, out.split("\r\n\r\n").nth(1).unwrap_or_default().to_string())
+    }
+
+    #[test]
+    fn the_socket_serves_the_runs_token_only_and_removes_its_directory() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
+        let echo = Arc::new(Echo(Mutex::default()));
+        let grant = Grant {
+            global: "host".into(),
+            routes: vec!["GET /items/*".into()],
+            preamble: "globalThis.sdk = 1;".into(),
+            api: echo.clone(),
+        };
+        let socket = BrokerSocket::open(&grant, rt.handle()).expect("opened");
+        let mount = socket.mount();
+        let env: std::collections::BTreeMap<_, _> = mount.env.iter().cloned().collect();
+        assert_eq!(env["PLIMSOLL_HOST_API"], "/run/plimsoll/host-api.sock");
+        assert_eq!(env["NODE_OPTIONS"], "--require=/run/plimsoll/host.js");
+        assert_eq!(env["PLIMSOLL_HOST_ROUTES"], "GET /items/*");
+        let token = env["PLIMSOLL_HOST_TOKEN"].clone();
+        assert_eq!(token.len(), 64);
+        for f in ["host.js", "plimsoll_host.py", "preamble.js", "host-api.sock"] {
+            assert!(mount.dir.join(f).exists(), "{f}");
+        }
+        let sock = mount.dir.join("host-api.sock");
+        let call = r#"{"method":"POST","path":"/items","body":"{\"a\":1}"}"#;
+        assert_eq!(post(&sock, "/call", &token, call), (201, "{\"ok\":true}".into()));
+        assert_eq!(echo.0.lock().expect("calls").as_slice(), ["POST /items {\"a\":1}"]);
+        assert_eq!(post(&sock, "/call", "guess", call), (401, r#"{"error":"unknown or missing run token"}"#.into()));
+        assert_eq!(post(&sock, "/other", &token, call).0, 404);
+        let (status, body) = post(&sock, "/call", &token, r#"{"method":"GET","path":"/x","extra":1}"#);
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(echo.0.lock().expect("calls").len(), 1, "refused envelopes never reach the broker");
+        let dir = mount.dir.clone();
+        drop(socket);
+        assert!(!dir.exists(), "the run's directory is removed with its socket");
+    }
+}

@@ -1,0 +1,106 @@
+// plimsoll's in-sandbox client for a run's grant, preloaded into every Node process
+// of a granted container (NODE_OPTIONS=--require=/run/plimsoll/host.js). It installs
+// globalThis[PLIMSOLL_HOST_GLOBAL] (default `host`): host.get(route, params),
+// host.post(route, body, params), put, patch, del and call. Each call goes to the
+// host's broker over the run's Unix socket; the broker matches the route, attaches
+// the credential (which never enters this container) and enforces the budgets.
+// Calls outside the granted routes are refused here first, as a courtesy.
+'use strict';
+(function install() {
+  const http = require('http');
+  const fs = require('fs');
+  const socketPath = process.env.PLIMSOLL_HOST_API;
+  const token = process.env.PLIMSOLL_HOST_TOKEN || '';
+  const name = process.env.PLIMSOLL_HOST_GLOBAL || 'host';
+  if (!socketPath || Object.prototype.hasOwnProperty.call(globalThis, name)) return;
+  const allowed = (process.env.PLIMSOLL_HOST_ROUTES || '')
+    .split('\n')
+    .filter(Boolean)
+    .map((r) => {
+      const sp = r.indexOf(' ');
+      return { method: r.slice(0, sp), segments: r.slice(sp + 1).split('/') };
+    });
+  const permitted = (method, path) =>
+    allowed.some(
+      (r) =>
+        r.method === method &&
+        r.segments.length === path.split('/').length &&
+        path.split('/').every((s, i) => (r.segments[i] === '*' ? s !== '' && !s.includes(':') : r.segments[i] === s)),
+    );
+  const fill = (route, params) => {
+    if (typeof route !== 'string') throw new TypeError('the route must be a string such as "/items/*"');
+    if (params === undefined) return route;
+    const values = Array.isArray(params) ? params : [params];
+    const segments = route.split('/');
+    const wild = segments.filter((s) => s === '*').length;
+    if (wild !== values.length) {
+      throw new TypeError('route ' + route + ' has ' + wild + ' * segment(s) but ' + values.length + ' param(s) were given');
+    }
+    let i = 0;
+    return segments
+      .map((s) => {
+        if (s !== '*') return s;
+        const v = String(values[i++]);
+        if (v === '' || v.includes('/')) throw new TypeError('a param fills one segment: it must be non-empty and hold no /');
+        return v;
+      })
+      .join('/');
+  };
+  const request = (method, route, body, params) =>
+    new Promise((resolve, reject) => {
+      const path = fill(route, params);
+      if (!permitted(method, path)) {
+        throw new Error('host api call not permitted by sandbox capability: ' + method + ' ' + path);
+      }
+      const envelope = JSON.stringify({ method, path, body: body === undefined ? null : JSON.stringify(body) });
+      const req = http.request(
+        {
+          socketPath,
+          path: '/call',
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            'content-length': Buffer.byteLength(envelope),
+            authorization: 'Bearer ' + token,
+          },
+        },
+        (res) => {
+          const chunks = [];
+          res.on('data', (c) => chunks.push(c));
+          res.on('error', reject);
+          res.on('end', () => {
+            const text = Buffer.concat(chunks).toString('utf8');
+            let data = text;
+            if (/json/.test(res.headers['content-type'] || '')) {
+              try {
+                data = JSON.parse(text);
+              } catch (_) {
+                // not JSON after all: the text is returned as it came
+              }
+            }
+            if (res.statusCode < 200 || res.statusCode > 299) {
+              const err = new Error('host api ' + res.statusCode + ': ' + text);
+              err.status = res.statusCode;
+              err.body = data;
+              reject(err);
+            } else {
+              resolve(data);
+            }
+          });
+        },
+      );
+      req.on('error', reject);
+      req.end(envelope);
+    });
+  const client = {
+    call: (method, route, body, params) => request(method, route, body, params),
+    get: (route, params) => request('GET', route, undefined, params),
+    del: (route, params) => request('DELETE', route, undefined, params),
+    post: (route, body, params) => request('POST', route, body, params),
+    put: (route, body, params) => request('PUT', route, body, params),
+    patch: (route, body, params) => request('PATCH', route, body, params),
+  };
+  Object.defineProperty(globalThis, name, { value: Object.freeze(client), writable: false, configurable: false });
+  const preamble = '/run/plimsoll/preamble.js';
+  if (fs.existsSync(preamble)) require(preamble);
+})();

@@ -1,0 +1,137 @@
+"""plimsoll's in-sandbox client for a run's grant (Python).
+
+    import plimsoll_host as host
+    item = host.get("/items/*", [42])
+    made = host.post("/items", {"name": "flange"})
+
+Each call goes to the host's broker over the run's Unix socket
+(PLIMSOLL_HOST_API); the broker matches the route, attaches the credential (which
+never enters this sandbox) and enforces the budgets. `params` fill the route's `*`
+segments in order. An answer outside 2xx raises HostApiError with `status` and
+`body` (parsed JSON when the answer is JSON). Calls outside the granted routes are
+refused here first, as a courtesy; the broker refuses them anyway.
+
+It is importable from /run/plimsoll (on PYTHONPATH in a granted container); with
+`python3 -I`, add `sys.path.insert(0, "/run/plimsoll")` first.
+"""
+
+import http.client
+import json
+import os
+import socket
+
+__all__ = ["HostApiError", "call", "get", "post", "put", "patch", "delete"]
+
+
+class HostApiError(Exception):
+    """A call answered outside 2xx: by the API, or by the broker (403 not granted,
+    413 too large, 429 budget or capacity, 502 upstream unavailable, 503 shedding)."""
+
+    def __init__(self, status, body, text):
+        super().__init__(f"host api {status}: {text}")
+        self.status = status
+        self.body = body
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path):
+        super().__init__("localhost", timeout=120)
+        self._path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self._path)
+
+
+def _routes():
+    out = []
+    for line in os.environ.get("PLIMSOLL_HOST_ROUTES", "").split("\n"):
+        if " " in line:
+            method, path = line.split(" ", 1)
+            out.append((method, path.split("/")))
+    return out
+
+
+def _permitted(method, path):
+    segments = path.split("/")
+    for m, want in _routes():
+        if m != method or len(want) != len(segments):
+            continue
+        if all((w == "*" and s != "" and ":" not in s) or w == s for w, s in zip(want, segments)):
+            return True
+    return False
+
+
+def _fill(route, params):
+    if not isinstance(route, str):
+        raise TypeError('the route must be a string such as "/items/*"')
+    if params is None:
+        return route
+    values = list(params) if isinstance(params, (list, tuple)) else [params]
+    segments = route.split("/")
+    wild = segments.count("*")
+    if wild != len(values):
+        raise TypeError(f"route {route} has {wild} * segment(s) but {len(values)} param(s) were given")
+    it = iter(values)
+    out = []
+    for s in segments:
+        if s == "*":
+            v = str(next(it))
+            if v == "" or "/" in v:
+                raise TypeError("a param fills one segment: it must be non-empty and hold no /")
+            s = v
+        out.append(s)
+    return "/".join(out)
+
+
+def call(method, route, body=None, params=None):
+    """One call; returns the parsed JSON answer (or its text)."""
+    path = _fill(route, params)
+    if not _permitted(method, path):
+        raise PermissionError(f"host api call not permitted by sandbox capability: {method} {path}")
+    sock = os.environ.get("PLIMSOLL_HOST_API")
+    if not sock:
+        raise RuntimeError("this run holds no grant (PLIMSOLL_HOST_API is unset)")
+    envelope = json.dumps({"method": method, "path": path, "body": None if body is None else json.dumps(body)})
+    conn = _UnixConnection(sock)
+    try:
+        conn.request("POST", "/call", body=envelope.encode(), headers={
+            "Content-Type": "application/json",
+            "Authorization": "Bearer " + os.environ.get("PLIMSOLL_HOST_TOKEN", ""),
+        })
+        resp = conn.getresponse()
+        raw = resp.read()
+        status, ctype = resp.status, resp.getheader("Content-Type", "")
+    finally:
+        conn.close()
+    text = raw.decode("utf-8", "replace")
+    data = text
+    if "json" in ctype:
+        try:
+            data = json.loads(text)
+        except ValueError:
+            pass
+    if not 200 <= status <= 299:
+        raise HostApiError(status, data, text)
+    return data
+
+
+def get(route, params=None):
+    return call("GET", route, None, params)
+
+
+def delete(route, params=None):
+    return call("DELETE", route, None, params)
+
+
+def post(route, body=None, params=None):
+    return call("POST", route, body, params)
+
+
+def put(route, body=None, params=None):
+    return call("PUT", route, body, params)
+
+
+def patch(route, body=None, params=None):
+    return call("PATCH", route, body, params)
