@@ -198,6 +198,28 @@ fn code_calls_the_demo_api_through_the_broker_and_never_holds_the_credential() {
     assert_eq!(v["call_trace"]["calls"][0]["route"], "/items/*", "{run}");
     assert!(!run.contains("/items/1") && !run.contains("flange"), "paths and bodies never reach the log: {run}");
     assert!(log.iter().all(|l| !l.contains(JWT_SECRET) && !l.contains("eyJ")), "no credential in the log");
+
+    // The operator's report of that run, from the same log.
+    let log_file = dir.join("daemon.log");
+    std::fs::write(&log_file, log.join("\n")).expect("log file");
+    let report = dir.join("report.html");
+    let record = v["record_sha256"].as_str().expect("the run's record digest");
+    let o = super::host()
+        .arg("advise")
+        .arg(&log_file)
+        .args(["--record", &record[..12], "--out"])
+        .arg(&report)
+        .output()
+        .expect("advise");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let page = std::fs::read_to_string(&report).expect("report");
+    assert!(page.contains("fan_out on <code>GET /items/*</code> (remedy: batch)"), "{page}");
+    assert!(page.contains("The code can use <code>GET /items</code>, which this grant opens."), "{page}");
+    assert!(page.contains("<tr><th>calls</th><td><code>8</code></td></tr>"), "{page}");
+    assert!(!page.contains("/items/1<") && !page.contains(JWT_SECRET));
+    let o = super::host().arg("advise").arg(&log_file).args(["--trace-id", "nope"]).output().expect("advise");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("no granted run with trace ID \"nope\" in the log"));
 }
 
 #[test]
@@ -619,4 +641,26 @@ fn a_broker_plugin_with_a_bad_signature_or_an_untrusted_key_does_not_load() {
     let (code, err) = start(&key);
     assert_ne!(code, Some(0));
     assert!(err.contains("PLIMSOLL_GRANTS_FILE: broker plugin: ") && err.contains("signature"), "{err}");
+}
+
+#[test]
+fn the_broker_demo_runs_at_two_tiers() {
+    let docker = super::docker::fixture("runc").is_some();
+    let out = scratch("broker-demo");
+    let mut cmd = Command::new(python());
+    cmd.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/broker-demo/demo.py"))
+        .args(["--host", env!("CARGO_BIN_EXE_plimsoll-host"), "--out"])
+        .arg(&out);
+    if docker {
+        cmd.arg("--docker");
+    }
+    let o = cmd.output().expect("the demo runs");
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "stdout:\n{stdout}\nstderr:\n{}", String::from_utf8_lossy(&o.stderr));
+    assert!(stdout.contains("[process] JavaScript on wasm: read 8 items in one call"), "{stdout}");
+    assert!(stdout.contains("the credential stayed with the host"), "{stdout}");
+    if docker {
+        assert!(stdout.contains("[container] Python on docker: looked up 8 items one by one"), "{stdout}");
+        assert!(out.join("report.html").exists());
+    }
 }

@@ -7,6 +7,7 @@
 //! - 70 when the run failed after the code may have run (never retried);
 //! - 2 for a usage error, 1 for any other failure of the command itself.
 
+mod advise;
 mod attest;
 mod callers;
 mod plugin;
@@ -59,6 +60,8 @@ enum Command {
     Attest(attest::Command),
     /// Serve MCP on stdio for an AI assistant (configured by PLIMSOLL_URL and friends).
     Mcp,
+    /// Render one granted run's efficiency findings and call trace (HTML) from the daemon's log.
+    Advise(advise::Args),
 }
 
 /// `plimsoll-host mcp`: the configuration comes from the environment an AI
@@ -80,6 +83,7 @@ fn main() -> ExitCode {
         Command::Plugin(cmd) => plugin::main(cmd),
         Command::Attest(cmd) => attest::main(cmd),
         Command::Mcp => mcp(),
+        Command::Advise(args) => advise::main(args),
     };
     match outcome {
         Ok(code) => code,

@@ -467,6 +467,9 @@ impl Daemon {
             }
         };
         let mut fields = vec![("isolation", json!(resp.isolation))];
+        if let Some(r) = &resp.record {
+            fields.push(("record_sha256", json!(r.record_sha256)));
+        }
         if let Some(c) = &closed {
             fields.extend(c.log_fields());
         }

@@ -84,6 +84,8 @@ impl Upstream {
         let mut connector = HttpConnector::new();
         connector.enforce_http(false);
         connector.set_connect_timeout(Some(Duration::from_secs(10)));
+        // A request's head and body may go out in two writes; Nagle would hold the second.
+        connector.set_nodelay(true);
         let https = hyper_rustls::HttpsConnectorBuilder::new()
             .with_tls_config(tls)
             .https_or_http()
