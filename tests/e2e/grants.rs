@@ -85,7 +85,8 @@ pub fn profiles(dir: &std::path::Path, api: &str) -> std::path::PathBuf {
             "max_calls": 40
         },
         "inventory-sessions": {
-            "base_url": api, "allow": ["GET /items"], "allowed_callers": ["alice"], "allow_in_sessions": true
+            "base_url": api, "allow": ["GET /items"], "allowed_callers": ["alice"], "allow_in_sessions": true,
+            "token": {"type": "jwt", "secret_env": "DEMO_JWT_SECRET", "audience": "inventory"}
         }
     }});
     std::fs::write(&file, text.to_string()).expect("grants file");
@@ -141,8 +142,10 @@ assert unknown.endswith('grant_profile "nope" is not available to this caller'),
 s = alice.open_session()
 no = refused(lambda: s.run_javascript("1", grant_profile="inventory"), "permission")
 assert no.endswith('grant_profile "inventory" does not allow sessions; use it in a Run call, or set allow_in_sessions in the profile'), no
-yes = refused(lambda: s.run_javascript("1", grant_profile="inventory-sessions"), "unsupported")
-assert yes.endswith('the wasm provider\'s sessions cannot carry a grant; use grant_profile "inventory-sessions" in a Run call'), yes
+r = s.run_javascript('host.get("/items").then((r) => console.log(r.items[0].name))', grant_profile="inventory-sessions")
+assert (r.stdout, r.exit_code) == (b"bolt\n", 0), r
+r = s.run_javascript('console.log(typeof host)')
+assert r.stdout == b"undefined\n", r
 s.close()
 print("refusals ok")
 
@@ -183,7 +186,7 @@ fn code_calls_the_demo_api_through_the_broker_and_never_holds_the_credential() {
     // The API verified the host's JWT on every call and saw alice as the subject.
     let seen = api.seen();
     let items: Vec<_> = seen.iter().filter(|s| s.1.starts_with("/items")).collect();
-    assert_eq!(items.len(), 9, "{seen:?}");
+    assert_eq!(items.len(), 10, "{seen:?}");
     assert!(items.iter().all(|s| s.2 == "alice"), "{seen:?}");
     assert!(seen.iter().all(|s| s.3 != 401), "no call arrived without a valid token: {seen:?}");
 
@@ -334,6 +337,7 @@ time.sleep(4)
 const DOCKER_SCRIPT: &str = r#"
 import json, os
 from plimsoll_client import Client
+from plimsoll_client.errors import UnsupportedError
 alice = Client(os.environ["URL"], token=os.environ["ALICE"])
 info = alice.describe()
 assert info.supports_javascript_grants and info.supports_project_grants, info
@@ -349,6 +353,13 @@ r = alice.run_javascript(js, grant_profile="inventory")
 assert r.exit_code == 0 and r.isolation == os.environ["TIER"], r
 assert r.stdout == b"bolt,nut,washer,gear,spring,pin\nalice\n", r.stdout
 assert [(f.pattern, f.suggested_route) for f in r.advice] == [("fan_out", "/items")], r.advice
+s = alice.open_session()
+try:
+    s.run_javascript("1", grant_profile="inventory-sessions")
+    raise AssertionError("a docker session carried a grant")
+except UnsupportedError as e:
+    assert str(e).endswith("the docker provider's sessions cannot carry a grant; use grant_profile in a Run call"), e
+s.close()
 r = alice.run_project({"main.py": os.environ["PROJECT"]}, ["python3 main.py"], grant_profile="inventory")
 assert r.outcome == "completed" and r.isolation == os.environ["TIER"], r
 print(r.steps[0].stdout.decode().strip())
@@ -436,6 +447,7 @@ fn granted_at_container_tier(runtime: &str, tier: &str) {
     env.push(("PLIMSOLL_CLIENTS_FILE".into(), clients.display().to_string()));
     env.push(("PLIMSOLL_GRANTS_FILE".into(), grants.display().to_string()));
     env.push(("DEMO_JWT_SECRET".into(), JWT_SECRET.into()));
+    env.push(("SANDBOX_MAX_SESSIONS".into(), "1".into()));
     let d = super::docker::start(&env);
     let owner = super::docker::owner(&d);
 

@@ -325,6 +325,17 @@ pub struct PreparedCall {
     pub request_sha256: String,
 }
 
+impl PreparedCall {
+    /// The grant profile the call names, or "".
+    pub fn grant_profile(&self) -> &str {
+        match self.request.payload() {
+            Ok(Payload::JavaScript(js)) => &js.grant_profile,
+            Ok(Payload::Project(p)) => &p.grant_profile,
+            _ => "",
+        }
+    }
+}
+
 /// The text a call gets when the open carried a software rule and the call does not.
 pub const RULE_OMITTED: &str = "invalid request: session call omitted the software rule established at open";
 
@@ -447,18 +458,31 @@ pub fn execute_call(
     facts: &SessionFacts,
     tier: Tier,
     prepared: &PreparedCall,
+    grant: Option<&Grant>,
     link: Link,
     started: &Started,
 ) -> Result<(RunResponse, Option<Ending>), CallFailure> {
     let req = &prepared.request;
+    if prepared.grant_profile().is_empty() != grant.is_none() {
+        return Err(CallFailure::Refused(Refusal::new(
+            Reason::Permission,
+            format!("grant_profile {:?} is not available to this caller", prepared.grant_profile()),
+        )));
+    }
     let call = match req.payload() {
         Ok(Payload::JavaScript(js)) => Call::Snippet(Snippet {
             language: Language::JavaScript,
             code: &js.code,
             timeout: prepared.timeout,
             floor: prepared.floor,
-            grant: None,
+            grant,
         }),
+        Ok(Payload::Project(_)) if grant.is_some() => {
+            return Err(CallFailure::Refused(Refusal::unsupported(format!(
+                "the {} provider's sessions run projects without grants; use grant_profile in a Run call",
+                facts.provider
+            ))));
+        }
         Ok(Payload::Project(p)) => Call::Project { project: p, timeout: prepared.timeout, floor: prepared.floor },
         Ok(Payload::Cell(c)) => Call::Cell(Cell {
             language: prepared.language.unwrap_or(Language::JavaScript),
@@ -741,5 +765,69 @@ mod tests {
         let p = prepare(&fake.describe(), fake.tier(), r.clone()).expect("prepared");
         let resp = execute(&fake, p, None, &Started::now()).expect("answered");
         assert_eq!(resp.isolation, "container");
+    }
+
+    /// A session that records whether it was called.
+    struct Counting(u32);
+
+    impl Session for Counting {
+        fn call(&mut self, _: Call<'_>) -> Result<crate::session::Answered, CallError> {
+            self.0 += 1;
+            Err(CallError::Refused(Refusal::request("not used")))
+        }
+        fn close(&mut self) {}
+    }
+
+    struct NoBroker;
+
+    impl crate::provider::HostApi for NoBroker {
+        fn call(&self, _: &str, _: &str, _: Option<&[u8]>) -> crate::provider::HostAnswer {
+            crate::provider::HostAnswer { status: 403, content_type: String::new(), body: Vec::new() }
+        }
+    }
+
+    #[test]
+    fn a_session_project_never_carries_a_grant_and_a_named_profile_needs_its_grant() {
+        let fake = Fake::new(Tier::Container);
+        let support = fake.describe().snippet.expect("snippets");
+        let facts = SessionFacts {
+            provider: "fake".into(),
+            support,
+            projects: true,
+            evidence: Evidence { tier: Tier::Container, ..Evidence::default() },
+            floor: None,
+            rule: None,
+            fingerprint: "f".into(),
+        };
+        let grant = Grant {
+            global: "host".into(),
+            routes: vec![],
+            preamble: String::new(),
+            api: std::sync::Arc::new(NoBroker),
+        };
+        let call = |json: &str| {
+            let r: SessionRunRequest = from_json(json.as_bytes()).expect("decodes");
+            prepare_call(&facts, Tier::Container, &r, &|_| Ok(())).expect("prepared")
+        };
+        let link = || Link { sequence: 1, previous_sha256: String::new() };
+        let mut session = Counting(0);
+        let project = call(r#"{"protocol":4,"sessionId":"s","project":{"steps":["true"],"grantProfile":"p"}}"#);
+        let r = execute_call(&mut session, &facts, Tier::Container, &project, Some(&grant), link(), &Started::now());
+        assert_eq!(
+            r,
+            Err(CallFailure::Refused(Refusal::unsupported(
+                "the fake provider's sessions run projects without grants; use grant_profile in a Run call"
+            )))
+        );
+        let snippet = call(r#"{"protocol":4,"sessionId":"s","javascript":{"code":"1","grantProfile":"p"}}"#);
+        let r = execute_call(&mut session, &facts, Tier::Container, &snippet, None, link(), &Started::now());
+        assert_eq!(
+            r,
+            Err(CallFailure::Refused(Refusal::new(
+                Reason::Permission,
+                "grant_profile \"p\" is not available to this caller"
+            )))
+        );
+        assert_eq!(session.0, 0, "nothing reached the session");
     }
 }

@@ -105,14 +105,13 @@ impl DaemonGrants {
         Ok(Opened { grant, run })
     }
 
-    /// Checks a session call's profile: sessions with grants are refused unless
-    /// the profile allows them, and this daemon's sessions carry none yet.
+    /// The profile a session call names: sessions with a grant are refused unless
+    /// the profile allows them (the original's rule).
     ///
     /// # Errors
     ///
-    /// Always a refusal: `permission` (unknown, forbidden, or not for sessions) or
-    /// `unsupported`.
-    pub fn for_session(&self, name: &str, caller: &str, provider: &str) -> Result<(), Refusal> {
+    /// A `permission` refusal: unknown, forbidden, or not for sessions.
+    pub fn for_session(&self, name: &str, caller: &str) -> Result<Arc<Profile>, Refusal> {
         let p = self.select(name, caller)?;
         if !p.allow_in_sessions {
             return Err(Refusal::new(
@@ -122,9 +121,7 @@ impl DaemonGrants {
                 ),
             ));
         }
-        Err(Refusal::unsupported(format!(
-            "the {provider} provider's sessions cannot carry a grant; use grant_profile {name:?} in a Run call"
-        )))
+        Ok(p)
     }
 }
 

@@ -496,12 +496,17 @@ impl Sessions {
         if let Some((ending, _, _)) = entry.ended() {
             return Err(ended_error(&ending, Reason::Request));
         }
-        let grants = |name: &str| match &self.grants {
-            Some(g) => g.for_session(name, &caller.id, &self.name),
+        let session_profile = |name: &str| match &self.grants {
+            Some(g) => g.for_session(name, &caller.id),
             None => Err(grants::no_profiles(name)),
         };
-        let prepared = dispatch::prepare_call(&entry.facts, self.provider.tier(), &req, &grants)
-            .map_err(RpcError::from_refusal)?;
+        let prepared =
+            dispatch::prepare_call(&entry.facts, self.provider.tier(), &req, &|n| session_profile(n).map(|_| ()))
+                .map_err(RpcError::from_refusal)?;
+        let profile = match prepared.grant_profile() {
+            "" => None,
+            name => Some(session_profile(name).map_err(RpcError::from_refusal)?),
+        };
         let before = entry.queue.fetch_add(1, Ordering::AcqRel);
         let place = Place(&entry.queue);
         if before >= TAKEN {
@@ -526,16 +531,30 @@ impl Sessions {
         let link = Link { sequence: state.calls + 1, previous_sha256: state.last.clone() };
         let facts = entry.facts.clone();
         let tier = self.provider.tier();
+        let grants = self.grants.clone();
+        let subject = caller.id.clone();
         let ran = tokio::task::spawn_blocking(move || {
+            let opened = match (profile, &grants) {
+                (Some(p), Some(g)) => match g.open(p, &subject, prepared.timeout) {
+                    Ok(o) => Some(o),
+                    Err(r) => return (state, Err(CallFailure::Refused(r)), None),
+                },
+                _ => None,
+            };
+            let grant = opened.as_ref().map(|o| &o.grant);
             let out = match state.sandbox.as_mut() {
-                Some(sandbox) => dispatch::execute_call(sandbox.as_mut(), &facts, tier, &prepared, link, &started),
+                Some(sandbox) => {
+                    dispatch::execute_call(sandbox.as_mut(), &facts, tier, &prepared, grant, link, &started)
+                }
                 None => Err(CallFailure::Ended(Ending::new(SessionEnd::NotFound, "the session's sandbox is gone"))),
             };
+            // The grant ends with the call's code, so the trace is complete.
+            let closed = opened.as_ref().map(grants::close);
             drop(permit);
-            (state, out)
+            (state, out, closed)
         })
         .await;
-        let (mut state, out) = match ran {
+        let (mut state, out, closed) = match ran {
             Ok(r) => r,
             Err(e) => {
                 // The turn went with the thread; take it again to end the session,
@@ -556,8 +575,14 @@ impl Sessions {
         if !req.trace_id.is_empty() {
             audit.push(("trace_id", json!(req.trace_id)));
         }
+        if let Some(c) = &closed {
+            audit.extend(c.log_fields());
+        }
         let reply = match out {
-            Ok((resp, ended)) => {
+            Ok((mut resp, ended)) => {
+                if let (Some(c), Some(js)) = (&closed, resp.javascript.as_mut()) {
+                    js.advice = c.for_caller();
+                }
                 entry.touch();
                 state.calls += 1;
                 state.last = resp.record.as_ref().map(|r| r.record_sha256.clone()).unwrap_or_default();
@@ -862,6 +887,74 @@ mod tests {
             Log::new(LogFormat::Json),
         );
         Arc::new(d.with_sessions(settings))
+    }
+
+    /// A daemon over the fake provider with two profiles for alice: `sessions`
+    /// (allowed in sessions) and `runs-only`.
+    fn granted_daemon(seen: &Arc<Seen>) -> Arc<Daemon> {
+        let limiter =
+            Limiter::new(Admission { max_concurrent: 8, per_key_concurrent: 8, rate_per_min: 0, rate_burst: 0 });
+        let mut file = ClientsFile::default();
+        file.clients.push(ClientEntry {
+            id: "alice".into(),
+            token_sha256: fingerprint("token-of-alice"),
+            scopes: vec!["code:run".into()],
+            paid_seconds_per_day: None,
+        });
+        let text = r#"{"profiles": {
+            "sessions": {"base_url": "http://127.0.0.1:9", "allowed_callers": ["alice"], "allow": ["GET /a"], "allow_in_sessions": true},
+            "runs-only": {"base_url": "http://127.0.0.1:9", "allowed_callers": ["alice"], "allow": ["GET /a"]}}}"#;
+        let none = |_: &str| None;
+        let profiles = plimsoll_grants::Profiles::parse(
+            text,
+            &plimsoll_grants::LoadContext { env: &|_| None, dir: None, plugins: &none },
+        )
+        .expect("profiles");
+        let grants = Arc::new(crate::grants::DaemonGrants::new(profiles).expect("grants"));
+        let d = Daemon::new(
+            Arc::new(Fake(Arc::clone(seen))),
+            Verifier::clients(&file),
+            limiter,
+            Arc::default(),
+            Log::new(LogFormat::Json),
+        );
+        Arc::new(d.with_grants(grants).with_sessions(settings()))
+    }
+
+    #[tokio::test]
+    async fn a_session_call_with_a_grant_needs_the_profiles_consent() {
+        let d = granted_daemon(&Arc::default());
+        let id = open(&d, "alice", json!({})).await;
+        let call = |payload: Value| {
+            let mut body = json!({"protocol": 4, "sessionId": id});
+            if let (Some(b), Some(p)) = (body.as_object_mut(), payload.as_object()) {
+                b.extend(p.clone());
+            }
+            body
+        };
+        let e = rpc(
+            &d,
+            "alice",
+            Procedure::SessionRun,
+            call(json!({"javascript": {"code": "1", "grantProfile": "runs-only"}})),
+        )
+        .await
+        .expect_err("refused");
+        assert_eq!(e.reason(), Some(Reason::Permission));
+        assert_eq!(
+            e.body.message,
+            "grant_profile \"runs-only\" does not allow sessions; use it in a Run call, or set allow_in_sessions in the profile"
+        );
+        let e =
+            rpc(&d, "alice", Procedure::SessionRun, call(json!({"javascript": {"code": "1", "grantProfile": "nope"}})))
+                .await
+                .expect_err("refused");
+        assert_eq!(
+            (e.reason(), e.body.message.as_str()),
+            (Some(Reason::Permission), "grant_profile \"nope\" is not available to this caller")
+        );
+        // Refusals ran nothing and broke nothing: the session goes on.
+        assert!(cell(&d, "alice", &id, "1").await.is_ok());
     }
 
     fn who(d: &Daemon, id: &str) -> Principal {

@@ -301,6 +301,14 @@ impl Session for PluginSession {
                 })?
             }
             Call::Snippet(s) => {
+                if s.grant.is_some() {
+                    // The session's container was made without the run's broker socket.
+                    return Err(Refusal::unsupported(format!(
+                        "the {} provider's sessions cannot carry a grant; use grant_profile in a Run call",
+                        self.facts.name
+                    ))
+                    .into());
+                }
                 let limits = self.limits(s.timeout);
                 let language = s.language.as_str();
                 self.dispatch(s.timeout, |store, plugin, h| {
