@@ -190,6 +190,19 @@ fn code_calls_the_demo_api_through_the_broker_and_never_holds_the_credential() {
     assert!(items.iter().all(|s| s.2 == "alice"), "{seen:?}");
     assert!(seen.iter().all(|s| s.3 != 401), "no call arrived without a valid token: {seen:?}");
 
+    // The metrics count calls by profile and route template, and the findings.
+    let m = super::raw::get(d.metrics.as_deref().expect("metrics"), "/metrics");
+    let text = String::from_utf8_lossy(&m.body).into_owned();
+    for want in [
+        r#"plimsoll_host_calls_total{profile="inventory",method="GET",route="/items/*"} 7"#,
+        r#"plimsoll_host_calls_total{profile="inventory",method="POST",route="/items"} 2"#,
+        r#"plimsoll_host_calls_total{profile="inventory-sessions",method="GET",route="/items"} 1"#,
+        r#"plimsoll_advice_findings_total{profile="inventory",pattern="fan_out"} 1"#,
+    ] {
+        assert!(text.contains(want), "{want}\n{text}");
+    }
+    assert!(!text.contains("/items/1"), "never a concrete path");
+
     // The daemon's log: counts and the operator's findings, never the secret or a path.
     let (_, log) = d.terminate();
     let run = log

@@ -1,7 +1,11 @@
 //! Prometheus counters, served on their own loopback listener.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::grants::Closed;
 
 /// The daemon's counters.
 #[derive(Debug, Default)]
@@ -12,6 +16,21 @@ pub struct Metrics {
     shed_per_key: AtomicU64,
     shed_rate: AtomicU64,
     refused: AtomicU64,
+    grants: Mutex<GrantCounts>,
+}
+
+/// Brokered calls and findings, by label. Profiles and route templates are the
+/// operator's; nothing a guest chose becomes a label.
+#[derive(Debug, Default)]
+struct GrantCounts {
+    /// (profile, method, route) -> calls that matched.
+    calls: BTreeMap<(String, String, String), u64>,
+    /// profile -> calls the broker refused.
+    denied: BTreeMap<String, u64>,
+    /// profile -> calls shed while the upstream's circuit was open.
+    shed: BTreeMap<String, u64>,
+    /// (profile, pattern) -> findings.
+    findings: BTreeMap<(String, String), u64>,
 }
 
 impl Metrics {
@@ -40,6 +59,20 @@ impl Metrics {
         c.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// A granted run or session call ended: its calls and findings.
+    pub fn granted(&self, closed: &Closed) {
+        let mut g = self.grants.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let t = &closed.trace;
+        for row in &t.calls {
+            *g.calls.entry((closed.profile.clone(), row.method.as_str().into(), row.route.clone())).or_default() += 1;
+        }
+        *g.denied.entry(closed.profile.clone()).or_default() += u64::from(t.denied);
+        *g.shed.entry(closed.profile.clone()).or_default() += u64::from(t.shed);
+        for f in &closed.findings {
+            *g.findings.entry((closed.profile.clone(), f.pattern.into())).or_default() += 1;
+        }
+    }
+
     /// The Prometheus text exposition, with `inflight` read from admission.
     pub fn render(&self, inflight: u32) -> String {
         let mut s = String::new();
@@ -63,6 +96,33 @@ impl Metrics {
             s,
             "# HELP plimsoll_inflight Runs in flight.\n# TYPE plimsoll_inflight gauge\nplimsoll_inflight {inflight}"
         );
+        let g = self.grants.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = writeln!(
+            s,
+            "# HELP plimsoll_host_calls_total Brokered calls that matched a granted route (rows past a trace's cap not counted).\n# TYPE plimsoll_host_calls_total counter"
+        );
+        for ((profile, method, route), n) in &g.calls {
+            let _ = writeln!(
+                s,
+                "plimsoll_host_calls_total{{profile=\"{profile}\",method=\"{method}\",route=\"{route}\"}} {n}"
+            );
+        }
+        for (name, help, map) in [
+            ("plimsoll_host_calls_denied_total", "Brokered calls the broker refused.", &g.denied),
+            ("plimsoll_host_calls_shed_total", "Brokered calls shed while the upstream's circuit was open.", &g.shed),
+        ] {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (profile, n) in map {
+                let _ = writeln!(s, "{name}{{profile=\"{profile}\"}} {n}");
+            }
+        }
+        let _ = writeln!(
+            s,
+            "# HELP plimsoll_advice_findings_total Efficiency findings.\n# TYPE plimsoll_advice_findings_total counter"
+        );
+        for ((profile, pattern), n) in &g.findings {
+            let _ = writeln!(s, "plimsoll_advice_findings_total{{profile=\"{profile}\",pattern=\"{pattern}\"}} {n}");
+        }
         s
     }
 }

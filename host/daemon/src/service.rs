@@ -459,6 +459,10 @@ impl Daemon {
             Ok(Err(Failure::Refused(r))) => return Err(RpcError::from_refusal(r)),
             Ok(Err(Failure::MayHaveRun(detail))) => {
                 self.metrics.failed();
+                if let Some(c) = &closed {
+                    // The calls it made were made: they count even without an answer.
+                    self.metrics.granted(c);
+                }
                 return Err(self.internal(&detail));
             }
             Err(join) => {
@@ -472,6 +476,7 @@ impl Daemon {
         }
         if let Some(c) = &closed {
             fields.extend(c.log_fields());
+            self.metrics.granted(c);
         }
         if let Some(js) = &resp.javascript {
             fields.push(("exit_code", json!(js.exit_code)));

@@ -577,6 +577,7 @@ impl Sessions {
         }
         if let Some(c) = &closed {
             audit.extend(c.log_fields());
+            self.metrics.granted(c);
         }
         let reply = match out {
             Ok((mut resp, ended)) => {
