@@ -13,39 +13,11 @@
   const token = process.env.PLIMSOLL_HOST_TOKEN || '';
   const name = process.env.PLIMSOLL_HOST_GLOBAL || 'host';
   if (!socketPath || Object.prototype.hasOwnProperty.call(globalThis, name)) return;
-  const allowed = (process.env.PLIMSOLL_HOST_ROUTES || '')
-    .split('\n')
-    .filter(Boolean)
-    .map((r) => {
-      const sp = r.indexOf(' ');
-      return { method: r.slice(0, sp), segments: r.slice(sp + 1).split('/') };
-    });
-  const permitted = (method, path) =>
-    allowed.some(
-      (r) =>
-        r.method === method &&
-        r.segments.length === path.split('/').length &&
-        path.split('/').every((s, i) => (r.segments[i] === '*' ? s !== '' && !s.includes(':') : r.segments[i] === s)),
-    );
-  const fill = (route, params) => {
-    if (typeof route !== 'string') throw new TypeError('the route must be a string such as "/items/*"');
-    if (params === undefined) return route;
-    const values = Array.isArray(params) ? params : [params];
-    const segments = route.split('/');
-    const wild = segments.filter((s) => s === '*').length;
-    if (wild !== values.length) {
-      throw new TypeError('route ' + route + ' has ' + wild + ' * segment(s) but ' + values.length + ' param(s) were given');
-    }
-    let i = 0;
-    return segments
-      .map((s) => {
-        if (s !== '*') return s;
-        const v = String(values[i++]);
-        if (v === '' || v.includes('/')) throw new TypeError('a param fills one segment: it must be non-empty and hold no /');
-        return v;
-      })
-      .join('/');
-  };
+  const { permitter, fill } = require('vm').runInThisContext(
+    fs.readFileSync(require('path').join(__dirname, 'routes.js'), 'utf8'),
+    { filename: 'routes.js' },
+  );
+  const permitted = permitter((process.env.PLIMSOLL_HOST_ROUTES || '').split('\n').filter(Boolean));
   const request = (method, route, body, params) =>
     new Promise((resolve, reject) => {
       const path = fill(route, params);

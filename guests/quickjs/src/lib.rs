@@ -24,6 +24,8 @@ use plimsoll::engine::host_api;
 
 /// The engine's own JavaScript: console, inspect, timers, the grant client.
 const PRELUDE: &str = include_str!("prelude.js");
+/// The grant client's route checks, shared with the Node client in containers.
+const ROUTES: &str = include_str!("../../../runners/host-api/routes.js");
 
 /// QuickJS's own stack limit, below the component's 1 MiB shadow stack, so deep
 /// recursion raises a `RangeError` the caller can read instead of a trap.
@@ -102,6 +104,8 @@ impl Js {
                 })?,
             )?;
             native.set("call", Function::new(ctx.clone(), host_call)?)?;
+            let routes: Object = ctx.eval_with_options(ROUTES, options("<plimsoll routes>", false))?;
+            native.set("routes", routes)?;
             let math: Object = ctx.globals().get("Math")?;
             math.set("random", Function::new(ctx.clone(), next_random)?.with_name("random")?)?;
             if let Some(files) = files {

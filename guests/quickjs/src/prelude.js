@@ -1,5 +1,6 @@
 // The engine's JavaScript side, evaluated once per context before any caller code.
-// It receives the native functions (`write`, `call`, `readFile`) and returns the
+// It receives the native functions (`write`, `call`, `readFile`) and the shared
+// route checks (`routes`, runners/host-api/routes.js) and returns the
 // helpers the Rust side drives: `inspect` (notebook display), `describe` (uncaught
 // errors), `nextTimer` (virtual-time timers) and `installHost` (a grant's client).
 // The native object is not reachable from caller code after this returns.
@@ -263,36 +264,8 @@
   // one `*`). Calls outside the granted routes are refused here first; the host's
   // broker refuses them anyway, and it alone holds the credential.
   function installHost(name, routes, preamble) {
-    const allowed = routes.map((r) => {
-      const sp = r.indexOf(' ');
-      return { method: r.slice(0, sp), segments: r.slice(sp + 1).split('/') };
-    });
-    const permitted = (method, path) =>
-      allowed.some(
-        (r) =>
-          r.method === method &&
-          r.segments.length === path.split('/').length &&
-          path.split('/').every((s, i) => (r.segments[i] === '*' ? s !== '' && !s.includes(':') : r.segments[i] === s)),
-      );
-    const fill = (route, params) => {
-      if (typeof route !== 'string') throw new TypeError('the route must be a string such as "/items/*"');
-      if (params === undefined) return route;
-      const values = Array.isArray(params) ? params : [params];
-      const segments = route.split('/');
-      const wild = segments.filter((s) => s === '*').length;
-      if (wild !== values.length) {
-        throw new TypeError('route ' + route + ' has ' + wild + ' * segment(s) but ' + values.length + ' param(s) were given');
-      }
-      let i = 0;
-      return segments
-        .map((s) => {
-          if (s !== '*') return s;
-          const v = String(values[i++]);
-          if (v === '' || v.includes('/')) throw new TypeError('a param fills one segment: it must be non-empty and hold no /');
-          return v;
-        })
-        .join('/');
-    };
+    const permitted = native.routes.permitter(routes);
+    const fill = native.routes.fill;
     const request = (method, route, body, params) => {
       let path;
       try {

@@ -868,18 +868,24 @@ mod tests {
         SessionSettings { max: 8, ..SessionSettings::default() }
     }
 
-    fn daemon_with(seen: &Arc<Seen>, settings: SessionSettings) -> Arc<Daemon> {
-        let limiter =
-            Limiter::new(Admission { max_concurrent: 8, per_key_concurrent: 8, rate_per_min: 0, rate_burst: 0 });
+    /// Callers `ids`, each with the token `token-of-<id>` and scope code:run.
+    fn clients(ids: &[&str]) -> ClientsFile {
         let mut file = ClientsFile::default();
-        for id in ["alice", "bob"] {
+        for id in ids {
             file.clients.push(ClientEntry {
-                id: id.into(),
+                id: id.to_string(),
                 token_sha256: fingerprint(&format!("token-of-{id}")),
                 scopes: vec!["code:run".into()],
                 paid_seconds_per_day: None,
             });
         }
+        file
+    }
+
+    fn daemon_with(seen: &Arc<Seen>, settings: SessionSettings) -> Arc<Daemon> {
+        let limiter =
+            Limiter::new(Admission { max_concurrent: 8, per_key_concurrent: 8, rate_per_min: 0, rate_burst: 0 });
+        let file = clients(&["alice", "bob"]);
         let d = Daemon::new(
             Arc::new(Fake(Arc::clone(seen))),
             Verifier::clients(&file),
@@ -895,13 +901,7 @@ mod tests {
     fn granted_daemon(seen: &Arc<Seen>) -> Arc<Daemon> {
         let limiter =
             Limiter::new(Admission { max_concurrent: 8, per_key_concurrent: 8, rate_per_min: 0, rate_burst: 0 });
-        let mut file = ClientsFile::default();
-        file.clients.push(ClientEntry {
-            id: "alice".into(),
-            token_sha256: fingerprint("token-of-alice"),
-            scopes: vec!["code:run".into()],
-            paid_seconds_per_day: None,
-        });
+        let file = clients(&["alice"]);
         let text = r#"{"profiles": {
             "sessions": {"base_url": "http://127.0.0.1:9", "allowed_callers": ["alice"], "allow": ["GET /a"], "allow_in_sessions": true},
             "runs-only": {"base_url": "http://127.0.0.1:9", "allowed_callers": ["alice"], "allow": ["GET /a"]}}}"#;

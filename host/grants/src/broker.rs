@@ -365,36 +365,9 @@ impl RunGrant {
         Ok(left.min(CALL_TIMEOUT))
     }
 
-    /// One call, from a thread that may block (a wasm host call).
+    /// One call, from a thread that may block (a wasm host call); never from async code.
     pub fn call_blocking(&self, method: &str, path: &str, body: Option<&[u8]>) -> HostAnswer {
-        let plan = match self.admit(method, path, body) {
-            Ok(p) => p,
-            Err(a) => return a,
-        };
-        let timeout = match self.timeout() {
-            Ok(t) => t,
-            Err(a) => return a,
-        };
-        let up = &self.broker.upstream;
-        if plan.probe {
-            let sent = match self.probe_request() {
-                Some(req) => up.send_blocking(req, 64 << 10, PROBE_TIMEOUT.min(timeout)),
-                None => Err(UpstreamError::Unreachable),
-            };
-            if let Err(a) = self.probed(&sent) {
-                return a;
-            }
-        }
-        let out = match self.outgoing(&plan) {
-            Ok(o) => o,
-            Err(a) => return a,
-        };
-        let started = Instant::now();
-        let Some(req) = self.request(plan.route.method(), &out.url, &out.headers, out.body) else {
-            return self.finish(&plan, started, Err(UpstreamError::Unreachable));
-        };
-        let sent = up.send_blocking(req, self.profile.max_response_bytes, timeout);
-        self.finish(&plan, started, sent)
+        self.broker.upstream.block_on(self.call(method, path, body))
     }
 
     /// One call, from async code (a container's socket).

@@ -2,7 +2,6 @@
 //! and its own runtime so a blocking caller (a wasm host call) and an async one (a
 //! container's socket) share one connection pool.
 
-use std::sync::mpsc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -130,28 +129,13 @@ impl Upstream {
         }))
     }
 
-    /// Sends `req` and waits, from a thread that may block.
-    ///
-    /// # Errors
-    ///
-    /// [`UpstreamError`].
-    pub fn send_blocking(
-        &self,
-        req: http::Request<Full<Bytes>>,
-        limit: u32,
-        timeout: Duration,
-    ) -> Result<Sent, UpstreamError> {
-        let Some(handle) = self.spawn(req, limit, timeout) else {
-            return Err(UpstreamError::Unreachable);
-        };
-        let (tx, rx) = mpsc::sync_channel(1);
-        let Some(rt) = self.rt.as_ref() else {
-            return Err(UpstreamError::Unreachable);
-        };
-        rt.spawn(async move {
-            let _ = tx.send(handle.await.unwrap_or(Err(UpstreamError::Unreachable)));
-        });
-        rx.recv().unwrap_or(Err(UpstreamError::Unreachable))
+    /// Runs `f` to its end from a thread that may block (never from async code):
+    /// a wasm host call, a socket's blocking worker.
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        match &self.rt {
+            Some(rt) => rt.handle().block_on(f),
+            None => unreachable!("the broker's runtime is taken only in drop"),
+        }
     }
 
     /// Sends `req` from async code on any runtime.

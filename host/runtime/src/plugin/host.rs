@@ -192,6 +192,44 @@ impl Drop for PluginState {
     }
 }
 
+/// What a plugin that runs nothing (a signer, a broker) is given for one call: the
+/// outbound HTTP gate, its manifest's endpoints, and no container wall.
+pub(crate) struct HttpOnly<'a> {
+    pub name: &'a str,
+    pub approved: &'a [Capability],
+    pub http: Option<Arc<super::http::HttpGate>>,
+    pub endpoints: &'a [String],
+    /// The call's budget.
+    pub budget: Duration,
+    /// The plugin's memory, in bytes.
+    pub memory: usize,
+}
+
+impl HttpOnly<'_> {
+    /// A fresh store for one call, its memory capped and its deadline set.
+    pub(crate) fn store(self, engine: &crate::engine::Engine) -> wasmtime::Store<PluginState> {
+        let state = PluginState {
+            wasi: wasmtime_wasi::WasiCtxBuilder::new().build(),
+            table: ResourceTable::new(),
+            name: self.name.to_string(),
+            approved: self.approved.to_vec(),
+            wall: None,
+            deadline: Instant::now() + self.budget,
+            collect_cap: 0,
+            used: Used::default(),
+            live: BTreeSet::new(),
+            limits: wasmtime::StoreLimitsBuilder::new().memory_size(self.memory).build(),
+            http: self.http,
+            endpoints: self.endpoints.to_vec(),
+            broker: None,
+        };
+        let mut store = wasmtime::Store::new(engine.wasmtime(), state);
+        store.limiter(|s| &mut s.limits);
+        store.set_epoch_deadline(crate::engine::Engine::deadline_ticks(self.budget));
+        store
+    }
+}
+
 impl PluginState {
     fn wall(&self) -> Result<Arc<Wall>, String> {
         if !self.approved.contains(&Capability::Containers) {

@@ -5,13 +5,12 @@
 //! returns against the key it names.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use wasmtime::component::{Linker, ResourceTable};
-use wasmtime::{Store, StoreLimitsBuilder};
-use wasmtime_wasi::WasiCtxBuilder;
+use wasmtime::Store;
+use wasmtime::component::Linker;
 
-use super::host::PluginState;
+use super::host::{HttpOnly, PluginState};
 use super::http::HttpGate;
 use super::{Capability, PluginError, Verified};
 use crate::engine::Engine;
@@ -94,24 +93,15 @@ impl SignerPlugin {
     }
 
     fn call<T>(&self, f: impl FnOnce(&mut Store<PluginState>, &World) -> wasmtime::Result<T>) -> Result<T, String> {
-        let state = PluginState {
-            wasi: WasiCtxBuilder::new().build(),
-            table: ResourceTable::new(),
-            name: self.name.clone(),
-            approved: self.approved.clone(),
-            wall: None,
-            deadline: Instant::now() + CALL_BUDGET,
-            collect_cap: 0,
-            used: Default::default(),
-            live: Default::default(),
-            limits: StoreLimitsBuilder::new().memory_size(PLUGIN_MEMORY).build(),
+        let mut store = HttpOnly {
+            name: &self.name,
+            approved: &self.approved,
             http: self.http.clone(),
-            endpoints: self.endpoints.clone(),
-            broker: None,
-        };
-        let mut store = Store::new(self.engine.wasmtime(), state);
-        store.limiter(|s| &mut s.limits);
-        store.set_epoch_deadline(Engine::deadline_ticks(CALL_BUDGET));
+            endpoints: &self.endpoints,
+            budget: CALL_BUDGET,
+            memory: PLUGIN_MEMORY,
+        }
+        .store(&self.engine);
         self.pre
             .instantiate(&mut store)
             .and_then(|plugin| f(&mut store, &plugin))

@@ -21,6 +21,8 @@ use serde::Deserialize;
 
 /// The Node client, preloaded into every Node process of a granted container.
 const NODE_CLIENT: &str = include_str!("../../../../runners/host-api/host.js");
+/// The route checks the Node client shares with the QuickJS engine.
+const ROUTE_CHECKS: &str = include_str!("../../../../runners/host-api/routes.js");
 /// The Python module `plimsoll_host`.
 const PYTHON_CLIENT: &str = include_str!("../../../../runners/host-api/plimsoll_host.py");
 /// The most connections one run's socket serves at once.
@@ -127,6 +129,7 @@ impl BrokerSocket {
             std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(0o644))
         };
         write("host.js", NODE_CLIENT)?;
+        write("routes.js", ROUTE_CHECKS)?;
         write("plimsoll_host.py", PYTHON_CLIENT)?;
         if !grant.preamble.is_empty() {
             write("preamble.js", &grant.preamble)?;
@@ -231,7 +234,7 @@ mod tests {
         assert_eq!(env["PLIMSOLL_HOST_ROUTES"], "GET /items/*");
         let token = env["PLIMSOLL_HOST_TOKEN"].clone();
         assert_eq!(token.len(), 64);
-        for f in ["host.js", "plimsoll_host.py", "preamble.js", "host-api.sock"] {
+        for f in ["host.js", "routes.js", "plimsoll_host.py", "preamble.js", "host-api.sock"] {
             assert!(mount.dir.join(f).exists(), "{f}");
         }
         let sock = mount.dir.join("host-api.sock");
