@@ -281,6 +281,8 @@ fn a_bad_profiles_file_or_a_provider_without_a_grant_path_stops_the_start() {
 
 /// The JWT header our broker mints, base64url: any token's first bytes.
 const JWT_HEAD: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9";
+/// The JWT header the demo API's token endpoint mints (for the broker plugin).
+const API_JWT_HEAD: &str = "eyJhbGciOiAiSFMyNTYiLCAidHlwIjogIkpXVCJ9";
 
 /// A Python project at the container tier: the client module, then calls by hand
 /// past it, then a search of every file and the environment for a token, then a
@@ -373,7 +375,7 @@ try:
 except UnsupportedError as e:
     assert str(e).endswith("the docker provider's sessions cannot carry a grant; use grant_profile in a Run call"), e
 s.close()
-r = alice.run_project({"main.py": os.environ["PROJECT"]}, ["python3 main.py"], grant_profile="inventory")
+r = alice.run_project({"main.py": os.environ["PROJECT"]}, ["python3 main.py"], grant_profile="inventory-vendor")
 assert r.outcome == "completed" and r.isolation == os.environ["TIER"], r
 print(r.steps[0].stdout.decode().strip())
 assert r.steps[0].exit_code == 0, r.steps[0].stderr
@@ -448,19 +450,33 @@ fn memory_holds(pid: u32, needles: &[&[u8]]) -> (bool, u64) {
     (false, read)
 }
 
+/// JavaScript on node calls through a JWT profile; the Python project calls through
+/// `inventory-vendor`, whose credential the signed broker plugin mints at the API's
+/// token endpoint.
 fn granted_at_container_tier(runtime: &str, tier: &str) {
     let Some(fx) = super::docker::fixture(runtime) else { return };
-    let api = DemoApi::start(&[]);
+    let api = DemoApi::start(&[("DEMO_CLIENT_SECRET", CLIENT_SECRET)]);
     let port = api.url.rsplit(':').next().expect("port").to_string();
     let dir = scratch(&format!("grants-{runtime}"));
     let (plugin, key) = super::docker::signed_plugin(&fx, &dir);
     let (clients, tokens) = callers(&dir, &["alice"]);
     let grants = profiles(&dir, &api.url);
+    let mut file: serde_json::Value = serde_json::from_slice(&std::fs::read(&grants).expect("read")).expect("json");
+    let vendor_dir = dir.join("vendor");
+    std::fs::create_dir_all(&vendor_dir).expect("mkdir");
+    let vendor: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(vendor_profiles(&vendor_dir, &api.url)).expect("read")).expect("json");
+    file["profiles"]["inventory-vendor"] = vendor["profiles"]["inventory-vendor"].clone();
+    std::fs::write(&grants, file.to_string()).expect("write");
+    let broker_dir = dir.join("broker");
+    std::fs::create_dir_all(&broker_dir).expect("mkdir");
+    let (broker, vendor_key) = signed_broker(&broker_dir);
     let mut env = super::docker::docker_env(&fx, &plugin, &key, runtime);
     env.push(("PLIMSOLL_CLIENTS_FILE".into(), clients.display().to_string()));
     env.push(("PLIMSOLL_GRANTS_FILE".into(), grants.display().to_string()));
     env.push(("DEMO_JWT_SECRET".into(), JWT_SECRET.into()));
     env.push(("SANDBOX_MAX_SESSIONS".into(), "1".into()));
+    env.extend(broker_env(&broker, &vendor_key, &api.url));
     let d = super::docker::start(&env);
     let owner = super::docker::owner(&d);
 
@@ -477,7 +493,13 @@ fn granted_at_container_tier(runtime: &str, tier: &str) {
                     .expect("docker ps");
                 for id in String::from_utf8_lossy(&o.stdout).split_whitespace() {
                     for pid in container_pids(id) {
-                        let (hit, bytes) = memory_holds(pid, &[JWT_SECRET.as_bytes(), JWT_HEAD.as_bytes()]);
+                        let needles: [&[u8]; 4] = [
+                            JWT_SECRET.as_bytes(),
+                            CLIENT_SECRET.as_bytes(),
+                            JWT_HEAD.as_bytes(),
+                            API_JWT_HEAD.as_bytes(),
+                        ];
+                        let (hit, bytes) = memory_holds(pid, &needles);
                         assert!(!hit, "container {id} process {pid} holds the credential in memory");
                         *scanned.entry(id.to_string()).or_default() += bytes;
                     }
@@ -524,14 +546,17 @@ fn granted_at_container_tier(runtime: &str, tier: &str) {
     let (_, log) = d.terminate();
     let project_line = log
         .iter()
-        .filter(|l| l.contains(r#""grant_profile":"inventory""#))
-        .find(|l| l.contains(r#""steps_ran""#))
+        .find(|l| l.contains(r#""steps_ran""#) && l.contains(r#""grant_profile":"inventory-vendor""#))
         .expect("the project's log line");
     let p: serde_json::Value = serde_json::from_str(project_line).expect("json");
     assert_eq!((p["host_calls"].as_u64(), p["host_calls_denied"].as_u64()), (Some(4), Some(2)), "{project_line}");
     let seen = api.seen();
     assert!(seen.iter().filter(|s| s.1.starts_with("/items")).all(|s| s.2 == "alice" && s.3 != 401), "{seen:?}");
-    assert!(log.iter().all(|l| !l.contains(JWT_SECRET) && !l.contains(JWT_HEAD)));
+    assert!(
+        seen.iter().any(|s| s.1 == "/oauth/token" && s.3 == 200),
+        "the plugin minted at the token endpoint: {seen:?}"
+    );
+    assert!(log.iter().all(|l| !l.contains(JWT_SECRET) && !l.contains(CLIENT_SECRET) && !l.contains(JWT_HEAD)));
 }
 
 #[test]
@@ -601,10 +626,14 @@ code = '''(async () => {
   const item = await host.get("/items/*", [3]);
   const made = await host.post("/items", { name: "vendor-flange" });
   console.log(item.name, made.created_by);
+  try { await host.post("/items", { name: "" }); } catch (e) { console.log(e.status, e.body.error); }
 })()'''
 r = alice.run_javascript(code, grant_profile="inventory-vendor")
 assert r.exit_code == 0, r
-assert r.stdout == b"washer alice\n", r
+assert r.stdout.decode().splitlines() == [
+    "washer alice",
+    "400 host api request body does not match the API's schema for POST /items: $.name: is shorter than minLength",
+], r
 print("vendor ok")
 "#;
 

@@ -269,12 +269,23 @@ pub fn load_plugins(cfg: &BrokerPlugins) -> Result<std::collections::BTreeMap<St
             .map(|r| Route::parse(r))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| format!("broker plugin {name} declares a bad route: {e}"))?;
+        let mut schemas = Vec::new();
+        for (line, text) in &declared.schemas {
+            let r = Route::parse(line).map_err(|e| format!("broker plugin {name} declares a bad schema route: {e}"))?;
+            if !routes.contains(&r) {
+                return Err(format!("broker plugin {name} declares a schema for {r}, which it does not serve"));
+            }
+            let schema = plimsoll_grants::schema::Schema::parse(text)
+                .map_err(|e| format!("broker plugin {name}: the schema for {r}: {e}"))?;
+            schemas.push((r, schema));
+        }
         out.insert(
             name,
             PluginBroker {
                 minter: Arc::new(PluginMinter(loaded.clone())),
                 routes,
                 shaper: Arc::new(PluginShaper(loaded)),
+                schemas,
             },
         );
     }

@@ -230,6 +230,14 @@ impl RunGrant {
                 &format!("host api request body too large: {size} bytes is over {}", self.profile.max_request_bytes),
             ));
         }
+        if let Some((_, schema)) = self.profile.schemas.iter().find(|(r, _)| *r == matched)
+            && let Err(why) = schema.check(body)
+        {
+            return Err(self.deny(
+                400,
+                &format!("host api request body does not match the API's schema for {matched}: {}", echo(&why)),
+            ));
+        }
         Ok(Plan {
             route: matched,
             path: path.to_string(),

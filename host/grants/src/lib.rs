@@ -7,6 +7,7 @@ pub mod breaker;
 pub mod broker;
 pub mod profile;
 pub mod route;
+pub mod schema;
 pub mod token;
 pub mod trace;
 pub mod upstream;

@@ -102,6 +102,8 @@ pub struct Profile {
     pub minter: Option<Arc<dyn Minter>>,
     /// The broker plugin's shaper, when a plugin mints for this profile.
     pub shaper: Option<Arc<dyn Shaper>>,
+    /// Request body schemas (from the broker plugin), checked before a body is sent.
+    pub schemas: Vec<(Route, crate::schema::Schema)>,
     /// The upstream's circuit, shared by every run of this profile.
     pub(crate) breaker: Arc<Mutex<Breaker>>,
 }
@@ -421,6 +423,7 @@ fn validate(name: &str, raw: RawProfile, ctx: &LoadContext<'_>) -> Result<Profil
         batch_of.push((b, items));
     }
     let mut shaper = None;
+    let mut schemas = Vec::new();
     let minter: Option<Arc<dyn Minter>> = match raw.token {
         None => None,
         Some(RawToken::Static { env }) => Some(Arc::new(StaticToken(env_secret(ctx, &env)?))),
@@ -446,6 +449,7 @@ fn validate(name: &str, raw: RawProfile, ctx: &LoadContext<'_>) -> Result<Profil
                 return Err(format!("allow: route \"{r}\" is not one the broker plugin {plugin:?} serves"));
             }
             shaper = Some(p.shaper);
+            schemas = p.schemas;
             Some(p.minter)
         }
     };
@@ -469,6 +473,7 @@ fn validate(name: &str, raw: RawProfile, ctx: &LoadContext<'_>) -> Result<Profil
         advice_retention: raw.advice_retention,
         minter,
         shaper,
+        schemas,
         breaker: Arc::default(),
     })
 }

@@ -124,6 +124,8 @@ pub struct PluginBroker {
     pub routes: Vec<crate::route::Route>,
     /// Shapes each call.
     pub shaper: Arc<dyn Shaper>,
+    /// Request body schemas the plugin declares, by route.
+    pub schemas: Vec<(crate::route::Route, crate::schema::Schema)>,
 }
 
 /// Checks a minted header value: non-empty printable ASCII without spaces inside the token.

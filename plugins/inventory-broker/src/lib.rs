@@ -1,7 +1,8 @@
 //! An example broker plugin for the broker demo's inventory API
 //! (`examples/broker-demo/api.py`). It declares the API's routes, mints each run's
 //! credential at the API's token endpoint (`POST /oauth/token`, endpoint alias
-//! `token`), and tags each call. The operator's long-lived client secret is the
+//! `token`), declares the body `POST /items` takes (the host checks it), and tags
+//! each call. The operator's long-lived client secret is the
 //! `Authorization` header the host attaches to the token request; this plugin never
 //! sees it. The host matches routes, checks every shaped call again, enforces the
 //! budgets and sends every request itself.
@@ -12,7 +13,9 @@ wit_bindgen::generate!({
     generate_all,
 });
 
-use exports::plimsoll::broker::broker::{Call, Credential, Description, Guest, MintRequest, Route, Shaped};
+use exports::plimsoll::broker::broker::{
+    Call, Credential, Description, Guest, MintRequest, Route, RouteSchema, Shaped,
+};
 use plimsoll::host::http::{Request, send};
 use plimsoll::types::types::{Refusal, RefusalReason};
 
@@ -50,6 +53,12 @@ impl Guest for Plugin {
             api: "the broker demo's inventory API (examples/broker-demo/api.py)".into(),
             routes: vec![route("GET", "/items"), route("GET", "/items/*"), route("POST", "/items")],
             batch_of: vec![(route("GET", "/items"), vec![route("GET", "/items/*")])],
+            schemas: vec![RouteSchema {
+                route: route("POST", "/items"),
+                request: r#"{"type": "object", "required": ["name"], "additionalProperties": false,
+                    "properties": {"name": {"type": "string", "minLength": 1, "maxLength": 64}}}"#
+                    .into(),
+            }],
         }
     }
 

@@ -363,6 +363,7 @@ fn a_broker_plugin_shapes_calls_but_cannot_leave_the_route_or_set_host_headers()
             minter: Arc::new(NoMint),
             routes: vec![Route::parse("GET /items/*").expect("route"), Route::parse("GET /admin").expect("route")],
             shaper: Arc::new(TestShaper(mode)),
+            schemas: vec![],
         };
         let plugins = move |name: &str| (name == "vendor").then(|| plugin.clone());
         let text = format!(
@@ -389,6 +390,7 @@ fn a_profile_may_open_only_routes_its_broker_plugin_serves() {
         minter: Arc::new(NoMint),
         routes: vec![Route::parse("GET /items/*").expect("route")],
         shaper: Arc::new(TestShaper("tag")),
+        schemas: vec![],
     };
     let plugins = move |name: &str| (name == "vendor").then(|| plugin.clone());
     let text = r#"{"profiles": {"v": {"base_url": "https://api.example.com", "allowed_callers": ["a"], "allow": ["GET /items/*", "DELETE /items/*"], "token": {"type": "plugin", "plugin": "vendor"}}}}"#;
@@ -397,4 +399,39 @@ fn a_profile_may_open_only_routes_its_broker_plugin_serves() {
         e.to_string(),
         "grant profile \"v\": allow: route \"DELETE /items/*\" is not one the broker plugin \"vendor\" serves"
     );
+}
+
+#[test]
+fn a_body_that_breaks_the_plugins_schema_is_refused_400_and_not_sent() {
+    let (url, seen) = api(Arc::default());
+    let plugin = PluginBroker {
+        minter: Arc::new(NoMint),
+        routes: vec![Route::parse("POST /items").expect("route")],
+        shaper: Arc::new(TestShaper("tag")),
+        schemas: vec![(
+            Route::parse("POST /items").expect("route"),
+            crate::schema::Schema::parse(
+                r#"{"type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}"#,
+            )
+            .expect("schema"),
+        )],
+    };
+    let plugins = move |name: &str| (name == "vendor").then(|| plugin.clone());
+    let text = format!(
+        r#"{{"profiles": {{"v": {{"base_url": "{url}", "allowed_callers": ["alice"], "allow": ["POST /items"], "token": {{"type": "plugin", "plugin": "vendor"}}}}}}}}"#
+    );
+    let profiles = Profiles::parse(&text, &LoadContext { env: &env, dir: None, plugins: &plugins }).expect("profiles");
+    let broker = Broker::new().expect("broker");
+    let g = broker.open(profiles.select("v", "alice").expect("select"), "alice", Duration::from_secs(5)).expect("open");
+    let bad = g.call_blocking("POST", "/items", Some(br#"{"name": 7}"#));
+    assert_eq!(
+        (bad.status, error_of(&bad).as_str()),
+        (
+            400,
+            "host api request body does not match the API's schema for POST /items: $.name: must be string, not integer"
+        )
+    );
+    assert_eq!(g.call_blocking("POST", "/items", Some(br#"{"name": "nut"}"#)).status, 201);
+    assert_eq!(seen.lock().expect("seen").len(), 1, "only the valid body was sent");
+    assert_eq!(g.close().denied, 1);
 }

@@ -48,6 +48,8 @@ pub struct Declared {
     pub routes: Vec<String>,
     /// Batch routes and the per-item routes each stands for.
     pub batch_of: Vec<(String, Vec<String>)>,
+    /// Request body schemas (JSON text) by route line.
+    pub schemas: Vec<(String, String)>,
 }
 
 /// A minted credential: the `Authorization` value and its expiry (Unix ms).
@@ -168,6 +170,7 @@ impl BrokerPlugin {
             api: d.api,
             routes: d.routes.iter().map(route).collect(),
             batch_of: d.batch_of.iter().map(|(b, items)| (route(b), items.iter().map(route).collect())).collect(),
+            schemas: d.schemas.iter().map(|s| (route(&s.route), s.request.clone())).collect(),
         })
     }
 
