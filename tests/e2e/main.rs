@@ -2,6 +2,7 @@
 //! client, by raw HTTP, and by the published Python client `plimsoll-client`.
 
 mod attest;
+mod bench;
 mod config;
 mod daemon;
 mod docker;

@@ -9,6 +9,7 @@
 
 mod advise;
 mod attest;
+mod bench;
 mod callers;
 mod plugin;
 mod record;
@@ -62,6 +63,8 @@ enum Command {
     Mcp,
     /// Render one granted run's efficiency findings and call trace (HTML) from the daemon's log.
     Advise(advise::Args),
+    /// Measure one layer (wasm, daemon, session, docker) with its peer side by side.
+    Bench(bench::Args),
 }
 
 /// `plimsoll-host mcp`: the configuration comes from the environment an AI
@@ -84,6 +87,7 @@ fn main() -> ExitCode {
         Command::Attest(cmd) => attest::main(cmd),
         Command::Mcp => mcp(),
         Command::Advise(args) => advise::main(args),
+        Command::Bench(args) => bench::main(args),
     };
     match outcome {
         Ok(code) => code,

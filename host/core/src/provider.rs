@@ -106,7 +106,7 @@ pub struct Description {
 /// crosses into the sandbox.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostAnswer {
-    /// HTTP status (the broker's 403, 413, 429, 502 or 503, or the upstream's).
+    /// HTTP status (the broker's 400, 403, 413, 429, 502 or 503, or the upstream's).
     pub status: u16,
     /// The content type, sanitised.
     pub content_type: String,

@@ -1,0 +1,83 @@
+//! `plimsoll-host bench`: each layer runs, prints its figures as JSON, and measures
+//! its peer side by side when the peer is installed (`.ci/install` installs them;
+//! in required mode a missing peer fails). Numbers are never asserted.
+
+use std::process::Command;
+
+use super::host;
+use super::python::python;
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+fn bench(args: &[&str], env: &[(String, String)]) -> serde_json::Value {
+    let mut cmd: Command = host();
+    cmd.arg("bench").args(args).arg("--json").current_dir(ROOT);
+    cmd.env("PLIMSOLL_BENCH_PEERS", format!("{ROOT}/target/bench-peers")).env("PLIMSOLL_BENCH_PYTHON", python());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let o = cmd.output().expect("bench");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).expect("one JSON object")
+}
+
+fn names(v: &serde_json::Value) -> Vec<String> {
+    v["series"].as_array().expect("series").iter().map(|s| s["name"].as_str().expect("name").to_string()).collect()
+}
+
+/// Whether peers must be present (CI installs them).
+fn required() -> bool {
+    super::docker::required()
+}
+
+#[test]
+fn bench_wasm_measures_ours_and_quickjs_emscripten_side_by_side() {
+    let v = bench(&["wasm", "--runs", "40", "--concurrency", "2"], &[]);
+    assert_eq!(v["series"][0]["name"], "plimsoll wasm");
+    assert_eq!((v["series"][0]["runs"].as_u64(), v["series"][0]["concurrency"].as_u64()), (Some(40), Some(2)));
+    assert!(v["series"][0]["p50_ms"].as_f64().is_some_and(|p| p > 0.0));
+    if required() {
+        assert_eq!(names(&v), ["plimsoll wasm", "quickjs-emscripten runtime", "quickjs-emscripten instance"], "{v}");
+        assert_eq!(v["ratios"].as_array().map(Vec::len), Some(2), "{v}");
+    }
+    assert!(v["machine"]["cores"].as_u64().is_some_and(|c| c > 0));
+}
+
+#[test]
+fn bench_daemon_and_session_run_against_a_real_daemon_and_jupyter() {
+    let v = bench(&["daemon", "--runs", "20", "--concurrency", "2"], &[]);
+    assert_eq!(names(&v), ["plimsoll daemon Run"]);
+    assert_eq!(v["series"][0]["runs"], 20);
+    let v = bench(&["session", "--runs", "20"], &[]);
+    assert_eq!(v["series"][0]["name"], "plimsoll session cell");
+    assert!(v["series"][0]["what"].as_str().is_some_and(|w| w.starts_with("python ")), "{v}");
+    if required() {
+        assert_eq!(names(&v), ["plimsoll session cell", "jupyter kernel cell"], "{v}");
+    }
+}
+
+#[test]
+fn bench_docker_compares_fresh_containers_with_docker_run() {
+    let Some(fx) = super::docker::fixture("runc") else { return };
+    let dir = super::scratch("bench-docker");
+    let (plugin, key) = super::docker::signed_plugin(&fx, &dir);
+    let env: Vec<(String, String)> = super::docker::docker_env(&fx, &plugin, &key, "runc")
+        .into_iter()
+        .filter(|(k, _)| k.starts_with("SANDBOX_DOCKER_"))
+        .collect();
+    let v = bench(&["docker", "--runs", "3"], &env);
+    assert_eq!(names(&v), ["plimsoll docker runc", "docker run --rm runc"], "{v}");
+    assert_eq!(v["ratios"][0]["peer"], "docker run --rm runc");
+}
+
+#[test]
+fn bench_refuses_bad_arguments_and_docker_without_its_settings() {
+    let o = host().args(["bench", "wasm", "--concurrency", "0"]).output().expect("bench");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--concurrency must be 1 or more"));
+    let o = host().args(["bench", "docker"]).output().expect("bench");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("bench docker needs the docker provider's settings"));
+    let o = host().args(["bench", "gpu"]).output().expect("bench");
+    assert_eq!(o.status.code(), Some(2));
+}
