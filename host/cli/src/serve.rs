@@ -38,7 +38,10 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
         }
     };
     let log = Log::new(config.log_format);
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    // Every admitted run or session call gets a blocking thread (the engine runs
+    // guests synchronously); admission, not tokio's default of 512, is the bound.
+    let blocking = config.admission.max_concurrent as usize + 64;
+    let rt = tokio::runtime::Builder::new_multi_thread().max_blocking_threads(blocking).enable_all().build()?;
     rt.block_on(async move {
         match Server::start(config, log).await {
             Ok(server) => {

@@ -216,7 +216,8 @@ pub struct Resources {
 /// Admission limits.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Admission {
-    /// Runs in flight across the daemon (`SANDBOX_MAX_CONCURRENT`, 1 to 1024, default 8).
+    /// Runs in flight across the daemon (`SANDBOX_MAX_CONCURRENT`, 1 to 4096, default 8;
+    /// the original allowed 1024).
     pub max_concurrent: u32,
     /// Runs in flight per caller (`SANDBOX_PER_KEY_CONCURRENT`, default half the max).
     pub per_key_concurrent: u32,
@@ -311,6 +312,11 @@ pub struct Config {
     pub explicit: Vec<&'static str>,
 }
 
+/// The most runs in flight a daemon may admit. The original allowed 1024; a wasm run
+/// costs about a pool slot's address space and a fresh store, so 2,000 and more fit
+/// in a small machine (`docs/performance.md`).
+pub const MAX_CONCURRENT_CEILING: u32 = 4096;
+
 /// The prefix of the variables holding a broker plugin endpoint's `Authorization`.
 pub const BROKER_AUTH_PREFIX: &str = "PLIMSOLL_BROKER_AUTH_";
 
@@ -347,7 +353,7 @@ pub const VARIABLES: [(&str, &str, &str); 40] = [
     ("SANDBOX_CPUS", "sandbox.cpus", "CPUs per run (providers that enforce it)"),
     ("SANDBOX_PIDS", "sandbox.pids", "processes per run (providers that enforce it)"),
     ("SANDBOX_DISK_MB", "sandbox.disk-mb", "writable storage per run (providers that enforce it)"),
-    ("SANDBOX_MAX_CONCURRENT", "sandbox.max-concurrent", "runs in flight, 1..1024, default 8"),
+    ("SANDBOX_MAX_CONCURRENT", "sandbox.max-concurrent", "runs in flight, 1..4096, default 8"),
     ("SANDBOX_PER_KEY_CONCURRENT", "sandbox.per-key-concurrent", "runs in flight per caller, default max/2"),
     ("SANDBOX_RATE_PER_MIN", "sandbox.rate-per-min", "runs per minute per caller, default 30, 0 = off"),
     ("SANDBOX_RATE_BURST", "sandbox.rate-burst", "bucket size per caller, default the rate"),
@@ -644,8 +650,10 @@ impl Config {
         }
 
         let max_concurrent = pick.u32("SANDBOX_MAX_CONCURRENT", s.max_concurrent)?.unwrap_or(8);
-        if !(1..=1024).contains(&max_concurrent) {
-            return Err(ConfigError::Value(format!("SANDBOX_MAX_CONCURRENT={max_concurrent} is outside 1..1024")));
+        if !(1..=MAX_CONCURRENT_CEILING).contains(&max_concurrent) {
+            return Err(ConfigError::Value(format!(
+                "SANDBOX_MAX_CONCURRENT={max_concurrent} is outside 1..{MAX_CONCURRENT_CEILING}"
+            )));
         }
         let total_memory_mb = pick.u32("SANDBOX_TOTAL_MEMORY_MB", s.total_memory_mb)?.unwrap_or(0);
         let max_concurrent = if total_memory_mb > 0 {
@@ -995,9 +1003,10 @@ mod tests {
 
     #[test]
     fn malformed_values_name_the_variable() {
-        let cases: [(&[(&str, &str)], &str); 8] = [
+        let cases: [(&[(&str, &str)], &str); 9] = [
             (&[("SANDBOX_MAX_CONCURRENT", "many")], "SANDBOX_MAX_CONCURRENT=\"many\" is not a whole number"),
-            (&[("SANDBOX_MAX_CONCURRENT", "0")], "SANDBOX_MAX_CONCURRENT=0 is outside 1..1024"),
+            (&[("SANDBOX_MAX_CONCURRENT", "0")], "SANDBOX_MAX_CONCURRENT=0 is outside 1..4096"),
+            (&[("SANDBOX_MAX_CONCURRENT", "4097")], "SANDBOX_MAX_CONCURRENT=4097 is outside 1..4096"),
             (&[("PLIMSOLL_INSECURE", "yes")], "PLIMSOLL_INSECURE=\"yes\" is not a boolean: use 1/true or 0/false"),
             (
                 &[("SANDBOX_MIN_ISOLATION", "none")],
