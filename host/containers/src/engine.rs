@@ -21,6 +21,10 @@ use tokio::task::JoinHandle;
 
 use crate::lockdown::{LIFETIME_LABEL, Lockdown, Spec, Violation};
 
+/// How many times a SIGKILLed container is inspected again for a late OOM record.
+const OOM_RECHECKS: u32 = 5;
+/// The pause between those inspections.
+const OOM_RECHECK_EVERY: Duration = Duration::from_millis(100);
 /// The label every container plimsoll creates carries, with the daemon's instance.
 pub const OWNER_LABEL: &str = "dev.plimsoll.owner";
 
@@ -282,9 +286,21 @@ impl Engine {
         if tokio::time::timeout(Duration::from_secs(5), &mut collector).await.is_err() {
             collector.abort();
         }
-        let inspected = self.inspect(id).await?;
+        let mut inspected = self.inspect(id).await?;
         if inspected.running {
             return Err(EngineError::Unexpected("the container still runs after its process was waited for".into()));
+        }
+        // The engine may record an OOM kill after the exit it caused (its OOM and exit
+        // events race under load); look again before a SIGKILL is called anything else.
+        if !timed_out && inspected.exit_code == Some(137) && !inspected.oom_killed {
+            for _ in 0..OOM_RECHECKS {
+                tokio::time::sleep(OOM_RECHECK_EVERY).await;
+                let again = self.inspect(id).await?;
+                if again.oom_killed {
+                    inspected = again;
+                    break;
+                }
+            }
         }
         let c = std::mem::take(&mut *started.collected.lock().map_err(|_| EngineError::Unexpected("poisoned".into()))?);
         Ok(ExecOutcome {
