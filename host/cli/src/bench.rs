@@ -157,6 +157,11 @@ fn machine() -> Value {
     json!({"cores": cores, "memory_mib": mem})
 }
 
+/// Task `t`'s part of `runs` split over `concurrency` tasks: the parts add up to `runs`.
+fn share_of(runs: usize, concurrency: usize, t: usize) -> usize {
+    runs / concurrency + usize::from(t < runs % concurrency)
+}
+
 /// Runs `op` `warm + runs` times over `concurrency` threads; keeps the last `runs`.
 fn threaded(
     runs: usize,
@@ -171,7 +176,7 @@ fn threaded(
     let handles: Vec<_> = (0..concurrency)
         .map(|t| {
             let op = op.clone();
-            let share = runs / concurrency + usize::from(t < runs % concurrency);
+            let share = share_of(runs, concurrency, t);
             std::thread::spawn(move || -> anyhow::Result<Vec<Duration>> {
                 let mut times = Vec::with_capacity(share);
                 for _ in 0..share {
@@ -202,6 +207,18 @@ impl Drop for Served {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Starts `serve` for `provider`, admitting `concurrency` runs at once, with `extra`.
+fn serve_admitting(provider: &str, concurrency: usize, extra: &[(&str, String)]) -> anyhow::Result<Served> {
+    let c = concurrency.to_string();
+    let mut env = vec![
+        ("SANDBOX_PROVIDER", provider.to_string()),
+        ("SANDBOX_MAX_CONCURRENT", c.clone()),
+        ("SANDBOX_PER_KEY_CONCURRENT", c),
+    ];
+    env.extend_from_slice(extra);
+    serve(&env)
 }
 
 /// Starts `serve` (this binary) on loopback with `env`, a fresh token and no rate limit.
@@ -341,20 +358,21 @@ fn rt() -> anyhow::Result<tokio::runtime::Runtime> {
     Ok(tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?)
 }
 
-/// `op` over `concurrency` tasks, each with its own client.
+/// `op` over `concurrency` tasks, each with its own client and its share of `runs`.
 fn rounds<F, Fut>(served: &Served, runs: usize, concurrency: usize, op: F) -> anyhow::Result<(Vec<Duration>, Duration)>
 where
-    F: Fn(Client) -> Fut + Send + Sync + Clone + 'static,
+    F: Fn(Client, usize) -> Fut + Send + Sync + Clone + 'static,
     Fut: std::future::Future<Output = anyhow::Result<Vec<Duration>>> + Send,
 {
     let rt = rt()?;
     let started = Instant::now();
     let all = rt.block_on(async {
         let mut tasks = Vec::new();
-        for _ in 0..concurrency {
+        for t in 0..concurrency {
             let client = Client::new(&served.url, Some(served.token.clone()))?;
             let op = op.clone();
-            tasks.push(tokio::spawn(async move { op(client).await }));
+            let share = share_of(runs, concurrency, t);
+            tasks.push(tokio::spawn(async move { op(client, share).await }));
         }
         let mut all = Vec::with_capacity(runs);
         for t in tasks {
@@ -366,14 +384,8 @@ where
 }
 
 fn daemon(runs: usize, concurrency: usize, r: &mut Report) -> anyhow::Result<()> {
-    let c = concurrency.to_string();
-    let served = serve(&[
-        ("SANDBOX_PROVIDER", "wasm".into()),
-        ("SANDBOX_MAX_CONCURRENT", c.clone()),
-        ("SANDBOX_PER_KEY_CONCURRENT", c),
-    ])?;
-    let share = runs.div_ceil(concurrency);
-    let (times, wall) = rounds(&served, runs, concurrency, move |client| async move {
+    let served = serve_admitting("wasm", concurrency, &[])?;
+    let (times, wall) = rounds(&served, runs, concurrency, move |client, share| async move {
         let opts = Options::default();
         for _ in 0..share.min(20) {
             client.run_javascript("6*7", &opts).await?;
@@ -419,14 +431,12 @@ finally:
 "#;
 
 fn session(runs: usize, concurrency: usize, r: &mut Report) -> anyhow::Result<()> {
-    let c = concurrency.to_string();
-    let served = serve(&[
-        ("SANDBOX_PROVIDER", "wasm".into()),
-        ("SANDBOX_MAX_SESSIONS", (concurrency + 1).to_string()),
-        ("SANDBOX_MAX_SESSIONS_PER_CALLER", (concurrency + 1).to_string()),
-        ("SANDBOX_MAX_CONCURRENT", c.clone()),
-        ("SANDBOX_PER_KEY_CONCURRENT", c),
-    ])?;
+    let sessions = (concurrency + 1).to_string();
+    let served = serve_admitting(
+        "wasm",
+        concurrency,
+        &[("SANDBOX_MAX_SESSIONS", sessions.clone()), ("SANDBOX_MAX_SESSIONS_PER_CALLER", sessions)],
+    )?;
     let probe = rt()?.block_on(async {
         let client = Client::new(&served.url, Some(served.token.clone()))?;
         let s = client.open_session(&SessionOptions::default()).await?;
@@ -438,8 +448,7 @@ fn session(runs: usize, concurrency: usize, r: &mut Report) -> anyhow::Result<()
     if !probe {
         r.notes.push("the daemon runs no Python (guests/python/build.sh builds it); cells are JavaScript".into());
     }
-    let share = runs.div_ceil(concurrency);
-    let (times, wall) = rounds(&served, runs, concurrency, move |client| async move {
+    let (times, wall) = rounds(&served, runs, concurrency, move |client, share| async move {
         let opts = Options::default();
         let s = client.open_session(&SessionOptions::default()).await?;
         s.run_cell(language, if language == "python" { "x = 41" } else { "var x = 41" }, &[], &opts).await?;
@@ -489,14 +498,8 @@ fn docker(runs: usize, concurrency: usize, r: &mut Report) -> anyhow::Result<()>
         );
     };
     let runtime = var("SANDBOX_DOCKER_RUNTIME").unwrap_or_else(|| "runc".into());
-    let c = concurrency.to_string();
-    let served = serve(&[
-        ("SANDBOX_PROVIDER", "docker".into()),
-        ("SANDBOX_MAX_CONCURRENT", c.clone()),
-        ("SANDBOX_PER_KEY_CONCURRENT", c),
-    ])?;
-    let share = runs.div_ceil(concurrency);
-    let (times, wall) = rounds(&served, runs, concurrency, move |client| async move {
+    let served = serve_admitting("docker", concurrency, &[])?;
+    let (times, wall) = rounds(&served, runs, concurrency, move |client, share| async move {
         let opts = Options::default();
         client.run_javascript("console.log(1)", &opts).await?;
         let mut times = Vec::with_capacity(share);
@@ -593,6 +596,12 @@ mod tests {
 
     fn ms(v: &[u64]) -> Vec<Duration> {
         v.iter().map(|m| Duration::from_millis(*m)).collect()
+    }
+
+    #[test]
+    fn shares_add_up_to_the_runs() {
+        assert_eq!((0..3).map(|t| share_of(10, 3, t)).collect::<Vec<_>>(), [4, 3, 3]);
+        assert_eq!((0..4).map(|t| share_of(2, 4, t)).sum::<usize>(), 2);
     }
 
     #[test]
