@@ -14,6 +14,7 @@ mod python;
 mod raw;
 mod session_suite;
 mod sessions;
+mod warm_pool;
 
 use std::io::{BufRead as _, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bollard::Docker;
-use bollard::container::LogOutput;
+use bollard::container::{AttachContainerResults, LogOutput};
 use bollard::errors::Error as BollardError;
 use bollard::exec::{CreateExecOptions, StartExecResults};
 use bollard::models::ContainerCreateBody;
@@ -17,6 +17,7 @@ use bollard::query_parameters::{
 };
 use futures_util::StreamExt as _;
 use tokio::io::AsyncWriteExt as _;
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::lockdown::{LIFETIME_LABEL, Lockdown, Spec, Violation};
@@ -93,6 +94,31 @@ pub struct Inspection {
     pub oom_killed: bool,
 }
 
+impl Inspection {
+    /// Where this read-back differs from an earlier one of the same container in
+    /// what the lockdown set (image, runtime, root, network, mounts, limits, user),
+    /// in words; None when those are equal. Running and paused are not compared.
+    pub fn changes_from(&self, before: &Inspection) -> Option<String> {
+        let fields: [(&str, String, String); 9] = [
+            ("image", before.image_id.clone(), self.image_id.clone()),
+            ("runtime", before.runtime.clone(), self.runtime.clone()),
+            ("read-only root", before.read_only_root.to_string(), self.read_only_root.to_string()),
+            ("network mode", before.network.clone(), self.network.clone()),
+            ("networks", before.networks.join(","), self.networks.join(",")),
+            ("mounts", before.mounts.join(" "), self.mounts.join(" ")),
+            ("memory limit", format!("{} MiB", before.memory_mb), format!("{} MiB", self.memory_mb)),
+            ("pids limit", before.pids.to_string(), self.pids.to_string()),
+            ("user", before.user.clone(), self.user.clone()),
+        ];
+        let mut diffs: Vec<String> =
+            fields.into_iter().filter(|(_, a, b)| a != b).map(|(n, a, b)| format!("{n} {a:?} became {b:?}")).collect();
+        if before.nano_cpus != self.nano_cpus {
+            diffs.push(format!("cpu limit {} became {}", before.nano_cpus, self.nano_cpus));
+        }
+        (!diffs.is_empty()).then(|| diffs.join("; "))
+    }
+}
+
 /// How a process ended and what it printed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ExecOutcome {
@@ -122,6 +148,38 @@ struct Collected {
 }
 
 impl Collected {
+    /// The exit status a process wrote as its last words (see [`Engine::wait`]):
+    /// stdout ends with `end`, stderr with `end`, 1 to 3 digits, `end`. None
+    /// when either stream lacks them or was cut.
+    fn last_words(&self, end: &[u8]) -> Option<i32> {
+        self.last_words_at(end).map(|(status, _)| status)
+    }
+
+    /// [`Collected::last_words`], with the length of the last words on stderr.
+    fn last_words_at(&self, end: &[u8]) -> Option<(i32, usize)> {
+        if end.is_empty() || self.stdout_truncated || self.stderr_truncated || !self.stdout.ends_with(end) {
+            return None;
+        }
+        let rest = self.stderr.strip_suffix(end)?;
+        // `end` may itself end in a digit: try each length of status, shortest first.
+        (1..=3).find_map(|n| {
+            let (before, status) = rest.split_at_checked(rest.len().checked_sub(n)?)?;
+            if !before.ends_with(end) || !status.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            let status = std::str::from_utf8(status).ok()?.parse::<u8>().ok()?;
+            Some((i32::from(status), 2 * end.len() + n))
+        })
+    }
+
+    /// Takes the last words off both streams when they are there.
+    fn strip_last_words(&mut self, end: &[u8]) {
+        if let Some((_, on_stderr)) = self.last_words_at(end) {
+            self.stdout.truncate(self.stdout.len() - end.len());
+            self.stderr.truncate(self.stderr.len() - on_stderr);
+        }
+    }
+
     fn push(&mut self, out: LogOutput, cap: usize) {
         let (buf, cut, bytes) = match out {
             LogOutput::StdOut { message } | LogOutput::Console { message } => {
@@ -143,6 +201,96 @@ impl Collected {
 pub struct Started {
     collector: JoinHandle<()>,
     collected: Arc<Mutex<Collected>>,
+    /// Signalled after each chunk of output.
+    progress: Arc<Notify>,
+}
+
+/// A started container whose stdin is still open: its main process waits for what
+/// [`Launched::feed`] writes, and nothing it printed has been read yet.
+#[derive(Debug)]
+pub struct Launched {
+    attached: AttachContainerResults,
+}
+
+impl Launched {
+    /// Reads the main process's output until stdout has said exactly `token` (its
+    /// word that it now waits on stdin), for at most `within`.
+    ///
+    /// # Errors
+    ///
+    /// The process wrote anything else first, ended, or said nothing in time.
+    pub async fn ready(&mut self, token: &[u8], within: Duration) -> Result<(), EngineError> {
+        let mut said = Vec::new();
+        let read = async {
+            while said.len() < token.len() {
+                match self.attached.output.next().await {
+                    Some(Ok(LogOutput::StdOut { message })) => said.extend_from_slice(&message),
+                    Some(Ok(LogOutput::StdErr { message })) => {
+                        return Err(format!("it wrote {:?} to stderr first", String::from_utf8_lossy(&message)));
+                    }
+                    Some(Ok(_)) => {}
+                    Some(Err(e)) => return Err(format!("its output failed: {e}")),
+                    None => return Err("it ended first".into()),
+                }
+                if !token.starts_with(&said[..said.len().min(token.len())]) || said.len() > token.len() {
+                    return Err(format!("it wrote {:?} instead", String::from_utf8_lossy(&said)));
+                }
+            }
+            Ok(())
+        };
+        match tokio::time::timeout(within, read).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(why)) => Err(EngineError::Unexpected(format!("the container did not say it was waiting: {why}"))),
+            Err(_) => Err(EngineError::Unexpected(format!(
+                "the container did not say it was waiting within {} ms",
+                within.as_millis()
+            ))),
+        }
+    }
+
+    /// A `Launched` that no container holds, whose process says `said`, for tests
+    /// of what surrounds it.
+    #[cfg(test)]
+    pub(crate) fn in_memory(said: Vec<LogOutput>) -> Launched {
+        let (input, _) = tokio::io::duplex(64);
+        let output = Box::pin(futures_util::stream::iter(said.into_iter().map(Ok)));
+        Launched { attached: AttachContainerResults { output, input: Box::pin(input) } }
+    }
+
+    /// Writes `stdin` and closes it, and collects output (each stream capped at
+    /// `max_output` bytes) until [`Engine::wait`]. Spawns onto the current runtime.
+    pub fn feed(self, stdin: Vec<u8>, max_output: usize) -> Started {
+        let collected = Arc::new(Mutex::new(Collected::default()));
+        let sink = Arc::clone(&collected);
+        let progress = Arc::new(Notify::new());
+        let told = Arc::clone(&progress);
+        let AttachContainerResults { mut input, mut output } = self.attached;
+        let collector = tokio::spawn(async move {
+            let writer = async move {
+                // A guest that exits before reading all of stdin closes the pipe; that is its business.
+                let _ = input.write_all(&stdin).await;
+                let _ = input.shutdown().await;
+            };
+            let reader = async move {
+                while let Some(Ok(chunk)) = output.next().await {
+                    if let Ok(mut c) = sink.lock() {
+                        c.push(chunk, max_output);
+                    }
+                    told.notify_one();
+                }
+            };
+            tokio::join!(writer, reader);
+        });
+        Started { collector, collected, progress }
+    }
+}
+
+/// What ended a wait first.
+enum Waited {
+    /// The engine's wait answered.
+    Engine(Option<Result<bollard::models::ContainerWaitResponse, BollardError>>),
+    /// The process wrote its last words with this exit status.
+    Said(i32),
 }
 
 /// The local engine.
@@ -236,53 +384,91 @@ impl Engine {
     ///
     /// The engine refused to attach or start.
     pub async fn start(&self, id: &str, stdin: Vec<u8>, max_output: usize) -> Result<Started, EngineError> {
+        Ok(self.launch(id).await?.feed(stdin, max_output))
+    }
+
+    /// Attaches and starts the container, keeping its stdin open: the main process
+    /// runs, waiting on stdin, until [`Launched::feed`] writes to it.
+    ///
+    /// # Errors
+    ///
+    /// The engine refused to attach or start.
+    pub async fn launch(&self, id: &str) -> Result<Launched, EngineError> {
         let opts = AttachContainerOptionsBuilder::default().stdin(true).stdout(true).stderr(true).stream(true).build();
         let attached = self.docker.attach_container(id, Some(opts)).await?;
         self.docker.start_container(id, None).await?;
-        let collected = Arc::new(Mutex::new(Collected::default()));
-        let sink = Arc::clone(&collected);
-        let mut input = attached.input;
-        let mut output = attached.output;
-        let collector = tokio::spawn(async move {
-            let writer = async move {
-                // A guest that exits before reading all of stdin closes the pipe; that is its business.
-                let _ = input.write_all(&stdin).await;
-                let _ = input.shutdown().await;
-            };
-            let reader = async move {
-                while let Some(Ok(chunk)) = output.next().await {
-                    if let Ok(mut c) = sink.lock() {
-                        c.push(chunk, max_output);
-                    }
-                }
-            };
-            tokio::join!(writer, reader);
-        });
-        Ok(Started { collector, collected })
+        Ok(Launched { attached })
     }
 
     /// Waits for the main process up to `timeout`, kills it at the deadline, and
     /// returns how it ended with its output.
     ///
+    /// With `end`, the wait also ends once the process has written its last words
+    /// (stdout ending with `end`; stderr ending with `end`, its exit status in
+    /// decimal, `end`), without waiting for the engine to confirm the exit; the
+    /// status is then the one written. The last words are taken off both streams
+    /// whichever way the wait ended.
+    ///
     /// # Errors
     ///
     /// The container vanished or the engine failed: the code may have run, and no
     /// exit status can be trusted.
-    pub async fn wait(&self, id: &str, started: Started, timeout: Duration) -> Result<ExecOutcome, EngineError> {
+    pub async fn wait(
+        &self,
+        id: &str,
+        started: Started,
+        timeout: Duration,
+        end: Option<&[u8]>,
+    ) -> Result<ExecOutcome, EngineError> {
+        let Started { mut collector, collected, progress } = started;
+        let take = |collected: &Mutex<Collected>| -> Result<Collected, EngineError> {
+            let mut c = std::mem::take(&mut *collected.lock().map_err(|_| EngineError::Unexpected("poisoned".into()))?);
+            if let Some(end) = end {
+                c.strip_last_words(end);
+            }
+            Ok(c)
+        };
         let mut waiter = self.docker.wait_container(id, None);
-        let timed_out = match tokio::time::timeout(timeout, waiter.next()).await {
-            Ok(Some(Ok(_))) => false,
+        let watch = async {
+            loop {
+                tokio::select! {
+                    status = waiter.next() => return Waited::Engine(status),
+                    () = progress.notified(), if end.is_some() => {
+                        let said = collected.lock().ok().and_then(|c| end.and_then(|e| c.last_words(e)));
+                        if let Some(status) = said {
+                            return Waited::Said(status);
+                        }
+                    }
+                }
+            }
+        };
+        let timed_out = match tokio::time::timeout(timeout, watch).await {
+            Ok(Waited::Said(status)) => {
+                collector.abort();
+                let c = take(&collected)?;
+                return Ok(ExecOutcome {
+                    exit_code: Some(status),
+                    timed_out: false,
+                    oom_killed: false,
+                    stdout: c.stdout,
+                    stdout_truncated: c.stdout_truncated,
+                    stderr: c.stderr,
+                    stderr_truncated: c.stderr_truncated,
+                });
+            }
+            Ok(Waited::Engine(Some(Ok(_)))) => false,
             // A non-zero exit arrives as an error carrying the code; the inspection below reads it.
-            Ok(Some(Err(BollardError::DockerContainerWaitError { .. }))) => false,
-            Ok(Some(Err(e))) => return Err(e.into()),
-            Ok(None) => return Err(EngineError::Unexpected("the wait stream ended without a status".into())),
+            Ok(Waited::Engine(Some(Err(BollardError::DockerContainerWaitError { .. })))) => false,
+            Ok(Waited::Engine(Some(Err(e)))) => return Err(e.into()),
+            Ok(Waited::Engine(None)) => {
+                return Err(EngineError::Unexpected("the wait stream ended without a status".into()));
+            }
             Err(_) => {
                 self.kill(id).await?;
                 true
             }
         };
         // The output stream ends when the container's process does; bound it anyway.
-        let mut collector = started.collector;
         if tokio::time::timeout(Duration::from_secs(5), &mut collector).await.is_err() {
             collector.abort();
         }
@@ -302,7 +488,7 @@ impl Engine {
                 }
             }
         }
-        let c = std::mem::take(&mut *started.collected.lock().map_err(|_| EngineError::Unexpected("poisoned".into()))?);
+        let c = take(&collected)?;
         Ok(ExecOutcome {
             exit_code: if timed_out { None } else { inspected.exit_code.map(|c| c as i32) },
             timed_out,
@@ -488,7 +674,7 @@ fn random_suffix() -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[tokio::test]
@@ -502,6 +688,113 @@ mod tests {
                 )
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_launched_container_is_ready_only_once_stdout_said_exactly_the_word() {
+        let out = |s: &str| LogOutput::StdOut { message: s.to_string().into() };
+        let err = |s: &str| LogOutput::StdErr { message: s.to_string().into() };
+        let within = Duration::from_secs(5);
+        let ready = |said: Vec<LogOutput>| async move { Launched::in_memory(said).ready(b"waiting\n", within).await };
+        assert!(ready(vec![out("waiting\n")]).await.is_ok());
+        assert!(ready(vec![out("wait"), out("ing\n")]).await.is_ok(), "the word may come in pieces");
+        for (said, why) in [
+            (vec![err("oops")], "it wrote \"oops\" to stderr first"),
+            (vec![out("hello")], "it wrote \"hello\" instead"),
+            (vec![out("waiting\nmore")], "it wrote \"waiting\\nmore\" instead"),
+            (vec![out("wait")], "it ended first"),
+        ] {
+            let e = ready(said).await.expect_err(why);
+            assert_eq!(e.to_string(), format!("docker engine: the container did not say it was waiting: {why}"));
+        }
+        let (input, _) = tokio::io::duplex(64);
+        let mut silent = Launched {
+            attached: AttachContainerResults {
+                output: Box::pin(futures_util::stream::pending()),
+                input: Box::pin(input),
+            },
+        };
+        let e = silent.ready(b"waiting\n", Duration::from_millis(20)).await.expect_err("silent");
+        assert_eq!(e.to_string(), "docker engine: the container did not say it was waiting within 20 ms");
+    }
+
+    /// A read-back of a snippet's container as the lockdown builds it.
+    pub(crate) fn inspection() -> Inspection {
+        Inspection {
+            image_id: format!("sha256:{}", "a".repeat(64)),
+            runtime: "runc".into(),
+            read_only_root: true,
+            network: "none".into(),
+            networks: vec!["none".into()],
+            mounts: vec!["/tmp:rw,noexec,nosuid,nodev,size=16m".into()],
+            memory_mb: 256,
+            pids: 256,
+            nano_cpus: 1_000_000_000,
+            user: "61000:61000".into(),
+            running: true,
+            ..Inspection::default()
+        }
+    }
+
+    #[test]
+    fn an_equal_read_back_is_no_change_and_a_paused_or_stopped_one_is_not_a_change() {
+        let frozen = Inspection { paused: true, ..inspection() };
+        let ended = Inspection { running: false, exit_code: Some(0), ..inspection() };
+        assert_eq!(inspection().changes_from(&inspection()), None);
+        assert_eq!(frozen.changes_from(&inspection()), None);
+        assert_eq!(ended.changes_from(&inspection()), None);
+    }
+
+    #[test]
+    fn every_changed_field_is_named() {
+        let now = Inspection { memory_mb: 512, networks: vec!["bridge".into(), "none".into()], ..inspection() };
+        assert_eq!(
+            now.changes_from(&inspection()).as_deref(),
+            Some(r#"networks "none" became "bridge,none"; memory limit "256 MiB" became "512 MiB""#)
+        );
+        let now = Inspection { image_id: "sha256:bb".into(), nano_cpus: 2_000_000_000, ..inspection() };
+        assert_eq!(
+            now.changes_from(&inspection()).as_deref(),
+            Some(
+                format!(
+                    r#"image "sha256:{}" became "sha256:bb"; cpu limit 1000000000 became 2000000000"#,
+                    "a".repeat(64)
+                )
+                .as_str()
+            )
+        );
+    }
+
+    fn collected(stdout: &str, stderr: &str) -> Collected {
+        Collected { stdout: stdout.into(), stderr: stderr.into(), ..Collected::default() }
+    }
+
+    #[test]
+    fn last_words_need_both_streams_and_a_status_between_two_ends() {
+        let end = b"E9f";
+        assert_eq!(collected("out\nE9f", "M errE9f0E9f").last_words(end), Some(0));
+        assert_eq!(collected("E9f", "E9f255E9f").last_words(end), Some(255));
+        assert_eq!(collected("", "errE9f1E9f").last_words(end), None, "stdout lacks them");
+        assert_eq!(collected("E9f", "err1E9f").last_words(end), None, "no first end");
+        assert_eq!(collected("E9f", "E9fE9f").last_words(end), None, "no status");
+        assert_eq!(collected("E9f", "E9f1000E9f").last_words(end), None, "four digits");
+        assert_eq!(collected("E9f", "E9f256E9f").last_words(end), None, "over 255");
+        assert_eq!(collected("E9f", "E9f1E9f").last_words(b""), None, "an empty end is never one");
+        assert_eq!(collected("ab1", "xab10ab1").last_words(b"ab1"), Some(0), "an end that ends in a digit");
+        assert_eq!(collected("ab1", "xab1ab1").last_words(b"ab1"), None, "no status after that end");
+        let mut cut = collected("E9f", "E9f1E9f");
+        cut.stdout_truncated = true;
+        assert_eq!(cut.last_words(end), None, "a cut stream may have lost them");
+    }
+
+    #[test]
+    fn stripping_last_words_leaves_exactly_what_the_guest_wrote() {
+        let mut c = collected("4\nE9f", "MARK12E9f3E9f");
+        c.strip_last_words(b"E9f");
+        assert_eq!((c.stdout.as_slice(), c.stderr.as_slice()), (&b"4\n"[..], &b"MARK12"[..]));
+        let mut plain = collected("4\n", "MARK");
+        plain.strip_last_words(b"E9f");
+        assert_eq!((plain.stdout.as_slice(), plain.stderr.as_slice()), (&b"4\n"[..], &b"MARK"[..]));
     }
 
     #[test]

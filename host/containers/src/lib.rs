@@ -9,6 +9,7 @@
 
 pub mod engine;
 pub mod lockdown;
+pub mod pool;
 pub mod smoke;
 pub mod startup;
 pub mod uid;
@@ -18,8 +19,15 @@ pub mod uid;
 /// denial table, in `images/README.md`.
 pub const SECCOMP_PROFILE: &str = include_str!("../../../images/seccomp.json");
 
+pub use engine::Launched;
 pub use engine::{Engine, EngineError, ExecOutcome, ImageFacts, Inspection};
 pub use lockdown::{BROKER_TARGET, BrokerMount, Ceilings, Lockdown, Spec, Tmpfs, Violation, broker_root};
+pub use pool::{PoolStats, WarmPool};
+
+/// Seconds since the epoch.
+pub fn now_unix() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
 
 #[cfg(test)]
 mod tests {

@@ -520,6 +520,41 @@ impl Lockdown {
     }
 }
 
+impl Lockdown {
+    /// Checks a read-back of a container created from `spec` against what the
+    /// lockdown builds for it: image, runtime, read-only root, no network, the
+    /// tmpfs mounts, memory, pids, CPU and user. Returns each difference, in words.
+    ///
+    /// # Errors
+    ///
+    /// Every field the engine holds differently, joined.
+    pub fn verify_read_back(&self, spec: &Spec, seen: &crate::engine::Inspection) -> Result<(), String> {
+        let mut mounts: Vec<String> =
+            spec.tmpfs.iter().map(|t| format!("{}:{}", t.target, tmpfs_options(&t.target, t.size_mb))).collect();
+        mounts.sort();
+        let expected: [(&str, String, String); 9] = [
+            ("image", spec.image_id.clone(), seen.image_id.clone()),
+            ("runtime", spec.runtime.clone(), seen.runtime.clone()),
+            ("read-only root", true.to_string(), seen.read_only_root.to_string()),
+            ("network mode", "none".into(), seen.network.clone()),
+            ("mounts", mounts.join(" "), seen.mounts.join(" ")),
+            ("memory limit", format!("{} MiB", spec.memory_mb), format!("{} MiB", seen.memory_mb)),
+            ("pids limit", spec.pids.to_string(), seen.pids.to_string()),
+            ("cpu limit", (i64::from(spec.cpus_milli) * 1_000_000).to_string(), seen.nano_cpus.to_string()),
+            ("user", format!("{0}:{0}", spec.user), seen.user.clone()),
+        ];
+        let mut diffs: Vec<String> = expected
+            .into_iter()
+            .filter(|(_, want, got)| want != got)
+            .map(|(n, want, got)| format!("{n} is {got:?}, not {want:?}"))
+            .collect();
+        if seen.networks.iter().any(|n| n != "none") {
+            diffs.push(format!("networks are {:?}, not [\"none\"]", seen.networks));
+        }
+        if diffs.is_empty() { Ok(()) } else { Err(diffs.join("; ")) }
+    }
+}
+
 /// The host's tmpfs options for a mount.
 fn tmpfs_options(target: &str, size_mb: u32) -> String {
     let mode = if target == "/work" { ",mode=1777" } else { "" };
@@ -631,6 +666,48 @@ mod tests {
 
     fn body() -> ContainerCreateBody {
         lockdown().create_body(&spec(), 1_000).expect("a good spec builds")
+    }
+
+    /// The read-back of a container the engine built from [`spec`] as asked.
+    fn read_back() -> crate::engine::Inspection {
+        crate::engine::Inspection {
+            image_id: IMAGE.into(),
+            mounts: vec![
+                "/dev/shm:rw,noexec,nosuid,nodev,size=16m".into(),
+                "/tmp:rw,noexec,nosuid,nodev,size=16m".into(),
+                "/work:rw,noexec,nosuid,nodev,size=128m,mode=1777".into(),
+            ],
+            ..crate::engine::tests::inspection()
+        }
+    }
+
+    #[test]
+    fn a_read_back_must_hold_what_the_lockdown_built_from_the_spec() {
+        assert_eq!(lockdown().verify_read_back(&spec(), &read_back()), Ok(()));
+        let loosened = crate::engine::Inspection {
+            read_only_root: false,
+            network: "bridge".into(),
+            networks: vec!["bridge".into()],
+            pids: 0,
+            user: "0:0".into(),
+            mounts: vec!["/tmp:rw,size=16m".into()],
+            ..read_back()
+        };
+        assert_eq!(
+            lockdown().verify_read_back(&spec(), &loosened),
+            Err(concat!(
+                r#"read-only root is "false", not "true"; network mode is "bridge", not "none"; "#,
+                r#"mounts is "/tmp:rw,size=16m", not "/dev/shm:rw,noexec,nosuid,nodev,size=16m "#,
+                r#"/tmp:rw,noexec,nosuid,nodev,size=16m /work:rw,noexec,nosuid,nodev,size=128m,mode=1777"; "#,
+                r#"pids limit is "0", not "256"; user is "0:0", not "61000:61000"; networks are ["bridge"], not ["none"]"#
+            )
+            .into())
+        );
+        let other = crate::engine::Inspection { runtime: "runsc".into(), memory_mb: 512, nano_cpus: 1, ..read_back() };
+        assert_eq!(
+            lockdown().verify_read_back(&spec(), &other),
+            Err(r#"runtime is "runsc", not "runc"; memory limit is "512 MiB", not "256 MiB"; cpu limit is "1", not "1000000000""#.into())
+        );
     }
 
     /// Applies a change to a good body and returns what the check says.

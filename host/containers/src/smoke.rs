@@ -96,7 +96,8 @@ pub async fn prove(
     let id = engine.create(lockdown, &spec, now_unix).await.map_err(|e| fail("create", e.to_string()))?;
     let outcome = async {
         let started = engine.start(&id, Vec::new(), 1 << 20).await.map_err(|e| fail("start", e.to_string()))?;
-        let out = engine.wait(&id, started, Duration::from_secs(120)).await.map_err(|e| fail("run", e.to_string()))?;
+        let out =
+            engine.wait(&id, started, Duration::from_secs(120), None).await.map_err(|e| fail("run", e.to_string()))?;
         let inspected = engine.inspect(&id).await.map_err(|e| fail("inspect", e.to_string()))?;
         Ok::<_, String>((out, inspected))
     }

@@ -218,6 +218,21 @@ pub fn check_floor(tier: Tier, floor: Option<Floor>) -> Result<(), Refusal> {
     }
 }
 
+/// A number a provider reports on the daemon's `/metrics`, beside the daemon's own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Figure {
+    /// The metric's name (`plimsoll_...`).
+    pub name: &'static str,
+    /// Its help text.
+    pub help: &'static str,
+    /// A counter (only grows) or, when false, a gauge.
+    pub counter: bool,
+    /// One label, fixed by the provider (never anything a caller chose).
+    pub label: Option<(&'static str, &'static str)>,
+    /// The value now.
+    pub value: u64,
+}
+
 /// A backend that runs payloads. The built-in ones live in the host; plugin-backed
 /// ones adapt a wasm component to this trait.
 pub trait Provider: Send + Sync {
@@ -292,6 +307,11 @@ pub trait Provider: Send + Sync {
     fn open_session(&self, floor: Option<Floor>) -> Result<Opened, RunError> {
         let _ = floor;
         Err(unsupported_kind(&self.describe().name, "sessions").into())
+    }
+
+    /// What the provider reports on `/metrics` (its warm pool, for one); none by default.
+    fn figures(&self) -> Vec<Figure> {
+        Vec::new()
     }
 }
 

@@ -84,6 +84,7 @@ struct DockerTable {
     runtime: Option<String>,
     guest_uid: Option<u32>,
     seccomp: Option<PathBuf>,
+    warm_pool: Option<u32>,
 }
 
 /// A `[plugins.<name>]` table: where the plugin is, whom to trust, what it may use.
@@ -154,6 +155,8 @@ pub struct DockerConfig {
     pub guest_uid: u32,
     /// A seccomp profile replacing the built-in one under runc.
     pub seccomp: Option<PathBuf>,
+    /// Started containers kept per shape for fresh runs (`SANDBOX_WARM_POOL`, 0 = off).
+    pub warm_pool: u32,
     /// The plugin.
     pub plugin: PluginConfig,
 }
@@ -322,7 +325,7 @@ pub const BROKER_AUTH_PREFIX: &str = "PLIMSOLL_BROKER_AUTH_";
 
 /// Every variable the daemon reads, with the file key it overrides and what it does.
 /// `serve --help` prints this table, so the usage text and the code cannot drift.
-pub const VARIABLES: [(&str, &str, &str); 40] = [
+pub const VARIABLES: [(&str, &str, &str); 41] = [
     ("PLIMSOLL_CONFIG", "", "path of plimsoll.toml"),
     ("PLIMSOLL_ADDR", "daemon.addr", "RPC listener, default :8746"),
     ("PLIMSOLL_METRICS_ADDR", "daemon.metrics-addr", "metrics listener, default 127.0.0.1:9464; off"),
@@ -372,6 +375,7 @@ pub const VARIABLES: [(&str, &str, &str); 40] = [
     ("SANDBOX_DOCKER_RUNTIME", "docker.runtime", "runc (container tier, default) or runsc (kernel tier)"),
     ("SANDBOX_DOCKER_GUEST_UID", "docker.guest-uid", "the guest's uid and gid, default 61000"),
     ("SANDBOX_DOCKER_SECCOMP", "docker.seccomp", "a seccomp profile replacing the built-in one (runc)"),
+    ("SANDBOX_WARM_POOL", "docker.warm-pool", "started containers kept per snippet shape, 0..64, default 0 = off"),
     ("SANDBOX_DOCKER_PLUGIN", "plugins.docker.path", "the docker plugin's directory"),
     ("SANDBOX_DOCKER_PLUGIN_KEYS", "plugins.docker.trusted-keys", "trusted public keys (PEM files), comma-separated"),
     ("SANDBOX_DOCKER_PLUGIN_APPROVE", "plugins.docker.approve", "capabilities approved, comma-separated"),
@@ -658,10 +662,20 @@ impl Config {
         let total_memory_mb = pick.u32("SANDBOX_TOTAL_MEMORY_MB", s.total_memory_mb)?.unwrap_or(0);
         let max_concurrent = if total_memory_mb > 0 {
             let per_run = if memory_mb > 0 { memory_mb } else { 256 };
-            let fit = total_memory_mb / per_run;
+            // Each container the warm pool may keep holds a run's memory limit.
+            let pooled = docker.as_ref().map_or(0, |d| d.warm_pool * plimsoll_containers::pool::MAX_SHAPES as u32);
+            let fit = (total_memory_mb / per_run).saturating_sub(pooled);
             if fit < 1 {
+                let beside = if pooled > 0 {
+                    format!(
+                        " beside the warm pool's {pooled} containers (SANDBOX_WARM_POOL per shape, {} shapes)",
+                        plimsoll_containers::pool::MAX_SHAPES
+                    )
+                } else {
+                    String::new()
+                };
                 return Err(ConfigError::Value(format!(
-                    "SANDBOX_TOTAL_MEMORY_MB={total_memory_mb} does not fit one run of {per_run} MiB"
+                    "SANDBOX_TOTAL_MEMORY_MB={total_memory_mb} does not fit one run of {per_run} MiB{beside}"
                 )));
             }
             max_concurrent.min(fit)
@@ -857,6 +871,7 @@ fn docker_config(
     let runtime = pick.string("SANDBOX_DOCKER_RUNTIME", t.runtime);
     let guest_uid = pick.u32("SANDBOX_DOCKER_GUEST_UID", t.guest_uid)?;
     let seccomp = pick.string("SANDBOX_DOCKER_SECCOMP", t.seccomp.map(|p| p.display().to_string()));
+    let warm_pool = pick.u32("SANDBOX_WARM_POOL", t.warm_pool)?;
     let dir = pick.string("SANDBOX_DOCKER_PLUGIN", plugin.path.map(|p| p.display().to_string()));
     let keys = match pick.string("SANDBOX_DOCKER_PLUGIN_KEYS", None) {
         Some(v) => list(v).into_iter().map(PathBuf::from).collect(),
@@ -872,6 +887,7 @@ fn docker_config(
             ("SANDBOX_DOCKER_RUNTIME", runtime.is_some()),
             ("SANDBOX_DOCKER_GUEST_UID", guest_uid.is_some()),
             ("SANDBOX_DOCKER_SECCOMP", seccomp.is_some()),
+            ("SANDBOX_WARM_POOL", warm_pool.is_some()),
             ("SANDBOX_DOCKER_PLUGIN", dir.is_some()),
         ];
         if let Some((name, _)) = set.iter().find(|(_, s)| *s) {
@@ -900,11 +916,19 @@ fn docker_config(
             "SANDBOX_DOCKER_PLUGIN_KEYS is empty: name the public key(s) whose plugin signatures you trust".into(),
         ));
     }
+    let warm_pool = warm_pool.unwrap_or(0);
+    if warm_pool > plimsoll_containers::pool::MAX_SIZE {
+        return Err(ConfigError::Value(format!(
+            "SANDBOX_WARM_POOL={warm_pool} is outside 0..{}",
+            plimsoll_containers::pool::MAX_SIZE
+        )));
+    }
     Ok(Some(DockerConfig {
         image,
         runtime,
         guest_uid: guest_uid.unwrap_or(plimsoll_containers::uid::DEFAULT_GUEST_UID),
         seccomp: seccomp.filter(|s| !s.is_empty()).map(PathBuf::from),
+        warm_pool,
         plugin: PluginConfig { dir: PathBuf::from(dir), trusted_keys: keys, approve },
     }))
 }
@@ -1075,6 +1099,45 @@ mod tests {
         for (pairs, want) in cases {
             assert_eq!(load(&pairs).expect_err(want).to_string(), want);
         }
+    }
+
+    #[test]
+    fn the_warm_pool_is_off_by_default_bounded_docker_only_and_counted_against_total_memory() {
+        let docker: [(&str, &str); 4] = [
+            ("SANDBOX_PROVIDER", "docker"),
+            ("SANDBOX_DOCKER_IMAGE", "sha256:abc"),
+            ("SANDBOX_DOCKER_PLUGIN", "/opt/plimsoll/docker"),
+            ("SANDBOX_DOCKER_PLUGIN_KEYS", "/etc/plimsoll/ops.pub"),
+        ];
+        let with = |extra: &[(&'static str, &'static str)]| [&docker[..], extra].concat();
+        assert_eq!(load(&docker).expect("loads").docker.expect("docker").warm_pool, 0);
+        let c = load(&with(&[("SANDBOX_WARM_POOL", "64")])).expect("loads");
+        assert_eq!(c.docker.expect("docker").warm_pool, 64);
+        let cases: [(Vec<(&str, &str)>, &str); 4] = [
+            (with(&[("SANDBOX_WARM_POOL", "65")]), "SANDBOX_WARM_POOL=65 is outside 0..64"),
+            (with(&[("SANDBOX_WARM_POOL", "some")]), "SANDBOX_WARM_POOL=\"some\" is not a whole number"),
+            (
+                vec![("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_WARM_POOL", "2")],
+                "SANDBOX_WARM_POOL is set, but SANDBOX_PROVIDER is wasm; set SANDBOX_PROVIDER=docker or unset it",
+            ),
+            (
+                with(&[("SANDBOX_WARM_POOL", "2"), ("SANDBOX_TOTAL_MEMORY_MB", "2048")]),
+                "SANDBOX_TOTAL_MEMORY_MB=2048 does not fit one run of 256 MiB beside the warm pool's 8 containers (SANDBOX_WARM_POOL per shape, 4 shapes)",
+            ),
+        ];
+        for (pairs, want) in cases {
+            assert_eq!(load(&pairs).expect_err(want).to_string(), want);
+        }
+        // Each container the pool may hold counts one run's memory.
+        let c = load(&with(&[("SANDBOX_WARM_POOL", "2"), ("SANDBOX_TOTAL_MEMORY_MB", "4096")])).expect("fits");
+        assert_eq!(c.admission.max_concurrent, 8);
+        let c = load(&with(&[("SANDBOX_WARM_POOL", "2"), ("SANDBOX_TOTAL_MEMORY_MB", "2560")])).expect("fits");
+        assert_eq!(c.admission.max_concurrent, 2);
+        let toml = std::env::temp_dir().join(format!("plimsoll-pool-{}.toml", std::process::id()));
+        std::fs::write(&toml, "[docker]\nwarm-pool = 3\n").expect("write");
+        let c = Config::load(Some(&toml), &env(&docker)).expect("loads the file");
+        assert_eq!(c.docker.expect("docker").warm_pool, 3);
+        let _ = std::fs::remove_file(&toml);
     }
 
     #[test]

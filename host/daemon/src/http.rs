@@ -191,7 +191,8 @@ async fn read_body(req: Request<Incoming>) -> Result<Bytes, RpcError> {
 pub async fn serve_metrics(daemon: Arc<Daemon>, req: Request<Incoming>) -> Answer {
     if req.method() == Method::GET && req.uri().path() == "/metrics" {
         let mut r = plain(StatusCode::OK, "");
-        *r.body_mut() = Full::new(Bytes::from(daemon.metrics().render(daemon.limiter().inflight())));
+        *r.body_mut() =
+            Full::new(Bytes::from(daemon.metrics().render(daemon.limiter().inflight(), &daemon.provider().figures())));
         r.headers_mut().insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; version=0.0.4"));
         return r;
     }

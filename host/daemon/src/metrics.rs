@@ -5,6 +5,8 @@ use std::fmt::Write as _;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use plimsoll_core::provider::Figure;
+
 use crate::grants::Closed;
 
 /// The daemon's counters.
@@ -73,8 +75,9 @@ impl Metrics {
         }
     }
 
-    /// The Prometheus text exposition, with `inflight` read from admission.
-    pub fn render(&self, inflight: u32) -> String {
+    /// The Prometheus text exposition, with `inflight` read from admission and the
+    /// provider's own `figures` after the daemon's.
+    pub fn render(&self, inflight: u32, figures: &[Figure]) -> String {
         let mut s = String::new();
         let mut counter = |name: &str, help: &str, v: u64| {
             let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
@@ -122,6 +125,21 @@ impl Metrics {
         );
         for ((profile, pattern), n) in &g.findings {
             let _ = writeln!(s, "plimsoll_advice_findings_total{{profile=\"{profile}\",pattern=\"{pattern}\"}} {n}");
+        }
+        let mut described = std::collections::BTreeSet::new();
+        for f in figures {
+            if described.insert(f.name) {
+                let kind = if f.counter { "counter" } else { "gauge" };
+                let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}", name = f.name, help = f.help);
+            }
+            match f.label {
+                Some((k, v)) => {
+                    let _ = writeln!(s, "{}{{{k}=\"{v}\"}} {}", f.name, f.value);
+                }
+                None => {
+                    let _ = writeln!(s, "{} {}", f.name, f.value);
+                }
+            }
         }
         s
     }

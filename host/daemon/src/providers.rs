@@ -180,7 +180,7 @@ fn docker_provider(config: &Config, docker: &DockerConfig) -> Result<PluginProvi
     let proven = rt.block_on(plimsoll_containers::startup::prove(&settings, now)).map_err(docker_err)?;
     let tier = if docker.runtime == "runsc" { Tier::Kernel } else { Tier::Container };
     let tiers = [(docker.runtime.clone(), tier)].into();
-    let wall = Arc::new(Wall::new(proven.engine, proven.lockdown, tiers, rt));
+    let wall = Arc::new(Wall::new(proven.engine, proven.lockdown, tiers, rt).with_warm_pool(docker.warm_pool));
     let max_instances = (config.admission.max_concurrent * 2).max(16);
     let engine = Engine::new(&EngineConfig { max_instances, cache_dir }).map_err(|e| docker_err(e.to_string()))?;
     let provider = PluginProvider::new(&engine, verified, approved, Some(Arc::clone(&wall)), &docker.runtime, limits)

@@ -185,6 +185,11 @@ impl Daemon {
         &self.limiter
     }
 
+    /// The provider (for the figures it reports on `/metrics`).
+    pub fn provider(&self) -> &Arc<dyn Provider> {
+        &self.provider
+    }
+
     /// The counters.
     pub fn metrics(&self) -> &Arc<Metrics> {
         &self.metrics

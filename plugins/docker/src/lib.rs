@@ -3,9 +3,11 @@
 //! lockdown; this plugin chooses commands, sizes and how to read results.
 //!
 //! Two rules from the original docker provider hold here:
-//! - **the start marker**: a shell writes a fresh random marker to stderr before the
-//!   guest's interpreter exists; without it, nothing the container printed is a
-//!   guest result (the engine, not the guest, failed);
+//! - **the start marker**: a fresh random marker reaches stderr before any of the
+//!   guest's code runs (a project's shell prints it before the runner exists; a
+//!   snippet's interpreter, started ahead of the run, prints it when the run hands
+//!   it its code); without it, nothing the container printed is a guest result
+//!   (the engine, not the guest, failed);
 //! - **authenticated reports**: a project's result is only what the runner reports
 //!   in a frame whose HMAC verifies under a key no step can read.
 
@@ -146,22 +148,153 @@ const GRANT_ENV: [&str; 6] = [
     "PYTHONPATH",
 ];
 
-/// A shell that writes `marker` to stderr, then execs `argv` under `env -i` with
-/// [`GUEST_ENV`], plus [`GRANT_ENV`] when the host mounted a broker: nothing of the
-/// image's environment reaches the guest.
-fn marked(marker: &str, argv: &[&str]) -> Vec<String> {
+/// The shell script that execs `"$@"` under `env -i` with [`GUEST_ENV`], plus
+/// [`GRANT_ENV`] when the host mounted a broker: nothing of the image's environment
+/// reaches the guest. `before` runs first.
+fn scrubbing(before: &str) -> String {
     let keep: Vec<String> = GUEST_ENV.iter().map(|kv| format!("'{kv}'")).collect();
     let grant: Vec<String> = GRANT_ENV.iter().map(|k| format!("\"{k}=${k}\"")).collect();
-    let script = format!(
-        "printf '%s' \"$0\" >&2 || exit 1\n\
-         if [ -n \"${{PLIMSOLL_HOST_API-}}\" ]; then exec /usr/bin/env -i {keep} {grant} \"$@\"; fi\n\
+    format!(
+        "{before}if [ -n \"${{PLIMSOLL_HOST_API-}}\" ]; then exec /usr/bin/env -i {keep} {grant} \"$@\"; fi\n\
          exec /usr/bin/env -i {keep} \"$@\"",
         keep = keep.join(" "),
         grant = grant.join(" ")
-    );
+    )
+}
+
+/// A shell that writes `marker` to stderr, then execs `argv` with a scrubbed
+/// environment (see [`scrubbing`]).
+fn marked(marker: &str, argv: &[&str]) -> Vec<String> {
+    let script = scrubbing("printf '%s' \"$0\" >&2 || exit 1\n");
     let mut cmd: Vec<String> = vec!["/bin/sh".into(), "-c".into(), script, marker.into()];
     cmd.extend(argv.iter().map(|s| s.to_string()));
     cmd
+}
+
+/// Node, started ahead of its run: it writes its first argument ([`READY`]) to
+/// stdout; reads stdin to its end, whose first line holds the run's start and end
+/// markers; writes the start marker to stderr; and runs the rest as `node -` runs
+/// stdin (module `[stdin]` in the working directory, `process.argv` `[node, "-"]`).
+/// After every `exit` listener, unless an exception no handler took is ending it,
+/// it writes its last words for `wait-for-end`: the end marker on stdout; the end
+/// marker, its exit status and the end marker on stderr.
+const NODE_WAITING: &str = r#"(() => {
+const fs = require("fs");
+fs.writeSync(1, process.argv[1]);
+const input = fs.readFileSync(0);
+const nl = input.indexOf(10);
+if (nl < 0) process.exit(125);
+const [start, end] = input.subarray(0, nl).toString().split(" ");
+fs.writeSync(2, start);
+const body = input.subarray(nl + 1).toString();
+if (end) {
+  let fatal = false;
+  process.on("uncaughtExceptionMonitor", () => { fatal = process.listenerCount("uncaughtException") === 0; });
+  const emit = process.emit;
+  process.emit = function (event) {
+    const r = Reflect.apply(emit, this, arguments);
+    if (event === "exit" && !fatal) {
+      try {
+        fs.writeSync(1, end);
+        fs.writeSync(2, end + (((process.exitCode || 0) | 0) & 255) + end);
+      } catch {}
+    }
+    return r;
+  };
+}
+const path = require("path"), vm = require("vm"), Module = require("module");
+new vm.Script(body, { filename: "[stdin]" });
+process.argv.splice(1, Infinity, "-");
+process.execArgv.splice(0, Infinity);
+const file = path.join(process.cwd(), "[stdin]");
+const m = new Module("[stdin]");
+m.filename = file;
+m.paths = Module._nodeModulePaths(process.cwd());
+Object.assign(globalThis, { module: m, exports: m.exports, __dirname: ".", require: Module.createRequire(file) });
+globalThis.__filename = "[stdin]";
+const wrap = Module.wrap;
+Module.wrap = (script) => {
+  Module.wrap = wrap;
+  return script + "\n;(function () {})";
+};
+m._compile(body, file);
+})();"#;
+
+/// Python, started ahead of its run: it writes its first argument ([`READY`]) to
+/// stdout; reads stdin to its end, whose first line holds the run's start and end
+/// markers; writes the start marker to stderr; and runs the rest as `python3 -I -`
+/// runs stdin (`__main__`, file `<stdin>`, `sys.argv == ["-"]`), with the same
+/// tracebacks and exit statuses. Its first `atexit` handler, so the last to run,
+/// flushes and writes its last words for `wait-for-end` (see [`NODE_WAITING`]).
+const PYTHON_WAITING: &str = r#"import sys
+def _plimsoll_run(sys=sys):
+    sys.stdout.write(sys.argv[1])
+    sys.stdout.flush()
+    data = sys.stdin.buffer.read()
+    head, nl, src = data.partition(b"\n")
+    if not nl:
+        sys.exit(125)
+    start, _, end = head.partition(b" ")
+    sys.stderr.write(start.decode("ascii", "replace"))
+    sys.stderr.flush()
+    status = [1]
+    if end:
+        import atexit, os
+        def last_words():
+            for s in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+                try:
+                    s.flush()
+                except Exception:
+                    pass
+            try:
+                os.write(1, end)
+                os.write(2, end + str(status[0] & 255).encode() + end)
+            except OSError:
+                pass
+        atexit.register(last_words)
+    sys.argv[:] = ["-"]
+    sys.orig_argv[2:] = ["-"]
+    main = sys.modules["__main__"].__dict__
+    del main["_plimsoll_run"], main["sys"]
+    main.update(__file__="<stdin>", __cached__=None)
+    try:
+        code = compile(src, "<stdin>", "exec")
+    except (SyntaxError, ValueError) as e:
+        e.__traceback__ = None
+        sys.excepthook(type(e), e, None)
+        sys.exit(1)
+    try:
+        exec(code, main)
+    except SystemExit as e:
+        c = e.code
+        status[0] = 0 if c is None else c if isinstance(c, int) else 1
+        raise
+    except BaseException as e:
+        # The traceback starts at the guest's code, as the interpreter's own would.
+        e.__traceback__ = e.__traceback__.tb_next
+        sys.excepthook(type(e), e, e.__traceback__)
+        status[0] = 130 if isinstance(e, KeyboardInterrupt) else 1
+        sys.exit(status[0])
+    status[0] = 0
+_plimsoll_run()
+"#;
+
+/// What a waiting interpreter writes to stdout once it is loaded and waits on
+/// stdin (the host reads it before the run, so the run's stdout starts after it).
+const READY: &str = "plimsoll: waiting\n";
+
+/// An interpreter for `language`, started with a scrubbed environment, that says
+/// [`READY`] and waits
+/// on stdin for its start marker and code (see [`NODE_WAITING`], [`PYTHON_WAITING`]).
+fn waiting(language: &str) -> Option<Vec<String>> {
+    let argv: &[&str] = match language {
+        "javascript" => &["node", "-e", NODE_WAITING, READY],
+        "python" => &["python3", "-I", "-c", PYTHON_WAITING, READY],
+        _ => return None,
+    };
+    let mut cmd: Vec<String> = vec!["/bin/sh".into(), "-c".into(), scrubbing(""), "plimsoll".into()];
+    cmd.extend(argv.iter().map(|s| s.to_string()));
+    Some(cmd)
 }
 
 /// Runs a container to its end: create, start with `stdin`, wait.
@@ -183,23 +316,29 @@ fn output(bytes: Vec<u8>, truncated: bool) -> Output {
 }
 
 fn snippet(language: &str, code: &str, limits: &Limits) -> Result<(SnippetResult, Evidence), RunError> {
-    let argv: &[&str] = match language {
-        "javascript" => &["node", "-"],
-        "python" => &["python3", "-I", "-"],
-        other => {
-            return Err(RunError::Refused(refused(
-                RefusalReason::Unsupported,
-                format!("the docker provider runs javascript and python, not {other}"),
-            )));
-        }
+    let Some(command) = waiting(language) else {
+        return Err(RunError::Refused(refused(
+            RefusalReason::Unsupported,
+            format!("the docker provider runs javascript and python, not {language}"),
+        )));
     };
     let (runtime, image) = target().map_err(RunError::Refused)?;
-    let marker = random_hex(16);
-    if marker.is_empty() {
+    let (marker, end) = (random_hex(16), random_hex(16));
+    if marker.is_empty() || end.is_empty() {
         return Err(RunError::Refused(refused(RefusalReason::Environment, "no randomness for the start marker")));
     }
-    let spec = spec(limits, &runtime, &image, marked(&marker, argv), None, run_lifetime(limits));
-    let r = run(spec, code.as_bytes().to_vec(), limits.timeout_ms, limits.max_output_bytes)?;
+    // The interpreter may have been started ahead of this run (the host's warm
+    // pool); it does nothing before its stdin, which carries this run's markers.
+    let spec = spec(limits, &runtime, &image, command, None, run_lifetime(limits));
+    let c = Container::launch(&spec, READY.as_bytes())
+        .map_err(|e| RunError::Refused(refused(RefusalReason::Environment, e)))?;
+    let stdin = [marker.as_bytes(), b" ", end.as_bytes(), b"\n", code.as_bytes()].concat();
+    c.start(&stdin).map_err(|e| RunError::MayHaveRun(format!("starting the container: {e}")))?;
+    let r = c
+        .wait_for_end(end.as_bytes(), limits.timeout_ms, limits.max_output_bytes)
+        .map_err(|e| RunError::MayHaveRun(format!("waiting for the container: {e}")));
+    c.remove();
+    let r = r?;
     let Some(mut stderr) = strip_marker(&r.stderr, &marker) else {
         return Err(RunError::MayHaveRun(format!(
             "docker did not run the container's command (no start marker; exit {:?}, timed out {})",
@@ -497,3 +636,138 @@ impl Guest for Plugin {
 }
 
 export!(Plugin);
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+    use std::process::{Command, Stdio};
+
+    use super::{GUEST_ENV, READY, waiting};
+
+    /// An end marker without digits, so the status between two is plain to read.
+    const END: &str = "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee";
+
+    struct Ran {
+        status: i32,
+        stdout: Vec<u8>,
+        stderr: Vec<u8>,
+    }
+
+    fn run(argv: &[String], stdin: &[u8]) -> Ran {
+        let mut child = Command::new(&argv[0])
+            .args(&argv[1..])
+            .env_clear()
+            .envs(GUEST_ENV.iter().filter_map(|kv| kv.split_once('=')))
+            .current_dir(std::env::temp_dir())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{argv:?} did not start: {e}"));
+        child.stdin.take().expect("stdin").write_all(stdin).expect("write stdin");
+        let out = child.wait_with_output().expect("wait");
+        Ran { status: out.status.code().unwrap_or(-1), stdout: out.stdout, stderr: out.stderr }
+    }
+
+    /// Takes the start marker and last words off a waiting run's output; returns
+    /// the status its last words gave, if it wrote them.
+    fn unwrap(r: &mut Ran) -> Option<i32> {
+        r.stdout = r.stdout.strip_prefix(READY.as_bytes()).expect("the ready word comes first").to_vec();
+        r.stderr = r.stderr.strip_prefix(b"START").expect("the start marker comes first").to_vec();
+        let out = r.stdout.strip_suffix(END.as_bytes())?.to_vec();
+        let err = r.stderr.strip_suffix(END.as_bytes())?;
+        let at = err.windows(END.len()).rposition(|w| w == END.as_bytes())?;
+        let status = std::str::from_utf8(&err[at + END.len()..]).ok()?.parse().ok()?;
+        r.stderr = err[..at].to_vec();
+        r.stdout = out;
+        Some(status)
+    }
+
+    /// Stderr without stack frames and file lines, which name the bootstrap's
+    /// frames and the module's path and so differ by design.
+    fn gist(stderr: &[u8]) -> String {
+        String::from_utf8_lossy(stderr)
+            .lines()
+            .filter(|l| !l.starts_with("    at ") && !l.contains("[stdin]") && !l.starts_with("Node.js v"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Runs `code` both ways and checks they agree; returns the last words' status.
+    fn same(language: &str, reference: &[&str], code: &str) -> Option<i32> {
+        let plain: Vec<String> = reference.iter().map(|s| s.to_string()).collect();
+        let want = run(&plain, code.as_bytes());
+        let mut got = run(&waiting(language).expect("a waiting command"), format!("START {END}\n{code}").as_bytes());
+        let said = unwrap(&mut got);
+        assert_eq!(got.status, want.status, "{language} {code:?}: exit status; stderr {}", gist(&got.stderr));
+        assert_eq!(got.stdout, want.stdout, "{language} {code:?}: stdout");
+        assert_eq!(gist(&got.stderr), gist(&want.stderr), "{language} {code:?}: stderr");
+        if let Some(status) = said {
+            assert_eq!(status, got.status, "{language} {code:?}: the last words name the exit status");
+        }
+        said
+    }
+
+    #[test]
+    fn waiting_node_runs_stdin_as_node_dash_does_and_speaks_last() {
+        let js = |code: &str| same("javascript", &["node", "-"], code);
+        for code in [
+            "console.log(6*7)",
+            "process.exit(3)",
+            "process.exitCode = 4",
+            "process.exit(300)",
+            "process.on('exit', c => console.log('bye', c)); console.log(1)",
+            "process.on('exit', () => { process.exitCode = 9 }); process.exit(2)",
+            "setTimeout(() => console.log('later'), 20); console.log('now')",
+            "console.log(process.argv.length, process.argv[1], process.execArgv, __filename, typeof require, this === globalThis)",
+            "var top = 1; console.log(globalThis.top)",
+            "import('fs').then(m => console.log(typeof m.readFileSync))",
+            "process.on('uncaughtException', e => console.log('caught', e.message)); throw new Error('x')",
+            "console.error('only stderr')",
+        ] {
+            assert!(js(code).is_some(), "{code:?}: no last words on a clean exit");
+        }
+        // Ended by an exception no handler took: the engine's exit is awaited instead.
+        for code in ["throw new Error('boom')", "1 +", "Promise.reject(new Error('rejected'))"] {
+            assert_eq!(js(code), None, "{code:?}: last words before the error is printed");
+        }
+    }
+
+    #[test]
+    fn waiting_python_runs_stdin_as_python_dash_does_and_speaks_last() {
+        let py = |code: &str| same("python", &["python3", "-I", "-"], code);
+        for code in [
+            "print(6*7)",
+            "1/0",
+            "import sys; sys.exit(3)",
+            "import sys; sys.exit('bye')",
+            "import sys; sys.exit(300)",
+            "def f(:",
+            "def g():\n    raise ValueError('deep')\ng()",
+            "import atexit; atexit.register(lambda: print('bye')); 1/0",
+            "import threading, time\nthreading.Thread(target=lambda: (time.sleep(0.05), print('t'))).start()\nprint('main')",
+            "import sys; sys.stdout.write('no newline')",
+            "import sys; print(sys.argv, sys.orig_argv[1:], __name__, __file__, sorted(globals()))",
+            "import sys; print(len(sys.stdin.read()))",
+        ] {
+            assert!(py(code).is_some(), "{code:?}: no last words");
+        }
+        assert_eq!(py("import os; print(1, flush=True); os._exit(5)"), None, "os._exit skips atexit");
+        // `raise KeyboardInterrupt` is left out: python3 then kills itself with
+        // SIGINT, which PID 1 (the interpreter, in a container) ignores and exits
+        // 130, as the waiting one does; here, not PID 1, the signal ends it.
+    }
+
+    #[test]
+    fn a_waiting_interpreter_without_its_marker_line_runs_nothing() {
+        for (language, code) in [("javascript", "console.log(1)"), ("python", "print(1)")] {
+            let r = run(&waiting(language).expect("command"), code.as_bytes());
+            assert_eq!(
+                (r.status, r.stdout.as_slice(), r.stderr.as_slice()),
+                (125, READY.as_bytes(), &b""[..]),
+                "{language}"
+            );
+        }
+        assert_eq!(waiting("ruby"), None);
+    }
+}

@@ -9,10 +9,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use plimsoll_containers::engine::Started;
-use plimsoll_containers::{Engine, ExecOutcome, Lockdown, Spec, Tmpfs};
+use plimsoll_containers::{Engine, EngineError, ExecOutcome, Launched, Lockdown, PoolStats, Spec, Tmpfs, WarmPool};
 use plimsoll_core::Tier;
 use wasmtime::component::{Resource, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -39,7 +39,39 @@ pub struct Wall {
     lockdown: Lockdown,
     tiers: BTreeMap<String, Tier>,
     healthy: AtomicBool,
+    pool: Option<WarmPool>,
+    reaper: Reaper,
     rt: Option<tokio::runtime::Runtime>,
+}
+
+/// How long shutting a wall down may wait for its removals.
+const SHUTDOWN_REMOVALS: Duration = Duration::from_secs(20);
+
+/// Removals of containers whose main process has ended, off the run's path.
+#[derive(Debug, Default)]
+struct Reaper {
+    tasks: std::sync::Mutex<tokio::task::JoinSet<()>>,
+}
+
+impl Reaper {
+    fn remove(&self, engine: &Engine, id: String, rt: &tokio::runtime::Handle) {
+        let engine = engine.clone();
+        let mut tasks = self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn_on(
+            async move {
+                if let Err(e) = engine.remove(&id).await {
+                    eprintln!("removing container {id} failed ({e}); the orphan sweep will retry");
+                }
+            },
+            rt,
+        );
+    }
+
+    async fn drain(&self) {
+        let mut tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        while tasks.join_next().await.is_some() {}
+    }
 }
 
 impl Wall {
@@ -47,7 +79,53 @@ impl Wall {
     /// runtime to the tier it justifies (`runc` container, `runsc` kernel). The
     /// runtime `rt` drives the engine's I/O from the plugin's blocking calls.
     pub fn new(engine: Engine, lockdown: Lockdown, tiers: BTreeMap<String, Tier>, rt: tokio::runtime::Runtime) -> Wall {
-        Wall { engine, lockdown, tiers, healthy: AtomicBool::new(true), rt: Some(rt) }
+        Wall {
+            engine,
+            lockdown,
+            tiers,
+            healthy: AtomicBool::new(true),
+            pool: None,
+            reaper: Reaper::default(),
+            rt: Some(rt),
+        }
+    }
+
+    /// The wall with a warm pool of `size` containers per shape (0: none).
+    pub fn with_warm_pool(mut self, size: u32) -> Wall {
+        if size > 0 {
+            let pool = WarmPool::start(self.engine.clone(), self.lockdown.clone(), size, &self.handle());
+            self.pool = Some(pool);
+        }
+        self
+    }
+
+    /// What the warm pool holds and has done; None without a pool.
+    pub fn pool_stats(&self) -> Option<PoolStats> {
+        self.pool.as_ref().map(WarmPool::stats)
+    }
+
+    /// A started container of `spec` whose main process said `ready_word` (it
+    /// waits on stdin): a pooled one when the pool has one of this shape, else one
+    /// created and started now.
+    async fn launch(&self, spec: &Spec, ready_word: &[u8]) -> Result<(String, Launched), EngineError> {
+        if let Some(pool) = &self.pool
+            && let Some(claimed) = pool.claim(spec, ready_word, now_unix()).await
+        {
+            return Ok(claimed);
+        }
+        let id = self.engine.create(&self.lockdown, spec, now_unix()).await?;
+        let launched = async {
+            let mut launched = self.engine.launch(&id).await?;
+            launched.ready(ready_word, plimsoll_containers::pool::READY_WITHIN).await?;
+            Ok(launched)
+        };
+        match launched.await {
+            Ok(launched) => Ok((id, launched)),
+            Err(e) => {
+                let _ = self.engine.remove(&id).await;
+                Err(e)
+            }
+        }
     }
 
     /// Runs a future on the wall's runtime, from a thread that is not async.
@@ -119,24 +197,40 @@ impl Wall {
 
 impl Drop for Wall {
     fn drop(&mut self) {
-        // Safe from any context, async included, unlike dropping the runtime.
-        if let Some(rt) = self.rt.take() {
+        let Some(rt) = self.rt.take() else { return };
+        let pool = self.pool.take();
+        let reaper = std::mem::take(&mut self.reaper);
+        // The pool's containers and pending removals need the runtime to go; a
+        // thread of its own may block on it from any context, async included.
+        let finish = std::thread::spawn(move || {
+            rt.block_on(async {
+                let all = async {
+                    if let Some(pool) = pool {
+                        pool.close().await;
+                    }
+                    reaper.drain().await;
+                };
+                if tokio::time::timeout(SHUTDOWN_REMOVALS, all).await.is_err() {
+                    eprintln!("shutting down: container removals are still running; the orphan sweep will finish them");
+                }
+            });
             rt.shutdown_background();
-        }
+        });
+        let _ = finish.join();
     }
 }
 
-/// Seconds since the epoch.
-pub(crate) fn now_unix() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
+pub(crate) use plimsoll_containers::now_unix;
 
 /// A container as the plugin holds it.
 #[derive(Debug)]
 pub struct ContainerRep {
     id: String,
     user: u32,
+    launched: Option<Launched>,
     started: Option<Started>,
+    /// The main process was waited for and ended: removal cannot cut a run short.
+    ended: bool,
 }
 
 /// What a call used, as the host saw it.
@@ -279,10 +373,10 @@ impl containers::Host for PluginState {
     }
 }
 
-impl containers::HostContainer for PluginState {
-    fn create(&mut self, spec: containers::Spec) -> Result<Resource<ContainerRep>, String> {
-        let wall = self.wall()?;
-        let spec = Spec {
+impl PluginState {
+    /// The host's spec for a plugin's, with the run's broker mount.
+    fn spec(&self, spec: containers::Spec) -> Spec {
+        Spec {
             image_id: spec.image_id,
             runtime: spec.runtime,
             user: spec.user,
@@ -296,19 +390,88 @@ impl containers::HostContainer for PluginState {
             labels: spec.labels,
             lifetime_s: spec.lifetime_s,
             broker: self.broker.clone(),
-        };
-        let id = wall.block_on(wall.engine.create(&wall.lockdown, &spec, now_unix())).map_err(|e| e.to_string())?;
+        }
+    }
+
+    /// Hands the plugin a container the host now holds for this call.
+    fn hold(&mut self, id: String, spec: &Spec, launched: Option<Launched>) -> Result<Resource<ContainerRep>, String> {
         self.live.insert(id.clone());
         self.used.runtimes.insert(spec.runtime.clone());
         self.used.images.insert(spec.image_id.clone());
-        self.table.push(ContainerRep { id, user: spec.user, started: None }).map_err(|e| e.to_string())
+        let rep = ContainerRep { id, user: spec.user, launched, started: None, ended: false };
+        self.table.push(rep).map_err(|e| e.to_string())
+    }
+}
+
+/// The longest word a launched container may say to show it waits.
+const MAX_READY_WORD: usize = 256;
+/// The fewest bytes an end marker may have: fewer could be guessed by chance.
+const MIN_END_BYTES: usize = 16;
+/// Room past a stream's cap for a process's last words, so that output exactly at
+/// the cap still ends with them; [`outcome`] cuts the stream to the cap after.
+const LAST_WORDS_ROOM: usize = 256;
+
+/// Refuses a ready word the host could not tell from nothing, or too long to wait for.
+fn check_ready_word(word: &[u8]) -> Result<(), String> {
+    if word.is_empty() || word.len() > MAX_READY_WORD {
+        return Err(format!("a ready word of {} bytes: use 1 to {MAX_READY_WORD}", word.len()));
+    }
+    Ok(())
+}
+
+/// Refuses an end marker short enough to be guessed.
+fn check_end(end: &[u8]) -> Result<(), String> {
+    if end.len() < MIN_END_BYTES {
+        return Err(format!("an end marker of {} bytes is guessable; use {MIN_END_BYTES} or more", end.len()));
+    }
+    Ok(())
+}
+
+impl PluginState {
+    fn wait_on(
+        &mut self,
+        c: Resource<ContainerRep>,
+        end: Option<&[u8]>,
+        timeout_ms: u32,
+        max_output: u32,
+    ) -> Result<containers::ExecResult, String> {
+        let wall = self.wall()?;
+        let timeout = self.budget(timeout_ms);
+        let cap = (max_output as usize).min(self.collect_cap);
+        let rep = self.table.get_mut(&c).map_err(|e| e.to_string())?;
+        let started = rep.started.take().ok_or("the container was not started")?;
+        let id = rep.id.clone();
+        let o = wall.block_on(wall.engine.wait(&id, started, timeout, end)).map_err(|e| e.to_string())?;
+        self.table.get_mut(&c).map_err(|e| e.to_string())?.ended = true;
+        Ok(outcome(o, cap))
+    }
+}
+
+impl containers::HostContainer for PluginState {
+    fn create(&mut self, spec: containers::Spec) -> Result<Resource<ContainerRep>, String> {
+        let wall = self.wall()?;
+        let spec = self.spec(spec);
+        let id = wall.block_on(wall.engine.create(&wall.lockdown, &spec, now_unix())).map_err(|e| e.to_string())?;
+        self.hold(id, &spec, None)
+    }
+
+    fn launch(&mut self, spec: containers::Spec, ready: Vec<u8>) -> Result<Resource<ContainerRep>, String> {
+        let wall = self.wall()?;
+        let spec = self.spec(spec);
+        check_ready_word(&ready)?;
+        let (id, launched) = wall.block_on(wall.launch(&spec, &ready)).map_err(|e| e.to_string())?;
+        self.hold(id, &spec, Some(launched))
     }
 
     fn start(&mut self, c: Resource<ContainerRep>, stdin: Vec<u8>) -> Result<(), String> {
         let wall = self.wall()?;
-        let cap = self.collect_cap;
-        let id = self.rep(&c)?.id.clone();
-        let started = wall.block_on(wall.engine.start(&id, stdin, cap)).map_err(|e| e.to_string())?;
+        let cap = self.collect_cap.saturating_add(LAST_WORDS_ROOM);
+        let rep = self.table.get_mut(&c).map_err(|e| e.to_string())?;
+        let id = rep.id.clone();
+        let started = match rep.launched.take() {
+            Some(launched) => wall.block_on(async { launched.feed(stdin, cap) }),
+            None => wall.block_on(wall.engine.start(&id, stdin, cap)).map_err(|e| e.to_string())?,
+        };
         self.table.get_mut(&c).map_err(|e| e.to_string())?.started = Some(started);
         Ok(())
     }
@@ -336,14 +499,18 @@ impl containers::HostContainer for PluginState {
         timeout_ms: u32,
         max_output: u32,
     ) -> Result<containers::ExecResult, String> {
-        let wall = self.wall()?;
-        let timeout = self.budget(timeout_ms);
-        let cap = (max_output as usize).min(self.collect_cap);
-        let rep = self.table.get_mut(&c).map_err(|e| e.to_string())?;
-        let started = rep.started.take().ok_or("the container was not started")?;
-        let id = rep.id.clone();
-        let o = wall.block_on(wall.engine.wait(&id, started, timeout)).map_err(|e| e.to_string())?;
-        Ok(outcome(o, cap))
+        self.wait_on(c, None, timeout_ms, max_output)
+    }
+
+    fn wait_for_end(
+        &mut self,
+        c: Resource<ContainerRep>,
+        end: Vec<u8>,
+        timeout_ms: u32,
+        max_output: u32,
+    ) -> Result<containers::ExecResult, String> {
+        check_end(&end)?;
+        self.wait_on(c, Some(&end), timeout_ms, max_output)
     }
 
     fn inspect(&mut self, c: Resource<ContainerRep>) -> Result<containers::Inspection, String> {
@@ -378,7 +545,13 @@ impl containers::HostContainer for PluginState {
     fn remove(&mut self, c: Resource<ContainerRep>) {
         if let (Ok(wall), Ok(rep)) = (self.wall(), self.rep(&c)) {
             let id = rep.id.clone();
-            if wall.block_on(wall.engine.remove(&id)).is_ok() {
+            if rep.ended {
+                // Its run is over (the main process ended, or wrote its last words
+                // and is ending): the forced removal kills whatever is left, and
+                // the run's answer need not wait for it.
+                wall.reaper.remove(&wall.engine, id.clone(), &wall.handle());
+                self.live.remove(&id);
+            } else if wall.block_on(wall.engine.remove(&id)).is_ok() {
                 self.live.remove(&id);
             }
         }
@@ -436,3 +609,17 @@ impl log::Host for PluginState {
 }
 
 impl bindings::plimsoll::types::types::Host for PluginState {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ready_word_must_be_there_and_short_and_an_end_marker_long() {
+        assert_eq!(check_ready_word(b"plimsoll: waiting\n"), Ok(()));
+        assert_eq!(check_ready_word(b""), Err("a ready word of 0 bytes: use 1 to 256".into()));
+        assert_eq!(check_ready_word(&[b'w'; 257]), Err("a ready word of 257 bytes: use 1 to 256".into()));
+        assert_eq!(check_end(&[b'e'; 16]), Ok(()));
+        assert_eq!(check_end(b"short"), Err("an end marker of 5 bytes is guessable; use 16 or more".into()));
+    }
+}

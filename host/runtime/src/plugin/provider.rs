@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use plimsoll_core::provider::{
-    self, Description, Evidence, Grant, GrantSupport, KindSupport, Provider, Ran, RunError, Snippet,
+    self, Description, Evidence, Figure, Grant, GrantSupport, KindSupport, Provider, Ran, RunError, Snippet,
 };
 use plimsoll_core::session::Opened;
 use plimsoll_core::validate::Language;
@@ -358,6 +358,52 @@ impl PluginProvider {
 impl Provider for PluginProvider {
     fn describe(&self) -> Description {
         self.description.clone()
+    }
+
+    fn figures(&self) -> Vec<Figure> {
+        let Some(p) = self.wall.as_ref().and_then(|w| w.pool_stats()) else {
+            return Vec::new();
+        };
+        let claims = "plimsoll_warm_pool_claims_total";
+        let claims_help = "Fresh runs that asked the warm pool for a container, by outcome.";
+        vec![
+            Figure {
+                name: "plimsoll_warm_pool_ready",
+                help: "Started containers the warm pool holds for fresh runs.",
+                counter: false,
+                label: None,
+                value: p.ready,
+            },
+            Figure {
+                name: "plimsoll_warm_pool_wanted",
+                help: "Started containers the warm pool aims to hold (its size for each snippet shape it keeps).",
+                counter: false,
+                label: None,
+                value: p.wanted,
+            },
+            Figure { name: claims, help: claims_help, counter: true, label: Some(("outcome", "hit")), value: p.hits },
+            Figure {
+                name: claims,
+                help: claims_help,
+                counter: true,
+                label: Some(("outcome", "miss")),
+                value: p.misses,
+            },
+            Figure {
+                name: "plimsoll_warm_pool_rejected_total",
+                help: "Pooled containers removed at a claim because their read-back failed.",
+                counter: true,
+                label: None,
+                value: p.rejected,
+            },
+            Figure {
+                name: "plimsoll_warm_pool_fill_failures_total",
+                help: "Containers the warm pool failed to make.",
+                counter: true,
+                label: None,
+                value: p.fill_failures,
+            },
+        ]
     }
 
     fn grant_support(&self) -> GrantSupport {
