@@ -66,8 +66,21 @@ fn bench_docker_compares_fresh_containers_with_docker_run() {
         .filter(|(k, _)| k.starts_with("SANDBOX_DOCKER_"))
         .collect();
     let v = bench(&["docker", "--runs", "3"], &env);
-    assert_eq!(names(&v), ["plimsoll docker runc", "docker run --rm runc"], "{v}");
+    assert_eq!(
+        names(&v),
+        [
+            "plimsoll docker runc",
+            "plimsoll docker runc warm pool",
+            "plimsoll docker runc warm pool, back to back",
+            "docker run --rm runc"
+        ],
+        "{v}"
+    );
     assert_eq!(v["ratios"][0]["peer"], "docker run --rm runc");
+    assert_eq!(v["ratios"][1]["ours"], "plimsoll docker runc warm pool");
+    // Every paced run (and its warm-up) was a pool hit.
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("plimsoll docker runc warm pool: 4 of 4 claims were pool hits"), "{notes}");
 }
 
 #[test]

@@ -100,8 +100,9 @@ impl Report {
             .iter()
             .map(|s| {
                 let st = stats(&s.times, s.wall);
+                let per_s = (st.per_s > 0.0).then_some(st.per_s);
                 json!({"name": s.name, "what": s.what, "runs": s.times.len(), "concurrency": s.concurrency,
-                       "p50_ms": st.p50, "p95_ms": st.p95, "p99_ms": st.p99, "per_s": st.per_s})
+                       "p50_ms": st.p50, "p95_ms": st.p95, "p99_ms": st.p99, "per_s": per_s})
             })
             .collect();
         let ratios: Vec<Value> = self
@@ -120,17 +121,19 @@ impl Report {
     }
 
     fn print(&self) {
-        println!("{:<34} {:>7} {:>10} {:>10} {:>10} {:>10}", "series", "runs", "p50 ms", "p95 ms", "p99 ms", "per s");
+        println!("{:<44} {:>7} {:>10} {:>10} {:>10} {:>10}", "series", "runs", "p50 ms", "p95 ms", "p99 ms", "per s");
         for s in &self.series {
             let st = stats(&s.times, s.wall);
+            // A series paced by something it does not time has no throughput.
+            let per_s = if st.per_s > 0.0 { format!("{:.1}", st.per_s) } else { "-".into() };
             println!(
-                "{:<34} {:>7} {:>10.3} {:>10.3} {:>10.3} {:>10.1}",
+                "{:<44} {:>7} {:>10.3} {:>10.3} {:>10.3} {:>10}",
                 s.name,
                 s.times.len(),
                 st.p50,
                 st.p95,
                 st.p99,
-                st.per_s
+                per_s
             );
             println!("  {}", s.what);
         }
@@ -200,12 +203,52 @@ struct Served {
     child: Child,
     url: String,
     token: String,
+    /// The metrics listener, when the daemon was started with one.
+    metrics: Option<String>,
 }
 
 impl Drop for Served {
     fn drop(&mut self) {
+        // SIGTERM first: the daemon removes what its warm pool holds as it stops.
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+impl Served {
+    /// The value of an unlabelled metric now, read from the daemon's `/metrics`.
+    fn metric(&self, name: &str) -> anyhow::Result<f64> {
+        use std::io::{Read as _, Write as _};
+        let addr = self.metrics.as_deref().context("the daemon was started without metrics")?;
+        let mut s = std::net::TcpStream::connect(addr).context("connecting to /metrics")?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\nHost: bench\r\n\r\n")?;
+        let mut body = String::new();
+        s.read_to_string(&mut body)?;
+        body.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+            .with_context(|| format!("/metrics has no {name}"))
+    }
+
+    /// Waits until the warm pool holds every container it aims to.
+    async fn pool_full(&self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let (ready, wanted) = (self.metric("plimsoll_warm_pool_ready")?, self.metric("plimsoll_warm_pool_wanted")?);
+            if wanted > 0.0 && ready >= wanted {
+                return Ok(());
+            }
+            anyhow::ensure!(Instant::now() < deadline, "the warm pool did not fill in 120 s ({ready} of {wanted})");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 }
 
@@ -243,7 +286,7 @@ fn serve(env: &[(&str, String)]) -> anyhow::Result<Served> {
     let mut child = cmd.stderr(Stdio::piped()).stdout(Stdio::null()).spawn().context("starting serve")?;
     let mut lines = BufReader::new(child.stderr.take().context("the daemon's log")?).lines();
     let mut last = String::new();
-    let addr = loop {
+    let (addr, metrics) = loop {
         let Some(Ok(line)) = lines.next() else {
             let _ = child.kill();
             let _ = child.wait();
@@ -251,12 +294,12 @@ fn serve(env: &[(&str, String)]) -> anyhow::Result<Served> {
         };
         if line.contains(r#""msg":"listening""#) {
             let v: Value = serde_json::from_str(&line)?;
-            break v["addr"].as_str().unwrap_or_default().to_string();
+            break (v["addr"].as_str().unwrap_or_default().to_string(), v["metrics_addr"].as_str().map(String::from));
         }
         last = line;
     };
     std::thread::spawn(move || for _ in lines {});
-    Ok(Served { child, url: format!("http://{addr}"), token })
+    Ok(Served { child, url: format!("http://{addr}"), token, metrics })
 }
 
 fn peers_dir() -> PathBuf {
@@ -498,28 +541,60 @@ fn docker(runs: usize, concurrency: usize, r: &mut Report) -> anyhow::Result<()>
         );
     };
     let runtime = var("SANDBOX_DOCKER_RUNTIME").unwrap_or_else(|| "runc".into());
-    let served = serve_admitting("docker", concurrency, &[])?;
-    let (times, wall) = rounds(&served, runs, concurrency, move |client, share| async move {
-        let opts = Options::default();
-        client.run_javascript("console.log(1)", &opts).await?;
-        let mut times = Vec::with_capacity(share);
-        for _ in 0..share {
-            let t = Instant::now();
-            let out = client.run_javascript("console.log(1)", &opts).await?;
-            let code = out.javascript.map_or(-1, |j| j.exit_code);
-            anyhow::ensure!(code == 0, "the snippet exited {code}");
-            times.push(t.elapsed());
-        }
-        Ok(times)
-    })?;
+    let cold = serve_admitting("docker", concurrency, &[])?;
+    let (times, wall) = rounds(&cold, runs, concurrency, container_snippets(None))?;
+    drop(cold);
+    let name = format!("plimsoll docker {runtime}");
     r.series.push(Series {
-        name: format!("plimsoll docker {runtime}"),
+        name: name.clone(),
         what: "console.log(1) in a fresh locked-down container (node), through the daemon, record checks included"
             .into(),
         times,
         wall,
         concurrency,
     });
+    // The warm pool keeps `concurrency` containers per snippet shape.
+    let pooled = Arc::new(serve_admitting(
+        "docker",
+        concurrency,
+        &[("SANDBOX_WARM_POOL", concurrency.to_string()), ("PLIMSOLL_METRICS_ADDR", "127.0.0.1:0".into())],
+    )?);
+    let claims = |p: &Served| -> anyhow::Result<(f64, f64)> {
+        let c = "plimsoll_warm_pool_claims_total";
+        Ok((p.metric(&format!("{c}{{outcome=\"hit\"}}"))?, p.metric(&format!("{c}{{outcome=\"miss\"}}"))?))
+    };
+    let warm = format!("{name} warm pool");
+    let before = claims(&pooled)?;
+    let (times, _) = rounds(&pooled, runs, concurrency, container_snippets(Some(Arc::clone(&pooled))))?;
+    let after = claims(&pooled)?;
+    r.series.push(Series {
+        name: warm.clone(),
+        what: "the same through a warm pool (SANDBOX_WARM_POOL = concurrency): each run starts once the pool is full again; the refills are not timed, so no throughput (the next row's is what the pool sustains)".into(),
+        times,
+        wall: Duration::ZERO,
+        concurrency,
+    });
+    r.notes.push(format!(
+        "{warm}: {} of {} claims were pool hits (warm-ups included)",
+        after.0 - before.0,
+        (after.0 - before.0) + (after.1 - before.1)
+    ));
+    let (times, wall) = rounds(&pooled, runs, concurrency, container_snippets(None))?;
+    let later = claims(&pooled)?;
+    let burst = format!("{warm}, back to back");
+    r.series.push(Series {
+        name: burst.clone(),
+        what: "the same warm pool, runs back to back: a run that finds the pool empty makes its own container".into(),
+        times,
+        wall,
+        concurrency,
+    });
+    r.notes.push(format!(
+        "{burst}: {} of {} claims were pool hits (warm-ups included)",
+        later.0 - after.0,
+        (later.0 - after.0) + (later.1 - after.1)
+    ));
+    drop(pooled);
     let peer_cmd = || {
         let mut cmd = Command::new("docker");
         cmd.args(["run", "--rm", "-i", "--runtime", &runtime, "--network", "none", "--read-only", "--cap-drop", "ALL"])
@@ -555,11 +630,40 @@ fn docker(runs: usize, concurrency: usize, r: &mut Report) -> anyhow::Result<()>
         "console.log(1) in docker run --rm of the same image with the same locks, sequential",
         peer_times,
     ));
-    r.ratios.push((format!("plimsoll docker {runtime}"), format!("docker run --rm {runtime}")));
-    r.notes.push(
-        "the warm pool (SANDBOX_WARM_POOL) is not built yet: every plimsoll run here creates its container".into(),
-    );
+    let peer = format!("docker run --rm {runtime}");
+    for ours in [name, warm, burst] {
+        r.ratios.push((ours, peer.clone()));
+    }
     Ok(())
+}
+
+/// One task's measured times, on its way.
+type Timings = std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<Vec<Duration>>> + Send>>;
+
+/// One task's share of fresh-container snippets (`console.log(1)`, each checked),
+/// after a warm-up run; with `pace`, each run starts only once that daemon's warm
+/// pool is full again (the wait is not timed).
+fn container_snippets(pace: Option<Arc<Served>>) -> impl Fn(Client, usize) -> Timings + Send + Sync + Clone + 'static {
+    move |client: Client, share: usize| {
+        let pace = pace.clone();
+        Box::pin(async move {
+            let opts = Options::default();
+            let mut times = Vec::with_capacity(share);
+            for i in 0..=share {
+                if let Some(p) = &pace {
+                    p.pool_full().await?;
+                }
+                let t = Instant::now();
+                let out = client.run_javascript("console.log(1)", &opts).await?;
+                let code = out.javascript.map_or(-1, |j| j.exit_code);
+                anyhow::ensure!(code == 0, "the snippet exited {code}");
+                if i > 0 {
+                    times.push(t.elapsed());
+                }
+            }
+            Ok(times)
+        })
+    }
 }
 
 /// Runs `bench`.
