@@ -387,6 +387,37 @@ impl Engine {
         Ok(self.launch(id).await?.feed(stdin, max_output))
     }
 
+    /// Creates a container from `spec` under `lockdown`, starts it, and waits (up to
+    /// `within`) for its main process to say `ready_word` on stdout: it now waits
+    /// on stdin. A container that fails any step is removed.
+    ///
+    /// # Errors
+    ///
+    /// [`EngineError::Lockdown`] when the spec breaks an invariant, the engine's
+    /// error, or what [`Launched::ready`] says.
+    pub async fn launch_new(
+        &self,
+        lockdown: &Lockdown,
+        spec: &Spec,
+        ready_word: &[u8],
+        within: Duration,
+        now_unix: u64,
+    ) -> Result<(String, Launched), EngineError> {
+        let id = self.create(lockdown, spec, now_unix).await?;
+        let launched = async {
+            let mut launched = self.launch(&id).await?;
+            launched.ready(ready_word, within).await?;
+            Ok(launched)
+        };
+        match launched.await {
+            Ok(launched) => Ok((id, launched)),
+            Err(e) => {
+                remove_or_log(self, &id).await;
+                Err(e)
+            }
+        }
+    }
+
     /// Attaches and starts the container, keeping its stdin open: the main process
     /// runs, waiting on stdin, until [`Launched::feed`] writes to it.
     ///
@@ -613,12 +644,17 @@ impl Engine {
         Ok(self.docker.unpause_container(id).await?)
     }
 
-    /// Removes a container, killing it first. A container already gone is not an error.
+    /// Removes a container, thawing and killing it first. A container already gone
+    /// is not an error.
     ///
     /// # Errors
     ///
     /// The engine failed.
     pub async fn remove(&self, id: &str) -> Result<(), EngineError> {
+        // A frozen container (an idle session, or one frozen from outside) holds up
+        // a forced removal under runsc for ten seconds; not frozen is the usual
+        // answer, and not an error here.
+        let _ = self.docker.unpause_container(id).await;
         let opts = RemoveContainerOptionsBuilder::default().force(true).v(true).build();
         match self.docker.remove_container(id, Some(opts)).await {
             Ok(()) | Err(BollardError::DockerResponseServerError { status_code: 404, .. }) => Ok(()),
@@ -659,6 +695,43 @@ impl Engine {
             }
         }
         Ok(removed)
+    }
+}
+
+/// Removes a container now; a failure is logged, and the orphan sweep retries it.
+pub async fn remove_or_log(engine: &Engine, id: &str) {
+    if let Err(e) = engine.remove(id).await {
+        eprintln!("removing container {id} failed ({e}); the orphan sweep will retry");
+    }
+}
+
+/// Removals off the path of the run that asked for them: each runs in the
+/// background on the engine's runtime, and [`Reaper::drain`] waits for them all.
+#[derive(Debug)]
+pub struct Reaper {
+    engine: Engine,
+    runtime: tokio::runtime::Handle,
+    tasks: Mutex<tokio::task::JoinSet<()>>,
+}
+
+impl Reaper {
+    /// A reaper removing through `engine`, its tasks on `runtime`.
+    pub fn new(engine: Engine, runtime: tokio::runtime::Handle) -> Reaper {
+        Reaper { engine, runtime, tasks: Mutex::new(tokio::task::JoinSet::new()) }
+    }
+
+    /// Removes `id` in the background.
+    pub fn remove(&self, id: String) {
+        let engine = self.engine.clone();
+        let mut tasks = self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn_on(async move { remove_or_log(&engine, &id).await }, &self.runtime);
+    }
+
+    /// Waits for every removal asked for so far.
+    pub async fn drain(&self) {
+        let mut tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+        while tasks.join_next().await.is_some() {}
     }
 }
 

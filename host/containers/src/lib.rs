@@ -19,8 +19,8 @@ pub mod uid;
 /// denial table, in `images/README.md`.
 pub const SECCOMP_PROFILE: &str = include_str!("../../../images/seccomp.json");
 
-pub use engine::Launched;
 pub use engine::{Engine, EngineError, ExecOutcome, ImageFacts, Inspection};
+pub use engine::{Launched, Reaper};
 pub use lockdown::{BROKER_TARGET, BrokerMount, Ceilings, Lockdown, Spec, Tmpfs, Violation, broker_root};
 pub use pool::{PoolStats, WarmPool};
 

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::engine::{Engine, Inspection, Launched};
+use crate::engine::{Engine, Inspection, Launched, Reaper, remove_or_log};
 use crate::lockdown::{Lockdown, Spec};
 
 /// The most containers a pool keeps per shape (`SANDBOX_WARM_POOL`).
@@ -90,6 +90,7 @@ struct Counters {
 struct Shared {
     engine: Engine,
     lockdown: Lockdown,
+    reaper: Arc<Reaper>,
     size: usize,
     state: Mutex<State>,
     wake: Notify,
@@ -135,11 +136,19 @@ impl std::fmt::Debug for WarmPool {
 
 impl WarmPool {
     /// A pool of `size` containers per shape (1..=[`MAX_SIZE`]) made by `engine`
-    /// under `lockdown`; its filler runs on `runtime` until [`WarmPool::close`].
-    pub fn start(engine: Engine, lockdown: Lockdown, size: u32, runtime: &tokio::runtime::Handle) -> WarmPool {
+    /// under `lockdown`; its filler runs on `runtime` until [`WarmPool::close`], and
+    /// what it lets go is removed by `reaper`.
+    pub fn start(
+        engine: Engine,
+        lockdown: Lockdown,
+        size: u32,
+        runtime: &tokio::runtime::Handle,
+        reaper: Arc<Reaper>,
+    ) -> WarmPool {
         let shared = Arc::new(Shared {
             engine,
             lockdown,
+            reaper,
             size: size.clamp(1, MAX_SIZE) as usize,
             state: Mutex::new(State::default()),
             wake: Notify::new(),
@@ -218,23 +227,21 @@ impl WarmPool {
         }
     }
 
-    /// Stops the filler and removes every container the pool holds.
-    pub async fn close(&self) {
+    /// Stops the filler and hands every container the pool holds to its reaper
+    /// (whose `drain` then waits for their removal).
+    pub fn close(&self) {
         let held: Vec<Warm> = {
             let mut st = self.shared.lock();
             st.closed = true;
             st.shapes.drain(..).flat_map(|s| s.ready).collect()
         };
         self.shared.wake.notify_one();
-        for w in held {
-            remove(&self.shared.engine, &w.id).await;
-        }
+        self.discard(held);
     }
 
     fn discard(&self, gone: Vec<Warm>) {
         for w in gone {
-            let engine = self.shared.engine.clone();
-            tokio::spawn(async move { remove(&engine, &w.id).await });
+            self.shared.reaper.remove(w.id);
         }
     }
 }
@@ -260,16 +267,6 @@ impl Shared {
     }
 }
 
-/// Removes a pooled container, thawing it first: one frozen behind the pool's back
-/// would hold up a forced removal (under runsc, for ten seconds).
-async fn remove(engine: &Engine, id: &str) {
-    // Not frozen is the usual answer, and not an error here.
-    let _ = engine.unpause(id).await;
-    if let Err(e) = engine.remove(id).await {
-        eprintln!("warm pool: removing container {id} failed ({e}); the orphan sweep will retry");
-    }
-}
-
 /// Makes one container of `spec`'s shape: created under the lockdown with a
 /// lifetime label that covers [`IDLE_MAX`] and the run, started, heard say
 /// `ready_word` (its interpreter loaded and waiting), and read back.
@@ -277,23 +274,25 @@ async fn make(shared: &Shared, spec: &Spec, ready_word: &[u8]) -> Result<Warm, S
     let now = crate::now_unix();
     let idle = u32::try_from(IDLE_MAX.as_secs()).unwrap_or(u32::MAX);
     let pooled = Spec { lifetime_s: spec.lifetime_s.saturating_add(idle), ..spec.clone() };
-    let id = shared.engine.create(&shared.lockdown, &pooled, now).await.map_err(|e| e.to_string())?;
+    let (id, launched) = shared
+        .engine
+        .launch_new(&shared.lockdown, &pooled, ready_word, READY_WITHIN, now)
+        .await
+        .map_err(|e| e.to_string())?;
     let made = async {
-        let mut launched = shared.engine.launch(&id).await.map_err(|e| e.to_string())?;
-        launched.ready(ready_word, READY_WITHIN).await.map_err(|e| e.to_string())?;
         let at_fill = shared.engine.inspect(&id).await.map_err(|e| e.to_string())?;
         shared.lockdown.verify_read_back(spec, &at_fill)?;
         if !at_fill.running {
             return Err("its main process is not running after the start".into());
         }
-        Ok((launched, at_fill))
+        Ok(at_fill)
     };
     match made.await {
-        Ok((launched, at_fill)) => {
+        Ok(at_fill) => {
             Ok(Warm { id, launched, expires: now + u64::from(pooled.lifetime_s), made: Instant::now(), at_fill })
         }
         Err(e) => {
-            remove(&shared.engine, &id).await;
+            remove_or_log(&shared.engine, &id).await;
             Err(e)
         }
     }
@@ -326,7 +325,7 @@ async fn fill(shared: Arc<Shared>) {
             (stale, job)
         };
         for w in stale {
-            remove(&shared.engine, &w.id).await;
+            remove_or_log(&shared.engine, &w.id).await;
         }
         let Some((spec, ready_word)) = job else {
             let _ = tokio::time::timeout(TIDY_EVERY, shared.wake.notified()).await;
@@ -348,7 +347,7 @@ async fn fill(shared: Arc<Shared>) {
                     }
                 };
                 if let Some(w) = leftover {
-                    remove(&shared.engine, &w.id).await;
+                    remove_or_log(&shared.engine, &w.id).await;
                 }
             }
             Err(e) => {

@@ -12,7 +12,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use plimsoll_containers::engine::Started;
-use plimsoll_containers::{Engine, EngineError, ExecOutcome, Launched, Lockdown, PoolStats, Spec, Tmpfs, WarmPool};
+use plimsoll_containers::{
+    Engine, EngineError, ExecOutcome, Launched, Lockdown, PoolStats, Reaper, Spec, Tmpfs, WarmPool,
+};
 use plimsoll_core::Tier;
 use wasmtime::component::{Resource, ResourceTable};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
@@ -40,60 +42,28 @@ pub struct Wall {
     tiers: BTreeMap<String, Tier>,
     healthy: AtomicBool,
     pool: Option<WarmPool>,
-    reaper: Reaper,
+    /// Removes finished runs' containers, and what the pool lets go, off the runs' path.
+    reaper: Arc<Reaper>,
     rt: Option<tokio::runtime::Runtime>,
 }
 
 /// How long shutting a wall down may wait for its removals.
 const SHUTDOWN_REMOVALS: Duration = Duration::from_secs(20);
 
-/// Removals of containers whose main process has ended, off the run's path.
-#[derive(Debug, Default)]
-struct Reaper {
-    tasks: std::sync::Mutex<tokio::task::JoinSet<()>>,
-}
-
-impl Reaper {
-    fn remove(&self, engine: &Engine, id: String, rt: &tokio::runtime::Handle) {
-        let engine = engine.clone();
-        let mut tasks = self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        while tasks.try_join_next().is_some() {}
-        tasks.spawn_on(
-            async move {
-                if let Err(e) = engine.remove(&id).await {
-                    eprintln!("removing container {id} failed ({e}); the orphan sweep will retry");
-                }
-            },
-            rt,
-        );
-    }
-
-    async fn drain(&self) {
-        let mut tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
-        while tasks.join_next().await.is_some() {}
-    }
-}
-
 impl Wall {
     /// A wall over `engine` with a proven `lockdown`; `tiers` maps each proven
     /// runtime to the tier it justifies (`runc` container, `runsc` kernel). The
     /// runtime `rt` drives the engine's I/O from the plugin's blocking calls.
     pub fn new(engine: Engine, lockdown: Lockdown, tiers: BTreeMap<String, Tier>, rt: tokio::runtime::Runtime) -> Wall {
-        Wall {
-            engine,
-            lockdown,
-            tiers,
-            healthy: AtomicBool::new(true),
-            pool: None,
-            reaper: Reaper::default(),
-            rt: Some(rt),
-        }
+        let reaper = Arc::new(Reaper::new(engine.clone(), rt.handle().clone()));
+        Wall { engine, lockdown, tiers, healthy: AtomicBool::new(true), pool: None, reaper, rt: Some(rt) }
     }
 
     /// The wall with a warm pool of `size` containers per shape (0: none).
     pub fn with_warm_pool(mut self, size: u32) -> Wall {
         if size > 0 {
-            let pool = WarmPool::start(self.engine.clone(), self.lockdown.clone(), size, &self.handle());
+            let (engine, lockdown, reaper) = (self.engine.clone(), self.lockdown.clone(), Arc::clone(&self.reaper));
+            let pool = WarmPool::start(engine, lockdown, size, &self.handle(), reaper);
             self.pool = Some(pool);
         }
         self
@@ -113,19 +83,8 @@ impl Wall {
         {
             return Ok(claimed);
         }
-        let id = self.engine.create(&self.lockdown, spec, now_unix()).await?;
-        let launched = async {
-            let mut launched = self.engine.launch(&id).await?;
-            launched.ready(ready_word, plimsoll_containers::pool::READY_WITHIN).await?;
-            Ok(launched)
-        };
-        match launched.await {
-            Ok(launched) => Ok((id, launched)),
-            Err(e) => {
-                let _ = self.engine.remove(&id).await;
-                Err(e)
-            }
-        }
+        let within = plimsoll_containers::pool::READY_WITHIN;
+        self.engine.launch_new(&self.lockdown, spec, ready_word, within, now_unix()).await
     }
 
     /// Runs a future on the wall's runtime, from a thread that is not async.
@@ -198,19 +157,15 @@ impl Wall {
 impl Drop for Wall {
     fn drop(&mut self) {
         let Some(rt) = self.rt.take() else { return };
-        let pool = self.pool.take();
-        let reaper = std::mem::take(&mut self.reaper);
+        if let Some(pool) = self.pool.take() {
+            pool.close();
+        }
+        let reaper = Arc::clone(&self.reaper);
         // The pool's containers and pending removals need the runtime to go; a
         // thread of its own may block on it from any context, async included.
         let finish = std::thread::spawn(move || {
             rt.block_on(async {
-                let all = async {
-                    if let Some(pool) = pool {
-                        pool.close().await;
-                    }
-                    reaper.drain().await;
-                };
-                if tokio::time::timeout(SHUTDOWN_REMOVALS, all).await.is_err() {
+                if tokio::time::timeout(SHUTDOWN_REMOVALS, reaper.drain()).await.is_err() {
                     eprintln!("shutting down: container removals are still running; the orphan sweep will finish them");
                 }
             });
@@ -549,7 +504,7 @@ impl containers::HostContainer for PluginState {
                 // Its run is over (the main process ended, or wrote its last words
                 // and is ending): the forced removal kills whatever is left, and
                 // the run's answer need not wait for it.
-                wall.reaper.remove(&wall.engine, id.clone(), &wall.handle());
+                wall.reaper.remove(id.clone());
                 self.live.remove(&id);
             } else if wall.block_on(wall.engine.remove(&id)).is_ok() {
                 self.live.remove(&id);
