@@ -882,26 +882,26 @@ mod tests {
         file
     }
 
-    fn daemon_with(seen: &Arc<Seen>, settings: SessionSettings) -> Arc<Daemon> {
+    /// A daemon over the fake provider that knows `callers`, without sessions yet.
+    fn daemon_for(seen: &Arc<Seen>, callers: &[&str]) -> Daemon {
         let limiter =
             Limiter::new(Admission { max_concurrent: 8, per_key_concurrent: 8, rate_per_min: 0, rate_burst: 0 });
-        let file = clients(&["alice", "bob"]);
-        let d = Daemon::new(
+        Daemon::new(
             Arc::new(Fake(Arc::clone(seen))),
-            Verifier::clients(&file),
+            Verifier::clients(&clients(callers)),
             limiter,
             Arc::default(),
             Log::new(LogFormat::Json),
-        );
-        Arc::new(d.with_sessions(settings))
+        )
+    }
+
+    fn daemon_with(seen: &Arc<Seen>, settings: SessionSettings) -> Arc<Daemon> {
+        Arc::new(daemon_for(seen, &["alice", "bob"]).with_sessions(settings))
     }
 
     /// A daemon over the fake provider with two profiles for alice: `sessions`
     /// (allowed in sessions) and `runs-only`.
     fn granted_daemon(seen: &Arc<Seen>) -> Arc<Daemon> {
-        let limiter =
-            Limiter::new(Admission { max_concurrent: 8, per_key_concurrent: 8, rate_per_min: 0, rate_burst: 0 });
-        let file = clients(&["alice"]);
         let text = r#"{"profiles": {
             "sessions": {"base_url": "http://127.0.0.1:9", "allowed_callers": ["alice"], "allow": ["GET /a"], "allow_in_sessions": true},
             "runs-only": {"base_url": "http://127.0.0.1:9", "allowed_callers": ["alice"], "allow": ["GET /a"]}}}"#;
@@ -912,14 +912,7 @@ mod tests {
         )
         .expect("profiles");
         let grants = Arc::new(crate::grants::DaemonGrants::new(profiles).expect("grants"));
-        let d = Daemon::new(
-            Arc::new(Fake(Arc::clone(seen))),
-            Verifier::clients(&file),
-            limiter,
-            Arc::default(),
-            Log::new(LogFormat::Json),
-        );
-        Arc::new(d.with_grants(grants).with_sessions(settings()))
+        Arc::new(daemon_for(seen, &["alice"]).with_grants(grants).with_sessions(settings()))
     }
 
     #[tokio::test]
