@@ -13,7 +13,7 @@
   const token = process.env.PLIMSOLL_HOST_TOKEN || '';
   const name = process.env.PLIMSOLL_HOST_GLOBAL || 'host';
   if (!socketPath || Object.prototype.hasOwnProperty.call(globalThis, name)) return;
-  const { permitter, fill } = require('vm').runInThisContext(
+  const { permitter, fill, client } = require('vm').runInThisContext(
     fs.readFileSync(require('path').join(__dirname, 'routes.js'), 'utf8'),
     { filename: 'routes.js' },
   );
@@ -64,15 +64,7 @@
       req.on('error', reject);
       req.end(envelope);
     });
-  const client = {
-    call: (method, route, body, params) => request(method, route, body, params),
-    get: (route, params) => request('GET', route, undefined, params),
-    del: (route, params) => request('DELETE', route, undefined, params),
-    post: (route, body, params) => request('POST', route, body, params),
-    put: (route, body, params) => request('PUT', route, body, params),
-    patch: (route, body, params) => request('PATCH', route, body, params),
-  };
-  Object.defineProperty(globalThis, name, { value: Object.freeze(client), writable: false, configurable: false });
+  Object.defineProperty(globalThis, name, { value: client(request), writable: false, configurable: false });
   const preamble = '/run/plimsoll/preamble.js';
   if (fs.existsSync(preamble)) require(preamble);
 })();

@@ -1,6 +1,7 @@
-// The in-sandbox clients' local route checks, shared by the QuickJS engine's prelude
-// (guests/quickjs) and the Node client (host.js): one expression that evaluates to
-// { permitter, fill }. They only spare a round trip; the host's broker decides.
+// The in-sandbox clients' local route checks and their shape, shared by the QuickJS
+// engine's prelude (guests/quickjs) and the Node client (host.js): one expression
+// that evaluates to { permitter, fill, client }. The checks only spare a round trip;
+// the host's broker decides.
 (() => {
   'use strict';
   // permitter(["GET /items/*", ...]) -> (method, path) => whether a route matches;
@@ -39,5 +40,16 @@
       })
       .join('/');
   };
-  return { permitter, fill };
+  // client(request) -> the frozen object both clients install: `call(method, route,
+  // body, params)` and one method per verb, each a `request` of the same arguments.
+  const client = (request) =>
+    Object.freeze({
+      call: (method, route, body, params) => request(method, route, body, params),
+      get: (route, params) => request('GET', route, undefined, params),
+      del: (route, params) => request('DELETE', route, undefined, params),
+      post: (route, body, params) => request('POST', route, body, params),
+      put: (route, body, params) => request('PUT', route, body, params),
+      patch: (route, body, params) => request('PATCH', route, body, params),
+    });
+  return { permitter, fill, client };
 })()

@@ -1,8 +1,9 @@
 // The engine's JavaScript side, evaluated once per context before any caller code.
-// It receives the native functions (`write`, `call`, `readFile`) and the shared
-// route checks (`routes`, runners/host-api/routes.js) and returns the
-// helpers the Rust side drives: `inspect` (notebook display), `describe` (uncaught
-// errors), `nextTimer` (virtual-time timers) and `installHost` (a grant's client).
+// It receives the native functions (`write`, `call`, `readFile`) and the grant
+// client's shared route checks and shape (`routes`, runners/host-api/routes.js),
+// and returns the helpers the Rust side drives: `inspect` (notebook display),
+// `describe` (uncaught errors), `nextTimer` (virtual-time timers) and `installHost`
+// (a grant's client).
 // The native object is not reachable from caller code after this returns.
 (function (native) {
   'use strict';
@@ -294,15 +295,11 @@
       }
       return Promise.resolve(data);
     };
-    const client = {
-      call: (method, route, body, params) => request(method, route, body, params),
-      get: (route, params) => request('GET', route, undefined, params),
-      del: (route, params) => request('DELETE', route, undefined, params),
-      post: (route, body, params) => request('POST', route, body, params),
-      put: (route, body, params) => request('PUT', route, body, params),
-      patch: (route, body, params) => request('PATCH', route, body, params),
-    };
-    Object.defineProperty(globalThis, name, { value: Object.freeze(client), writable: false, configurable: false });
+    Object.defineProperty(globalThis, name, {
+      value: native.routes.client(request),
+      writable: false,
+      configurable: false,
+    });
     if (preamble) (0, eval)(preamble);
   }
 
