@@ -13,6 +13,22 @@ echo "building guest components (release, wasm32-wasip2) into $target_dir" >&2
 cargo build --release --locked --target wasm32-wasip2 \
   --manifest-path "$here/Cargo.toml" --target-dir "$target_dir"
 
+# The simulation guests: each plant and model crate (plimsoll-plant-NAME,
+# plimsoll-model-NAME) becomes guests/sims/NAME/NAME.wasm, each controller crate
+# (plimsoll-controller-NAME) guests/sims/controllers/NAME/NAME.wasm. They import
+# nothing and need no pre-initialisation.
+release="$target_dir/wasm32-wasip2/release"
+for built in "$release"/plimsoll_plant_*.wasm "$release"/plimsoll_model_*.wasm "$release"/plimsoll_controller_*.wasm; do
+  [ -f "$built" ] || continue
+  file=${built##*/plimsoll_}
+  case $file in
+    controller_*) name=${file#controller_}; name=${name%.wasm}; dest="sims/controllers/$name/$name.wasm" ;;
+    *) name=${file#*_}; name=${name%.wasm}; dest="sims/$name/$name.wasm" ;;
+  esac
+  install -D -m 0644 "$built" "$out_dir/$dest"
+  (cd "$out_dir" && sha256sum "$dest")
+done
+
 # Pre-initialisation: plimsoll-preinit (a host tool, built in the host workspace with
 # the host's flags, so none of the guest settings above) runs the component's
 # `prepare` with fixed clocks and random streams and snapshots it: a fresh run starts

@@ -8,7 +8,7 @@ scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
 GUESTS_TARGET_DIR="$scratch/target" GUESTS_OUT_DIR="$scratch/out" "$here/build.sh" >/dev/null
 status=0
-for built in "$scratch"/out/*/*.wasm; do
+while IFS= read -r built; do
   rel=${built#"$scratch/out/"}
   want=$(sha256sum "$here/$rel" | cut -d' ' -f1)
   got=$(sha256sum "$built" | cut -d' ' -f1)
@@ -19,5 +19,5 @@ for built in "$scratch"/out/*/*.wasm; do
     echo "  run guests/build.sh and commit the result" >&2
     status=1
   fi
-done
+done < <(find "$scratch/out" -name '*.wasm' | sort)
 exit $status

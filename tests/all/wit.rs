@@ -60,6 +60,7 @@ fn the_worlds_later_issues_implement_exist() {
             "plimsoll:provider@0.1.0/provider-plugin",
             "plimsoll:signer@0.1.0/signer-plugin",
             "plimsoll:sim@0.1.0/controller-guest",
+            "plimsoll:sim@0.1.0/model-guest",
             "plimsoll:sim@0.1.0/plant-guest",
         ]
     );

@@ -3,9 +3,9 @@
 //! The guest holds no policy: the host sets every limit (memory per store, an epoch
 //! deadline, output caps) and decides what a result means. This side only evaluates
 //! code, forwards console output to the `console` import, and drives promise jobs and
-//! timers until nothing is left to do.
+//! timers until nothing is left to do. `lines` runs node line programs (controllers).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
@@ -31,6 +31,7 @@ const ROUTES: &str = include_str!("../../../runners/host-api/routes.js");
 /// recursion raises a `RangeError` the caller can read instead of a trap.
 const MAX_STACK_BYTES: usize = 512 << 10;
 
+mod lines;
 mod redeclare;
 
 thread_local! {
@@ -39,7 +40,7 @@ thread_local! {
     static READY: RefCell<Option<Js>> = const { RefCell::new(None) };
     /// `Math.random`'s xorshift64* state, drawn from WASI randomness when a run or
     /// an interpreter starts (a snapshot would otherwise give every run one sequence).
-    static RANDOM: std::cell::Cell<u64> = const { std::cell::Cell::new(0x9e37_79b9_7f4a_7c15) };
+    static RANDOM: Cell<u64> = const { Cell::new(0x9e37_79b9_7f4a_7c15) };
 }
 
 /// Draws a fresh seed for `Math.random`.
@@ -75,6 +76,8 @@ struct Js {
     ctx: Context,
     helpers: Option<Persistent<Object<'static>>>,
     unhandled: Unhandled,
+    /// Set when a line program exits: the console drops every later write.
+    quiet: Rc<Cell<bool>>,
 }
 
 impl Js {
@@ -93,11 +96,16 @@ impl Js {
             }
         })));
         let ctx = Context::full(&rt).map_err(|e| e.to_string())?;
+        let quiet: Rc<Cell<bool>> = Rc::default();
+        let silenced = quiet.clone();
         let helpers = ctx.with(|ctx| -> rquickjs::Result<_> {
             let native = Object::new(ctx.clone())?;
             native.set(
                 "write",
-                Function::new(ctx.clone(), |channel: i32, text: rquickjs::String<'_>| {
+                Function::new(ctx.clone(), move |channel: i32, text: rquickjs::String<'_>| {
+                    if silenced.get() {
+                        return;
+                    }
                     let text = text.to_string().unwrap_or_default();
                     let channel = if channel == 1 { Channel::Stderr } else { Channel::Stdout };
                     write(channel, text.as_bytes());
@@ -121,7 +129,7 @@ impl Js {
             Ok(Persistent::save(&ctx, helpers))
         });
         let helpers = helpers.map_err(|e| format!("the engine could not install its prelude: {e}"))?;
-        Ok(Js { rt, ctx, helpers: Some(helpers), unhandled })
+        Ok(Js { rt, ctx, helpers: Some(helpers), unhandled, quiet })
     }
 
     fn helper<'js>(&self, ctx: &Ctx<'js>, name: &str) -> rquickjs::Result<Function<'js>> {
@@ -163,19 +171,7 @@ impl Js {
                     }
                 }
             }
-            let rejected = self.ctx.with(|ctx| {
-                let first = self.unhandled.borrow_mut().drain(..).next();
-                match first {
-                    Some((_, reason)) => {
-                        if let Ok(reason) = reason.restore(&ctx) {
-                            self.report(&ctx, CaughtError::Value(reason), true);
-                        }
-                        true
-                    }
-                    None => false,
-                }
-            });
-            if rejected {
+            if self.report_unhandled() {
                 return Status::Raised;
             }
             let fired = self.ctx.with(|ctx| {
@@ -190,6 +186,22 @@ impl Js {
                 Err(()) => return Status::Raised,
             }
         }
+    }
+
+    /// Reports the first rejection nothing handled, if any, and forgets the rest.
+    fn report_unhandled(&self) -> bool {
+        if self.unhandled.borrow().is_empty() {
+            return false;
+        }
+        self.ctx.with(|ctx| {
+            let first = self.unhandled.borrow_mut().drain(..).next();
+            if let Some((_, reason)) = first
+                && let Ok(reason) = reason.restore(&ctx)
+            {
+                self.report(&ctx, CaughtError::Value(reason), true);
+            }
+        });
+        true
     }
 }
 
@@ -229,6 +241,8 @@ impl Guest for Engine {
     type Interpreter = Interpreter;
 
     fn prepare() {
+        // First, so the context below reuses the memory the compiler freed.
+        lines::prepare();
         if let Ok(js) = Js::new(None) {
             READY.with(|r| *r.borrow_mut() = Some(js));
         }
@@ -264,6 +278,10 @@ impl Guest for Engine {
         }
         js.settle()
     }
+}
+
+impl exports::plimsoll::engine::lines::Guest for Engine {
+    type Program = lines::Program;
 }
 
 /// A session's JavaScript interpreter: one context kept across cells.
