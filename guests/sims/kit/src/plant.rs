@@ -8,7 +8,9 @@ use alloc::vec::Vec;
 use core::cell::RefCell;
 
 use crate::fmu::{CoSim, Model};
-use crate::plant_bindings::exports::plimsoll::sim::plant::{Description, GuestSimulation, JacobianKind, StepStatus};
+use crate::plant_bindings::exports::plimsoll::sim::plant::{
+    Description, GuestSimulation, JacobianKind, StepStatus, Stepped,
+};
 
 /// A plant as the judge drives it.
 pub trait Plant: Sized + 'static {
@@ -136,11 +138,13 @@ impl<P: Plant> GuestSimulation for Live<P> {
         self.plant.borrow_mut().observe()
     }
 
-    fn step(&self, inputs: Vec<f64>) -> Result<StepStatus, String> {
+    fn step(&self, inputs: Vec<f64>) -> Result<Stepped, String> {
         if inputs.len() != self.inputs {
             return Err(alloc::format!("the plant takes {} input(s), not {}", self.inputs, inputs.len()));
         }
-        self.plant.borrow_mut().step(&inputs)
+        let mut plant = self.plant.borrow_mut();
+        let status = plant.step(&inputs)?;
+        Ok(Stepped { status, observation: plant.observe() })
     }
 
     fn jacobian(&self) -> Result<Vec<f64>, String> {
