@@ -1,0 +1,108 @@
+//! A process that runs simulations by itself (the `plimsoll-judge` program inside a
+//! sandbox image): its own engine and epoch ticker, and components precompiled into
+//! a directory of the image when it is built.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sha2::{Digest, Sha256};
+use wasmtime::component::Component;
+use wasmtime::{Config, Engine};
+
+use crate::catalogue::{ModelName, PlantName};
+use crate::library::{Load, model_bytes, plant_bytes};
+
+/// How often the standalone engine's epoch advances.
+pub const EPOCH_TICK: Duration = Duration::from_millis(5);
+
+/// The engine settings every simulation engine shares beyond the component model
+/// and epochs: NaNs canonicalised and relaxed SIMD deterministic, so no result
+/// depends on the host's CPU.
+pub fn deterministic(cfg: &mut Config) -> &mut Config {
+    cfg.cranelift_nan_canonicalization(true).relaxed_simd_deterministic(true)
+}
+
+/// An engine with the component model, epoch interruption (its ticker running) and
+/// serial compilation (a sandbox's process limit is small).
+///
+/// # Errors
+///
+/// wasmtime's reason when it refuses the configuration.
+pub fn engine() -> Result<Engine, String> {
+    let mut cfg = Config::new();
+    cfg.wasm_component_model(true).epoch_interruption(true).parallel_compilation(false);
+    deterministic(&mut cfg);
+    let engine = Engine::new(&cfg).map_err(|e| format!("the wasm engine could not be configured: {e:#}"))?;
+    let weak = engine.weak();
+    std::thread::Builder::new()
+        .name("plimsoll-epoch".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(EPOCH_TICK);
+                match weak.upgrade() {
+                    Some(e) => e.increment_epoch(),
+                    None => return,
+                }
+            }
+        })
+        .map_err(|e| format!("the epoch ticker could not start: {e}"))?;
+    Ok(engine)
+}
+
+/// The file a component precompiled for `engine` is kept in under `dir`: named by
+/// its name, its SHA-256 and the engine's compatibility hash.
+fn cached(engine: &Engine, dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut h);
+    dir.join(format!("{name}-{}-{:016x}.cwasm", hex::encode(Sha256::digest(bytes)), h.finish()))
+}
+
+/// Loads from `dir` what [`precompile`] put there, and compiles anything else now.
+pub fn loader(engine: &Engine, dir: Option<PathBuf>) -> Arc<Load> {
+    let engine = engine.clone();
+    Arc::new(move |name: &str, bytes: &[u8]| {
+        if let Some(dir) = &dir {
+            let path = cached(&engine, dir, name, bytes);
+            if path.is_file() {
+                // SAFETY: the file holds machine code, so it must come from a trusted
+                // build: `dir` is the image's read-only directory, written only by
+                // `precompile` with this binary when the image was built, and the name
+                // pins the component's SHA-256 and this engine's settings; wasmtime
+                // checks the header's version and settings again.
+                if let Ok(c) = unsafe { Component::deserialize_file(&engine, &path) } {
+                    return Ok(c);
+                }
+            }
+        }
+        Component::new(&engine, bytes).map_err(|e| format!("component {name} does not compile: {e:#}"))
+    })
+}
+
+/// Compiles every plant, every model and `quickjs` for `engine` into `dir`.
+///
+/// # Errors
+///
+/// The first component that does not compile, or a file that cannot be written.
+pub fn precompile(engine: &Engine, dir: &Path, quickjs: &[u8]) -> Result<Vec<PathBuf>, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    let mut all: Vec<(String, &[u8])> = vec![("quickjs".to_string(), quickjs)];
+    let mut plants: Vec<_> = PlantName::ALL.iter().map(|p| p.component()).collect();
+    plants.dedup();
+    for p in plants {
+        all.push((format!("plant-{p:?}").to_ascii_lowercase(), plant_bytes(p)));
+    }
+    for m in ModelName::ALL {
+        all.push((format!("model-{m}"), model_bytes(m)));
+    }
+    let mut written = Vec::new();
+    for (name, bytes) in all {
+        let compiled =
+            engine.precompile_component(bytes).map_err(|e| format!("component {name} does not compile: {e:#}"))?;
+        let path = cached(engine, dir, &name, bytes);
+        std::fs::write(&path, compiled).map_err(|e| format!("writing {}: {e}", path.display()))?;
+        written.push(path);
+    }
+    Ok(written)
+}

@@ -1,0 +1,7 @@
+//! The judge end to end on the real plant components, with controllers in every form.
+
+mod support;
+
+mod faults;
+mod oracle;
+mod tables;
