@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Builds plimsoll's sandbox image from Debian packages: debootstrap a minimal
-# bookworm root with python3 and nodejs, add the in-image programs from runners/,
-# and `docker import` it. No registry is involved. Idempotent: the image carries its
-# recipe digest as a label, and an image with the same digest is reused.
+# bookworm root with python3, nodejs, and clang-19 with wasi-libc (C controllers
+# compile to wasm32 in a run's first step), add the in-image programs from runners/
+# and the simulation judge (a static binary embedding wasmtime, the plants and
+# QuickJS, with every component precompiled into /opt/plimsoll/sims), and `docker
+# import` it. No registry is involved. Idempotent: the image carries its recipe
+# digest as a label, and an image with the same digest is reused.
 #
 # Writes the image's content ID to images/out/sandbox.id (the daemon runs images by
 # ID only: SANDBOX_DOCKER_IMAGE=$(cat images/out/sandbox.id)). Run as root.
@@ -13,19 +16,35 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 suite=bookworm
-packages=python3,nodejs
+packages=python3,nodejs,clang-19,lld-19,wasi-libc,libclang-rt-19-dev-wasm32
 name=plimsoll-sandbox
 out=images/out
 say() { printf '[images] %s\n' "$*" >&2; }
+
+# The judge: built with the whole workspace (so the test suite reuses every
+# dependency), then only its final link again with a static C library, so it runs
+# in the image whatever the image's libraries are.
+judge=$out/plimsoll-judge
+build_judge() {
+  command -v cargo >/dev/null || { echo "images/build.sh: cargo is missing (the judge is built from runners/judge)" >&2; exit 1; }
+  mkdir -p "$out"
+  say "plimsoll-judge: building (debug profile, dependencies optimised; shared with the test suite)"
+  cargo build -q --locked --workspace --all-targets
+  cargo rustc -q --locked -p plimsoll-judge --bin plimsoll-judge -- -C target-feature=+crt-static
+  install -m 0755 "${CARGO_TARGET_DIR:-target}/debug/plimsoll-judge" "$judge.tmp"
+  strip --strip-debug "$judge.tmp"
+  mv "$judge.tmp" "$judge"
+}
 
 # The recipe: everything that decides the image's bytes except the archive itself.
 recipe_digest() {
   {
     printf 'suite=%s\npackages=%s\n' "$suite" "$packages"
     sha256sum images/build.sh runners/project/runner.py runners/probe/probe.py runners/session/agent.py \
-      runners/session/cell.py runners/session/cell.js
+      runners/session/cell.py runners/session/cell.js "$judge"
   } | sha256sum | cut -d' ' -f1
 }
+build_judge
 digest=$(recipe_digest)
 if [ "${1:-}" = --digest ]; then echo "$digest"; exit 0; fi
 
@@ -66,6 +85,14 @@ install -m 0755 runners/project/runner.py "$root/opt/plimsoll/runner.py"
 install -m 0755 runners/probe/probe.py "$root/opt/plimsoll/probe.py"
 install -m 0755 runners/session/agent.py "$root/opt/plimsoll/agent.py"
 install -m 0644 runners/session/cell.py runners/session/cell.js "$root/opt/plimsoll/"
+install -m 0755 "$judge" "$root/usr/local/bin/plimsoll-judge"
+# Every component the judge runs, compiled now by the judge itself (the same
+# engine settings), so a run in the image starts without compiling anything.
+"$judge" precompile "$root/opt/plimsoll/sims" >/dev/null
+chmod -R a+rX "$root/opt/plimsoll/sims"
+# The C controllers' compiler under its plain name; Debian's clang-19 finds
+# wasi-libc for --target=wasm32-wasi by itself.
+ln -sfn /usr/bin/clang-19 "$root/usr/local/bin/clang"
 # No set-uid or set-gid file: no_new_privs already defeats them; defence in depth.
 find "$root" -xdev -type f -perm /6000 -exec chmod ug-s {} +
 # The host binds its own resolver file; the image's copy must not matter.

@@ -1,12 +1,19 @@
 #!/usr/bin/python3 -I
 """plimsoll's project runner: runs inside a sandbox image as the guest user.
 
-It reads one JSON plan on stdin, takes the report key out of it before anything
-else exists, writes the files under /work, runs the steps with `sh -c` in order
-(stopping at the first failure or timeout), reads back the artifacts, and writes
-one report frame to stdout:
+Started ahead of its run (the host may keep it in its warm pool) as
+`runner.py --waiting READY`, it writes READY to stdout and waits on stdin, whose
+first line holds the run's start and end markers and whose rest is one JSON plan.
+It writes the start marker to stderr, takes the report key out of the plan before
+anything else exists, writes the files under /work, runs the steps with `sh -c` in
+order (stopping at the first failure or timeout), reads back the artifacts, and
+writes one report frame to stdout:
 
     \n<<<PLIMSOLL_REPORT_V2>>> <body length> <hex HMAC-SHA256(key, body)>\n<body>
+
+then its last words, which let the host stop waiting before docker confirms the
+exit: the end marker on stdout, and the end marker, its exit status and the end
+marker on stderr. Run without `--waiting`, it reads the plan alone from stdin.
 
 Steps share the runner's uid, so the runner makes itself non-dumpable first: a
 step can then open neither /proc/<runner>/mem nor /proc/<runner>/environ, and the
@@ -134,9 +141,32 @@ def artifacts(plan):
     return got, truncated
 
 
+def waiting(ready):
+    """Says READY, then reads the run's markers; writes the start marker to stderr."""
+    sys.stdout.buffer.write(ready.encode())
+    sys.stdout.buffer.flush()
+    marker, end = sys.stdin.buffer.readline().split()
+    sys.stderr.buffer.write(marker)
+    sys.stderr.buffer.flush()
+    return end
+
+
+def last_words(end):
+    sys.stdout.buffer.write(end)
+    sys.stdout.buffer.flush()
+    sys.stderr.buffer.write(end + b"0" + end)
+    sys.stderr.buffer.flush()
+
+
 def main():
     undumpable()
-    plan = json.loads(sys.stdin.buffer.read())
+    end = waiting(sys.argv[2]) if sys.argv[1:2] == ["--waiting"] and len(sys.argv) == 3 else None
+    run(json.loads(sys.stdin.buffer.read()))
+    if end is not None:
+        last_words(end)
+
+
+def run(plan):
     key = bytes.fromhex(plan.pop("reportKey"))
     os.close(0)
     os.open(os.devnull, os.O_RDONLY)

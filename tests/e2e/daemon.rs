@@ -7,19 +7,12 @@ use plimsoll_client::{Client, Error, Options, Settings};
 use plimsoll_core::{Floor, Reason};
 
 use super::raw::{self, Reply};
-use super::{Daemon, callers, rt, scratch};
+use super::{Daemon, rt, scratch};
 
 const ID: &str = "0123456789abcdef0123456789abcdef";
 
-/// A wasm daemon with one caller, rate limiting off.
 fn wasm_daemon(name: &str, extra: &[(&str, &str)]) -> (Daemon, String) {
-    let dir = scratch(name);
-    let (file, tokens) = callers(&dir, &["ci"]);
-    let file = file.display().to_string();
-    let mut env =
-        vec![("SANDBOX_PROVIDER", "wasm"), ("PLIMSOLL_CLIENTS_FILE", file.as_str()), ("SANDBOX_RATE_PER_MIN", "0")];
-    env.extend_from_slice(extra);
-    (Daemon::start(&env), tokens[0].clone())
+    super::wasm_daemon(name, "ci", extra)
 }
 
 fn assert_refused(r: &Reply, status: u16, code: &str, reason: &str, message: &str) {
@@ -87,7 +80,7 @@ fn every_refusal_reason_the_wasm_provider_can_meet_arrives_marked() {
         "unimplemented",
         "unsupported",
         "step 1 (\"true\") is not a python3 command: the wasm provider runs only `python3 [-I] FILE [ARG...]` \
-         steps; the docker provider runs shell steps",
+         steps (or `plimsoll-judge ARGS` steps for a simulation run); the docker provider runs shell steps",
     );
     let r = raw::post(
         a,

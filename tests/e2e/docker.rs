@@ -18,7 +18,7 @@ use super::raw;
 use super::{Daemon, host, refused_start, rt, scratch};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-const TOKEN: &str = "docker-suite-token-docker-suite-token-0123";
+pub(super) const TOKEN: &str = "docker-suite-token-docker-suite-token-0123";
 
 pub(super) fn required() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true")

@@ -14,6 +14,7 @@ mod python;
 mod raw;
 mod session_suite;
 mod sessions;
+mod sims;
 mod warm_pool;
 
 use std::io::{BufRead as _, BufReader};
@@ -55,6 +56,18 @@ pub fn callers(dir: &std::path::Path, ids: &[&str]) -> (std::path::PathBuf, Vec<
         })
         .collect();
     (file, tokens)
+}
+
+/// A wasm daemon with one caller `caller`, rate limiting off, and `extra` settings;
+/// the daemon and the caller's token.
+pub fn wasm_daemon(name: &str, caller: &str, extra: &[(&str, &str)]) -> (Daemon, String) {
+    let dir = scratch(name);
+    let (file, tokens) = callers(&dir, &[caller]);
+    let file = file.display().to_string();
+    let mut env =
+        vec![("SANDBOX_PROVIDER", "wasm"), ("PLIMSOLL_CLIENTS_FILE", file.as_str()), ("SANDBOX_RATE_PER_MIN", "0")];
+    env.extend_from_slice(extra);
+    (Daemon::start(&env), tokens[0].clone())
 }
 
 /// A running daemon, stopped on drop.

@@ -6,7 +6,7 @@
 
 use std::process::Command;
 
-use super::{Daemon, callers, scratch};
+use super::Daemon;
 
 pub fn python() -> String {
     if let Ok(p) = std::env::var("PLIMSOLL_E2E_PYTHON") {
@@ -82,15 +82,8 @@ assert not errors, errors
 print("concurrent ok")
 "#;
 
-/// A wasm daemon with one caller, `py`, and `extra` settings; its URL and token.
 fn wasm_daemon(name: &str, extra: &[(&str, &str)]) -> (Daemon, String) {
-    let dir = scratch(name);
-    let (file, tokens) = callers(&dir, &["py"]);
-    let file = file.display().to_string();
-    let mut env =
-        vec![("SANDBOX_PROVIDER", "wasm"), ("PLIMSOLL_CLIENTS_FILE", file.as_str()), ("SANDBOX_RATE_PER_MIN", "0")];
-    env.extend_from_slice(extra);
-    (Daemon::start(&env), tokens[0].clone())
+    super::wasm_daemon(name, "py", extra)
 }
 
 #[test]

@@ -92,9 +92,10 @@ fn suite(runtime: &str) {
         r
     };
 
-    // The smoke test's JavaScript and Python snippets taught the pool two shapes.
+    // The smoke test's JavaScript and Python snippets and its project taught the
+    // pool three shapes.
     full(&d);
-    assert_eq!(metric(&d, "plimsoll_warm_pool_wanted"), 2);
+    assert_eq!(metric(&d, "plimsoll_warm_pool_wanted"), 3);
 
     // A run from the pool: its result, tier and record as without one.
     let r = run(
@@ -117,6 +118,18 @@ fn suite(runtime: &str) {
     assert_ne!(second, first, "a pooled container served two runs");
     assert!(gone(&who, &first), "the first run's container {first} still exists");
 
+    // A project (the runner waits for its plan) is served from the pool too.
+    full(&d);
+    let before = hits(&d);
+    let p = rt
+        .block_on(client.run_project(&[("a.txt", "pooled")], &["cat a.txt", "hostname"], &[], &opts(0)))
+        .expect("a project")
+        .project
+        .expect("project result");
+    assert_eq!(hits(&d), before + 1, "the project was not served from the pool");
+    assert_eq!((p.outcome, p.steps.len()), (plimsoll_core::wire::ProjectOutcome::Completed, 2), "{p:?}");
+    assert_eq!(text(&p.steps[0].stdout), "pooled");
+
     // Through the pool, results are those of a fresh interpreter's.
     let js = run("throw new Error('boom')", 0).javascript.expect("js");
     assert_eq!(js.exit_code, 1);
@@ -137,12 +150,12 @@ fn suite(runtime: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let pooled = loop {
         let running = containers(&who, false);
-        if running.len() == 2 || Instant::now() > deadline {
+        if running.len() == 3 || Instant::now() > deadline {
             break running;
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert_eq!(pooled.len(), 2, "{pooled:?}");
+    assert_eq!(pooled.len(), 3, "{pooled:?}");
     for id in &pooled {
         let args: &[&str] = if runtime == "runc" { &["update", "--pids-limit", "300"] } else { &["pause"] };
         let o = Command::new("docker").args(args).arg(id).output().expect("docker");

@@ -379,8 +379,11 @@ impl Daemon {
                 "project run"
             }
             Ok(Payload::Module(m)) => {
+                // The table's shape, never a parameter value.
                 audit.push(("model", json!(m.model)));
                 audit.push(("rows", json!(m.rows.len())));
+                audit.push(("row_width", json!(m.rows.first().map_or(0, |r| r.values.len()))));
+                audit.push(("max_steps", json!((m.end_time / m.step) as i64 + 2)));
                 "module run"
             }
             Ok(Payload::Cell(_)) | Err(_) => "code run",
@@ -490,6 +493,11 @@ impl Daemon {
         if let Some(p) = &resp.project {
             fields.push(("outcome", json!(p.outcome.log_name())));
             fields.push(("steps_ran", json!(p.steps.len())));
+        }
+        if let Some(m) = &resp.module {
+            fields.push(("outcome", json!(m.outcome.log_name())));
+            fields.push(("runs", json!(m.runs.len())));
+            fields.push(("width", json!(m.width)));
         }
         let bytes = serde_json::to_vec(&resp).map_err(|e| self.internal(&format!("encoding RunResponse: {e}")))?;
         Ok((bytes, fields))

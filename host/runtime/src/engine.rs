@@ -113,6 +113,8 @@ impl Engine {
             .epoch_interruption(true)
             .memory_init_cow(true)
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        // Simulation runs promise the same bits on every host.
+        plimsoll_sim::standalone::deterministic(&mut cfg);
         let inner = wasmtime::Engine::new(&cfg).map_err(|e| RuntimeError::Engine(format!("{e:#}")))?;
         start_ticker(&inner);
         Ok(Engine { inner, cache_dir: config.cache_dir.clone() })

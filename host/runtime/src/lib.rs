@@ -34,6 +34,7 @@
 pub mod engine;
 pub mod plugin;
 pub mod python;
+pub mod sims;
 pub mod wasm;
 
 pub use engine::{Engine, EngineConfig, Readiness};

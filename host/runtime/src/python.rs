@@ -230,8 +230,8 @@ pub fn python_steps(steps: &[String]) -> Result<Vec<PythonStep>, Refusal> {
         .map(|(i, step)| {
             let refuse = |why: &str| {
                 Refusal::unsupported(format!(
-                    "step {} ({step:?}) {why}: the wasm provider runs only `python3 [-I] FILE [ARG...]` steps; \
-                     the docker provider runs shell steps",
+                    "step {} ({step:?}) {why}: the wasm provider runs only `python3 [-I] FILE [ARG...]` steps \
+                     (or `plimsoll-judge ARGS` steps for a simulation run); the docker provider runs shell steps",
                     i + 1
                 ))
             };
@@ -361,8 +361,8 @@ mod tests {
             assert_eq!(
                 r.message,
                 format!(
-                    "step 2 ({step:?}) {why}: the wasm provider runs only `python3 [-I] FILE [ARG...]` steps; \
-                     the docker provider runs shell steps"
+                    "step 2 ({step:?}) {why}: the wasm provider runs only `python3 [-I] FILE [ARG...]` steps \
+                     (or `plimsoll-judge ARGS` steps for a simulation run); the docker provider runs shell steps"
                 ),
             );
         }

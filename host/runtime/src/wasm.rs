@@ -15,7 +15,7 @@ use plimsoll_core::provider::{
 };
 use plimsoll_core::session::{Answered, Call, CallError, Opened, Output, Session};
 use plimsoll_core::validate::Language;
-use plimsoll_core::wire::{CellResult, JavaScriptResult, ProjectResult, ProjectRun};
+use plimsoll_core::wire::{CellResult, JavaScriptResult, ModuleResult, ModuleRun, ProjectResult, ProjectRun};
 use plimsoll_core::{Floor, Reason, Refusal, Tier};
 use sha2::{Digest, Sha256};
 use wasmtime::component::{HasSelf, Linker, ResourceAny, ResourceTable};
@@ -26,6 +26,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 use crate::RuntimeError;
 use crate::engine::{Engine, Loaded, Readiness};
 use crate::python::{self, LivePython, PythonGuest};
+use crate::sims::{self, Sims};
 
 #[allow(
     missing_docs,
@@ -258,6 +259,7 @@ pub struct WasmProvider {
     loaded: (Readiness, Duration),
     python: Option<PythonGuest>,
     identity: Arc<str>,
+    sims: Sims,
 }
 
 impl std::fmt::Debug for WasmProvider {
@@ -296,7 +298,16 @@ impl WasmProvider {
         EngineWorld::add_to_linker::<RunState, HasSelf<RunState>>(&mut linker, |s| s).map_err(link)?;
         let pre = linker.instantiate_pre(&component).map_err(link)?;
         let pre = EnginePre::new(pre).map_err(link)?;
-        Ok(WasmProvider { engine: engine.clone(), pre, config, loaded: (readiness, took), python: None, identity })
+        let sims = Sims::new(engine, &config);
+        Ok(WasmProvider {
+            engine: engine.clone(),
+            pre,
+            config,
+            loaded: (readiness, took),
+            python: None,
+            identity,
+            sims,
+        })
     }
 
     /// The same provider, running Python too: project steps `python3 [-I] FILE
@@ -309,6 +320,15 @@ impl WasmProvider {
     /// The CPython guest, when this provider runs Python.
     pub fn python(&self) -> Option<&PythonGuest> {
         self.python.as_ref()
+    }
+
+    /// The simulation judge and its guests.
+    pub fn sims(&self) -> &Sims {
+        &self.sims
+    }
+
+    fn sim_evidence(&self) -> Evidence {
+        Evidence { tier: Tier::Process, environment: self.sims.identity().to_string(), ..Evidence::default() }
     }
 
     /// The refusal for Python on a provider without the CPython guest.
@@ -667,14 +687,25 @@ impl Provider for WasmProvider {
                 max_timeout: self.config.max_timeout,
                 languages: vec![Language::JavaScript],
             }),
-            project: self.python.as_ref().map(|p| KindSupport {
-                identity: p.identity().to_string(),
+            // Projects are Python steps when the CPython guest is built, and judge
+            // steps (simulation runs) always.
+            project: Some(KindSupport {
+                identity: self
+                    .python
+                    .as_ref()
+                    .map_or_else(|| self.sims.identity().to_string(), |p| p.identity().to_string()),
                 software_identity: String::new(),
                 default_timeout: self.config.default_timeout,
                 max_timeout: self.config.max_timeout,
-                languages: vec![Language::Python],
+                languages: if self.python.is_some() { vec![Language::Python] } else { Vec::new() },
             }),
-            module: None,
+            module: Some(KindSupport {
+                identity: self.sims.identity().to_string(),
+                software_identity: String::new(),
+                default_timeout: self.config.default_timeout,
+                max_timeout: self.config.max_timeout,
+                languages: Vec::new(),
+            }),
             memory_mb: self.config.memory_mb,
             policy: String::new(),
         }
@@ -717,18 +748,34 @@ impl Provider for WasmProvider {
     ) -> Result<Ran<ProjectResult>, RunError> {
         if grant.is_some() {
             return Err(Refusal::unsupported(
-                "the wasm provider's Python projects cannot carry a grant; the docker provider's can",
+                "the wasm provider's projects cannot carry a grant; the docker provider's can",
             )
             .into());
+        }
+        provider::check_floor(Tier::Process, floor)?;
+        // A simulation run: every step is `plimsoll-judge ARGS`, the judge runs here.
+        if let Some(steps) = sims::judge_steps(&project.steps) {
+            let result = self.sims.run_project(project, &steps?, timeout);
+            return Ok(Ran { result, evidence: self.sim_evidence() });
         }
         // Every step must be `python3 [-I] FILE [ARG...]`, checked before anything
         // runs; the steps run in order in one fresh CPython instance over an
         // in-memory work directory holding the project's files.
-        provider::check_floor(Tier::Process, floor)?;
         let python = self.python.as_ref().ok_or_else(|| self.no_python())?;
         let steps = python::python_steps(&project.steps)?;
         let result = python.run_project(&self.engine, &self.config, project, &steps, timeout)?;
         Ok(Ran { result, evidence: self.python_evidence(python) })
+    }
+
+    fn run_module(
+        &self,
+        module: &ModuleRun,
+        timeout: Duration,
+        floor: Option<Floor>,
+    ) -> Result<Ran<ModuleResult>, RunError> {
+        provider::check_floor(Tier::Process, floor)?;
+        let result = self.sims.run_module(module, timeout)?;
+        Ok(Ran { result, evidence: self.sim_evidence() })
     }
 }
 

@@ -23,7 +23,7 @@ wit_bindgen::generate!({
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use exports::plimsoll::provider::provider::{Description, Guest, RunError};
-use plimsoll::host::containers::{self, Container, ExecResult, Mount};
+use plimsoll::host::containers::{self, Container, Mount};
 use plimsoll::host::log;
 use plimsoll::types::types::{
     Evidence, File, Limits, ModuleRequest, ModuleResult, Output, ProjectOutcome, ProjectResult, Refusal, RefusalReason,
@@ -297,15 +297,6 @@ fn waiting(language: &str) -> Option<Vec<String>> {
     Some(cmd)
 }
 
-/// Runs a container to its end: create, start with `stdin`, wait.
-fn run(spec: containers::Spec, stdin: Vec<u8>, timeout_ms: u32, max_output: u32) -> Result<ExecResult, RunError> {
-    let c = Container::create(&spec).map_err(|e| RunError::Refused(refused(RefusalReason::Environment, e)))?;
-    c.start(&stdin).map_err(|e| RunError::MayHaveRun(format!("starting the container: {e}")))?;
-    let r = c.wait(timeout_ms, max_output).map_err(|e| RunError::MayHaveRun(format!("waiting for the container: {e}")));
-    c.remove();
-    r
-}
-
 /// Splits the marker off stderr. None: the guest's command never ran.
 fn strip_marker(stderr: &[u8], marker: &str) -> Option<Vec<u8>> {
     stderr.strip_prefix(marker.as_bytes()).map(<[u8]>::to_vec)
@@ -474,13 +465,28 @@ fn project(
     if marker.is_empty() {
         return Err(RunError::Refused(refused(RefusalReason::Environment, "no randomness for the start marker")));
     }
+    let end = random_hex(16);
+    if end.is_empty() {
+        return Err(RunError::Refused(refused(RefusalReason::Environment, "no randomness for the end marker")));
+    }
     let plan = plan(files, steps, artifacts, limits, key);
     let work = project_work_mb(limits).map_err(RunError::Refused)?;
-    let command = marked(&marker, &["python3", "-I", RUNNER]);
+    // The runner may have been started ahead of this run (the host's warm pool); it
+    // does nothing before its stdin, which carries this run's markers and plan.
+    let mut command: Vec<String> = vec!["/bin/sh".into(), "-c".into(), scrubbing(""), "plimsoll".into()];
+    command.extend(["python3", "-I", RUNNER, "--waiting", READY].map(String::from));
     let spec = spec(limits, &runtime, &image, command, Some(work), run_lifetime(limits));
+    let c = Container::launch(&spec, READY.as_bytes())
+        .map_err(|e| RunError::Refused(refused(RefusalReason::Environment, e)))?;
+    let stdin = [marker.as_bytes(), b" ", end.as_bytes(), b"\n", plan.to_string().as_bytes()].concat();
+    c.start(&stdin).map_err(|e| RunError::MayHaveRun(format!("starting the container: {e}")))?;
     // The runner's own deadline is the budget; the container gets a little more to report.
     let wait_ms = limits.timeout_ms.saturating_add(5000);
-    let r = run(spec, plan.to_string().into_bytes(), wait_ms, report_cap(limits, steps.len()))?;
+    let r = c
+        .wait_for_end(end.as_bytes(), wait_ms, report_cap(limits, steps.len()))
+        .map_err(|e| RunError::MayHaveRun(format!("waiting for the container: {e}")));
+    c.remove();
+    let r = r?;
     if strip_marker(&r.stderr, &marker).is_none() {
         return Err(RunError::MayHaveRun(format!(
             "docker did not run the container's command (no start marker; exit {:?})",
@@ -681,6 +687,21 @@ mod tests {
         r.stderr = err[..at].to_vec();
         r.stdout = out;
         Some(status)
+    }
+
+    #[test]
+    fn the_waiting_runner_reads_its_markers_then_its_plan_and_speaks_last() {
+        let runner = concat!(env!("CARGO_MANIFEST_DIR"), "/../../runners/project/runner.py");
+        // The runner writes under /work, which only a sandbox has; a plan with no
+        // files and no steps still reports.
+        let plan = serde_json::json!({"files": [], "steps": [], "artifacts": [], "reportKey": "00".repeat(32)});
+        let argv: Vec<String> = ["python3", "-I", runner, "--waiting", READY].map(String::from).into();
+        let mut r = run(&argv, format!("START {END}\n{plan}").as_bytes());
+        assert_eq!(r.status, 0, "{}", String::from_utf8_lossy(&r.stderr));
+        assert_eq!(unwrap(&mut r), Some(0), "the last words give status 0");
+        let out = String::from_utf8_lossy(&r.stdout);
+        assert!(out.starts_with("\n<<<PLIMSOLL_REPORT_V2>>> "), "the report follows the ready word: {out}");
+        assert!(out.ends_with(r#"{"steps":[],"artifacts":[],"artifactsTruncated":false}"#), "{out}");
     }
 
     /// Stderr without stack frames and file lines, which name the bootstrap's

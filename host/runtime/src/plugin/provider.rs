@@ -10,7 +10,8 @@ use plimsoll_core::provider::{
 use plimsoll_core::session::Opened;
 use plimsoll_core::validate::Language;
 use plimsoll_core::wire::{
-    Artifact, JavaScriptResult, ProjectFile, ProjectOutcome, ProjectResult, ProjectRun, StepResult,
+    Artifact, JavaScriptResult, ModuleResult, ModuleRun, ProjectFile, ProjectOutcome, ProjectResult, ProjectRun,
+    StepResult,
 };
 use plimsoll_core::{Floor, Reason, Refusal, Tier};
 use wasmtime::component::{Linker, ResourceTable};
@@ -221,7 +222,11 @@ impl PluginProvider {
             project: d.projects.then(|| {
                 kind(d.max_project_timeout_ms, self.limits.max_project_timeout, self.limits.max_project_timeout)
             }),
-            module: None,
+            // A module table runs as a project of the judge's table mode, which
+            // every sandbox image images/build.sh makes carries.
+            module: d.projects.then(|| {
+                kind(d.max_project_timeout_ms, self.limits.max_project_timeout, self.limits.max_project_timeout)
+            }),
             memory_mb: self.limits.memory_mb,
             policy: String::new(),
         }
@@ -478,6 +483,18 @@ impl Provider for PluginProvider {
         let evidence = self.evidence(&used, &e);
         after_run_floor(evidence.tier, floor)?;
         Ok(Ran { result: project_result(result), evidence })
+    }
+
+    fn run_module(
+        &self,
+        module: &ModuleRun,
+        timeout: Duration,
+        floor: Option<Floor>,
+    ) -> Result<Ran<ModuleResult>, RunError> {
+        crate::sims::check_module(module)?;
+        let project = crate::sims::module_project(module);
+        let Ran { result, evidence } = self.run_project(&project, timeout, floor, None)?;
+        Ok(Ran { result: crate::sims::module_from_project(module, result), evidence })
     }
 
     fn session_support(&self) -> Option<KindSupport> {

@@ -104,7 +104,7 @@ fn any_step_but_python3_file_is_refused_before_anything_runs() {
     assert_eq!(
         r.message,
         "step 2 (\"ls -l\") is not a python3 command: the wasm provider runs only `python3 [-I] FILE [ARG...]` \
-         steps; the docker provider runs shell steps"
+         steps (or `plimsoll-judge ARGS` steps for a simulation run); the docker provider runs shell steps"
     );
 }
 
