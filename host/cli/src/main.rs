@@ -15,6 +15,7 @@ mod plugin;
 mod record;
 mod run;
 mod serve;
+mod sim;
 
 use std::process::ExitCode;
 
@@ -65,6 +66,9 @@ enum Command {
     Advise(advise::Args),
     /// Measure one layer (wasm, daemon, session, docker) with its peer side by side.
     Bench(bench::Args),
+    /// Simulation runs: judge a controller against a plant, and replay pages.
+    #[command(subcommand)]
+    Sim(sim::Command),
 }
 
 /// `plimsoll-host mcp`: the configuration comes from the environment an AI
@@ -88,6 +92,7 @@ fn main() -> ExitCode {
         Command::Mcp => mcp(),
         Command::Advise(args) => advise::main(args),
         Command::Bench(args) => bench::main(args),
+        Command::Sim(cmd) => sim::main(cmd),
     };
     match outcome {
         Ok(code) => code,

@@ -80,7 +80,7 @@ fn parse_memory_mb(value: Option<&str>) -> anyhow::Result<u32> {
     }
 }
 
-fn memory_mb() -> anyhow::Result<u32> {
+pub(crate) fn memory_mb() -> anyhow::Result<u32> {
     match std::env::var("SANDBOX_MEMORY_MB") {
         Err(std::env::VarError::NotPresent) => parse_memory_mb(None),
         Err(e) => anyhow::bail!("SANDBOX_MEMORY_MB: {e}"),
@@ -88,7 +88,7 @@ fn memory_mb() -> anyhow::Result<u32> {
     }
 }
 
-fn refused(json: bool, r: &Refusal) -> ExitCode {
+pub(crate) fn refused(json: bool, r: &Refusal) -> ExitCode {
     if json {
         let body = serde_json::json!({ "notDispatched": r.reason.as_str(), "message": r.message });
         println!("{body}");
@@ -245,28 +245,79 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
         Ok(r) => r,
         Err(r) => return Ok(refused(args.json, &r)),
     };
-    let started = Started::now();
-    let prepared = match dispatch::prepare(&wasm.describe(), wasm.tier(), req) {
-        Ok(p) => p,
-        Err(r) => return Ok(refused(args.json, &r)),
-    };
-    match dispatch::execute(&wasm, prepared, None, &started) {
-        Ok(resp) if args.json => {
+    show(&args, send_embedded(&wasm, req))
+}
+
+/// Prints how a run ended, as lines or as the response's JSON.
+fn show(args: &Args, sent: Sent) -> anyhow::Result<ExitCode> {
+    match sent {
+        Sent::Answered(resp) if args.json => {
             println!("{}", serde_json::to_string(&resp)?);
             Ok(ExitCode::from(shown(&resp).map(|j| j.exit_code.clamp(0, 255) as u8).unwrap_or(0)))
         }
-        Ok(resp) => print_lines(&resp),
-        Err(Failure::Refused(r)) => Ok(refused(args.json, &r)),
-        Err(Failure::MayHaveRun(detail)) => {
+        Sent::Answered(resp) => print_lines(&resp),
+        Sent::Refused(r) => Ok(refused(args.json, &r)),
+        Sent::MayHaveRun(detail) => {
             eprintln!("failed, may have run: {detail}");
             Ok(ExitCode::from(EXIT_MAY_HAVE_RUN))
         }
     }
 }
 
+/// How a request sent to a provider ended.
+pub(crate) enum Sent {
+    /// Checked and answered.
+    Answered(Box<RunResponse>),
+    /// Refused; nothing ran.
+    Refused(Refusal),
+    /// Failed after the code may have run (the detail is for the operator).
+    MayHaveRun(String),
+}
+
+/// Runs `req` on the embedded provider through the same validation, floor check,
+/// dispatch and record as the daemon.
+pub(crate) fn send_embedded(wasm: &WasmProvider, req: RunRequest) -> Sent {
+    let started = Started::now();
+    let prepared = match dispatch::prepare(&wasm.describe(), wasm.tier(), req) {
+        Ok(p) => p,
+        Err(r) => return Sent::Refused(r),
+    };
+    match dispatch::execute(wasm, prepared, None, &started) {
+        Ok(resp) => Sent::Answered(Box::new(resp)),
+        Err(Failure::Refused(r)) => Sent::Refused(r),
+        Err(Failure::MayHaveRun(detail)) => Sent::MayHaveRun(detail),
+    }
+}
+
+/// Sends `req` to the daemon at `url` through the checking client (the token from
+/// `PLIMSOLL_CALLER_TOKEN`).
+///
+/// # Errors
+///
+/// The client could not be built (a bad URL or CA file).
+pub(crate) fn send_remote(url: &str, tls_ca: Option<PathBuf>, req: RunRequest) -> anyhow::Result<Sent> {
+    use plimsoll_client::{Client, Error, Settings};
+    let token = std::env::var("PLIMSOLL_CALLER_TOKEN").ok().filter(|t| !t.is_empty());
+    let settings = Settings { ca_file: tls_ca, ..Settings::default() };
+    let client = Client::with_settings(url, token, settings).map_err(|e| anyhow::anyhow!(e.to_string()))?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    Ok(match rt.block_on(client.run(req)) {
+        Ok(resp) => Sent::Answered(Box::new(resp)),
+        Err(e) => match e.not_dispatched() {
+            Some(reason) => {
+                let message = match &e {
+                    Error::NotDispatched { message, .. } => message.clone(),
+                    other => other.to_string(),
+                };
+                Sent::Refused(Refusal::new(reason, message))
+            }
+            None => Sent::MayHaveRun(e.to_string()),
+        },
+    })
+}
+
 /// `run --daemon URL`: the same run through the checked client.
 fn remote(args: &Args, code: String, language: Language, url: &str) -> anyhow::Result<ExitCode> {
-    use plimsoll_client::{Client, Error, Settings};
     let timeout_ms = match args.timeout_ms {
         None => 0,
         Some(0) => {
@@ -277,9 +328,6 @@ fn remote(args: &Args, code: String, language: Language, url: &str) -> anyhow::R
         }
         Some(ms) => i32::try_from(ms).unwrap_or(i32::MAX),
     };
-    let token = std::env::var("PLIMSOLL_CALLER_TOKEN").ok().filter(|t| !t.is_empty());
-    let settings = Settings { ca_file: args.tls_ca.clone(), ..Settings::default() };
-    let client = Client::with_settings(url, token, settings).map_err(|e| anyhow::anyhow!(e.to_string()))?;
     let req = payload(
         language,
         code,
@@ -290,27 +338,7 @@ fn remote(args: &Args, code: String, language: Language, url: &str) -> anyhow::R
             ..RunRequest::default()
         },
     );
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    match rt.block_on(client.run(req)) {
-        Ok(resp) if args.json => {
-            println!("{}", serde_json::to_string(&resp)?);
-            Ok(ExitCode::from(shown(&resp).map(|j| j.exit_code.clamp(0, 255) as u8).unwrap_or(0)))
-        }
-        Ok(resp) => print_lines(&resp),
-        Err(e) => match e.not_dispatched() {
-            Some(reason) => {
-                let message = match &e {
-                    Error::NotDispatched { message, .. } => message.clone(),
-                    other => other.to_string(),
-                };
-                Ok(refused(args.json, &Refusal::new(reason, message)))
-            }
-            None => {
-                eprintln!("failed, may have run: {e}");
-                Ok(ExitCode::from(EXIT_MAY_HAVE_RUN))
-            }
-        },
-    }
+    show(args, send_remote(url, args.tls_ca.clone(), req)?)
 }
 
 #[cfg(test)]

@@ -9,7 +9,10 @@
 //!   through `jupyter_client`;
 //! - `docker`: fresh-container snippets through the daemon (configured by the same
 //!   `SANDBOX_DOCKER_*` variables as `serve`); peer: `docker run --rm` of the same
-//!   image with the same locks.
+//!   image with the same locks;
+//! - `sim`: a simulation run judged in process (JavaScript and C controllers) and a
+//!   module table; peer: the original's node judge with a child node controller
+//!   (see `sim.rs`).
 //!
 //! It prints numbers and asserts nothing about them. Peers: `PLIMSOLL_BENCH_PEERS`
 //! (default `target/bench-peers`) holds `node_modules/quickjs-emscripten`;
@@ -21,6 +24,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+mod sim;
 
 use anyhow::{Context as _, bail};
 use plimsoll_client::{Client, Options, SessionOptions};
@@ -37,6 +42,8 @@ pub enum Target {
     Session,
     /// Fresh-container snippets, against `docker run --rm`.
     Docker,
+    /// Simulation runs in process, against the original's node judge.
+    Sim,
 }
 
 /// Arguments of `bench`.
@@ -674,7 +681,7 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
     let runs = args.runs.unwrap_or(match args.target {
         Target::Wasm | Target::Daemon => 1000,
         Target::Session => 300,
-        Target::Docker => 30,
+        Target::Docker | Target::Sim => 30,
     });
     if runs == 0 {
         bail!("--runs must be 1 or more");
@@ -685,6 +692,7 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
         Target::Daemon => daemon(runs, args.concurrency, &mut report)?,
         Target::Session => session(runs, args.concurrency, &mut report)?,
         Target::Docker => docker(runs, args.concurrency, &mut report)?,
+        Target::Sim => sim::sim(runs, &mut report)?,
     }
     if args.json {
         println!("{}", report.json(args.target));

@@ -2,6 +2,7 @@
 
 mod record;
 mod run;
+mod sim_report;
 
 use std::io::Write as _;
 use std::process::{Command, Output, Stdio};
