@@ -33,6 +33,7 @@ pub fn engine() -> Result<Engine, String> {
     let mut cfg = Config::new();
     cfg.wasm_component_model(true).epoch_interruption(true).parallel_compilation(false);
     deterministic(&mut cfg);
+    portable_isa(&mut cfg)?;
     let engine = Engine::new(&cfg).map_err(|e| format!("the wasm engine could not be configured: {e:#}"))?;
     let weak = engine.weak();
     std::thread::Builder::new()
@@ -48,6 +49,54 @@ pub fn engine() -> Result<Engine, String> {
         })
         .map_err(|e| format!("the epoch ticker could not start: {e}"))?;
     Ok(engine)
+}
+
+/// The x86-64 features the judge's code may use, each only where the CPU has it.
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn features() -> [(&'static str, bool); 11] {
+    [
+        ("has_sse3", std::arch::is_x86_feature_detected!("sse3")),
+        ("has_ssse3", std::arch::is_x86_feature_detected!("ssse3")),
+        ("has_sse41", std::arch::is_x86_feature_detected!("sse4.1")),
+        ("has_sse42", std::arch::is_x86_feature_detected!("sse4.2")),
+        ("has_popcnt", std::arch::is_x86_feature_detected!("popcnt")),
+        ("has_avx", std::arch::is_x86_feature_detected!("avx")),
+        ("has_avx2", std::arch::is_x86_feature_detected!("avx2")),
+        ("has_fma", std::arch::is_x86_feature_detected!("fma")),
+        ("has_bmi1", std::arch::is_x86_feature_detected!("bmi1")),
+        ("has_bmi2", std::arch::is_x86_feature_detected!("bmi2")),
+        ("has_lzcnt", std::arch::is_x86_feature_detected!("lzcnt")),
+    ]
+}
+
+/// Compiles for a fixed list of CPU features instead of all the host reports.
+///
+/// Components are precompiled into the image on the build machine and loaded inside
+/// sandboxes whose CPUs report fewer features: gVisor hides some (AVX-VNNI, for one)
+/// that wasmtime would otherwise infer, and a different feature set is a different
+/// compatibility hash, so under runsc every run compiled QuickJS again (about 4 s).
+/// The list holds what x86-64 machines of the last decade share; none changes a
+/// result (NaNs are canonical and relaxed SIMD deterministic either way).
+#[cfg(all(target_arch = "x86_64", target_os = "linux"))]
+fn portable_isa(cfg: &mut Config) -> Result<(), String> {
+    cfg.target("x86_64-unknown-linux-gnu").map_err(|e| format!("the wasm engine's target: {e:#}"))?;
+    for (flag, present) in features() {
+        if present {
+            // SAFETY: the flag is enabled only when this CPU reports the feature, so
+            // the generated code uses only instructions it has; wasmtime checks a
+            // precompiled component's flags against the CPU again when it loads one.
+            unsafe {
+                cfg.cranelift_flag_enable(flag);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Elsewhere wasmtime's own detection stands.
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+fn portable_isa(_: &mut Config) -> Result<(), String> {
+    Ok(())
 }
 
 /// The file a component precompiled for `engine` is kept in under `dir`: named by
@@ -75,6 +124,11 @@ pub fn loader(engine: &Engine, dir: Option<PathBuf>) -> Arc<Load> {
                     return Ok(c);
                 }
             }
+        }
+        if let Some(dir) = &dir {
+            // Visible in the step's stderr: a miss costs seconds (QuickJS), and the
+            // suite checks it never happens in the image.
+            eprintln!("plimsoll-judge: {name} was not precompiled in {} for this CPU; compiling it now", dir.display());
         }
         Component::new(&engine, bytes).map_err(|e| format!("component {name} does not compile: {e:#}"))
     })
