@@ -121,6 +121,8 @@ fn suite(url: &str, token: &str, tier: &str) {
     assert_eq!((p.outcome, p.steps.len()), (ProjectOutcome::Completed, 1), "{p:?}");
     let s = step_summary(&p.steps[0].stdout);
     assert_eq!(s["fingerprint"], BUCK_S1, "the JavaScript form");
+    let err = String::from_utf8_lossy(&p.steps[0].stderr);
+    assert!(!err.contains("was not precompiled"), "the judge compiled what the image should hold: {err}");
     assert_eq!(hex::encode(Sha256::digest(&p.artifacts[0].content)), BUCK_S1);
 
     let module = RunRequest { module: Some(van_der_pol_table()), timeout_ms: 60_000, ..RunRequest::default() };
@@ -142,6 +144,95 @@ fn suite(url: &str, token: &str, tier: &str) {
     let r = rt.block_on(client.run(RunRequest { module: Some(greedy), ..RunRequest::default() })).expect("greedy");
     let statuses: Vec<i32> = r.module.expect("module").runs.iter().map(|r| r.status).collect();
     assert_eq!(statuses, [1, -7, 1], "a row past the 16 MiB instance cap fails alone");
+}
+
+/// Every bad input of a simulation run, through a daemon: each is a step result with
+/// the judge's exit code and its reason, and the daemon keeps serving.
+#[test]
+fn bad_inputs_are_step_results_with_their_reason_and_the_daemon_keeps_serving() {
+    let (d, token) = wasm_daemon("sims-bad", "bad", &[]);
+    let client = Client::new(&d.url(), Some(token)).expect("client");
+    let rt = rt();
+    let opts = Options { timeout_ms: 60_000, ..Options::default() };
+    let answer = |body: &str| {
+        format!("require('readline').createInterface({{ input: process.stdin }}).on('line', () => {{ {body} }});")
+    };
+    let ok = answer("process.stdout.write('0\\n')");
+    let import = "(module (import \"env\" \"cos\" (func (param f64) (result f64))) (func (export \"control\") \
+                  (param f64 f64 f64 f64 i32) (result f64) (f64.const 0)))";
+    let cases: [(&str, &str, String, i32, &str); 12] = [
+        ("c.js", "--plant pendulum", ok.clone(), 2, "unknown plant \"pendulum\": the plants are"),
+        ("c.js", "--plant cartpole --params 1,2", ok.clone(), 2, "--params takes three finite numbers"),
+        ("c.js", "--plant cartpole --tick 0", ok.clone(), 2, "--tick must be a finite number greater than 0"),
+        ("c.js", "--plant cartpole --stop -5", ok.clone(), 2, "--stop must be a finite number greater than 0"),
+        (
+            "c.js",
+            "--plant cartpole --tick 0.00001 --stop 1000",
+            ok.clone(),
+            2,
+            "100000000 ticks (stop 1000 / tick 0.00001) is over the limit of 1000000",
+        ),
+        (
+            "c.js",
+            "--plant cartpole --stop 1",
+            answer(""),
+            3,
+            "controller answered nothing (it wrote no line) at tick 0",
+        ),
+        (
+            "c.js",
+            "--plant cartpole --stop 1 --answer-ms 300",
+            answer("for (;;) {}"),
+            3,
+            "controller did not answer within 300 ms at tick 0",
+        ),
+        (
+            "c.js",
+            "--plant cartpole --stop 1",
+            answer("process.stdout.write('1 2\\n')"),
+            3,
+            "controller answered 2 value(s); the plant takes 1 at tick 0",
+        ),
+        (
+            "c.js",
+            "--plant cartpole --stop 1",
+            answer("process.stdout.write('NaN\\n')"),
+            3,
+            "controller answered \"NaN\", which is not a finite number at tick 0",
+        ),
+        (
+            "c.js",
+            "--plant cartpole --stop 1",
+            answer("process.stdout.write('x'.repeat(2 << 20))"),
+            3,
+            "controller flooded its output (more than 1048576 bytes beyond its answers) at tick 0",
+        ),
+        (
+            "c.js",
+            "--plant cartpole --stop 1",
+            answer("const a = []; for (;;) a.push(new Array(1 << 16).fill(1.5));"),
+            3,
+            "out of memory",
+        ),
+        ("c.wat", "--plant cartpole --stop 1", import.to_string(), 3, "imports env.cos (function)"),
+    ];
+    for (file, args, source, exit, reason) in cases {
+        let step = format!("plimsoll-judge {args} --controller {file}");
+        let r = rt
+            .block_on(client.run_project(&[(file, &source)], &[&step], &["trajectory.bin"], &opts))
+            .unwrap_or_else(|e| panic!("{step}: {e}"));
+        let p = r.project.expect("project result");
+        assert_eq!((p.outcome, p.steps.len()), (ProjectOutcome::Completed, 1), "{step}: {p:?}");
+        let err = String::from_utf8_lossy(&p.steps[0].stderr);
+        assert_eq!(p.steps[0].exit_code, exit, "{step}: {err}");
+        assert!(err.contains(reason), "{step}: want {reason:?} in {err}");
+        assert!(p.artifacts.is_empty(), "{step}: a failed run writes no trajectory");
+    }
+    // Still serving: the oracle, unchanged.
+    let src = std::fs::read_to_string(example("cartpole/accepted.js")).expect("example");
+    let step = "plimsoll-judge --plant cartpole --controller accepted.js";
+    let r = rt.block_on(client.run_project(&[("accepted.js", &src)], &[step], &[], &opts)).expect("after the faults");
+    assert_eq!(step_summary(&r.project.expect("project").steps[0].stdout)["fingerprint"], ORACLE_ACCEPTED);
 }
 
 #[test]

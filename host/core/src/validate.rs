@@ -411,4 +411,38 @@ mod tests {
         assert!(module(&m(vec![vec![1.0]], 0.0, 0.1)).is_err());
         assert!(refused(module(&m(vec![vec![1.0]; 1000], 100.0, 0.01))).contains("send fewer rows"));
     }
+
+    #[test]
+    fn a_module_table_past_any_limit_is_refused_naming_it() {
+        use crate::wire::ModuleRow;
+        let m = |rows: usize, width: usize, end: f64, step: f64| ModuleRun {
+            model: "vanderpol".into(),
+            rows: vec![ModuleRow { values: vec![1.0; width] }; rows],
+            end_time: end,
+            step,
+        };
+        assert_eq!(
+            refused(module(&m(MAX_MODULE_ROWS + 1, 3, 1.0, 1.0))),
+            "invalid request: 100001 rows, over the limit of 100000"
+        );
+        assert!(module(&m(MAX_MODULE_ROWS, 3, 1.0, 1.0)).is_ok());
+        assert_eq!(
+            refused(module(&m(1, MAX_MODULE_ROW_WIDTH + 1, 1.0, 1.0))),
+            "invalid request: rows must carry 1 to 64 values"
+        );
+        assert_eq!(refused(module(&m(1, 0, 1.0, 1.0))), "invalid request: rows must carry 1 to 64 values");
+        assert!(module(&m(1, MAX_MODULE_ROW_WIDTH, 1.0, 1.0)).is_ok());
+        assert_eq!(refused(module(&m(1, 3, 1_000_001.0, 1.0))), "invalid request: end_time/step exceeds 1000000 steps");
+        assert!(module(&m(1, 3, 1_000_000.0, 1.0)).is_ok());
+        assert_eq!(
+            refused(module(&m(1, 3, f64::INFINITY, 1.0))),
+            "invalid request: end_time must be positive and finite"
+        );
+        assert_eq!(refused(module(&m(1, 3, 1.0, -0.1))), "invalid request: step must be positive and finite");
+        assert_eq!(
+            refused(module(&m(2, 3, 1_000_000.0, 1.0))),
+            "invalid request: results could reach at least 16000060 bytes for 2 rows of up to 1000002 steps, over the 8388608 byte \
+             budget; send fewer rows or a shorter horizon"
+        );
+    }
 }

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod examples;
 mod faults;
 mod oracle;
 mod tables;
