@@ -8,11 +8,7 @@
 
 extern crate alloc;
 
-use alloc::vec::Vec;
-
 use plimsoll_sim_kit::Model;
-use plimsoll_sim_kit::model::TableModel;
-use plimsoll_sim_kit::model_bindings::exports::plimsoll::sim::model::Description;
 
 /// Gravity, m/s² (the start value of `g`).
 pub const G: f64 = -9.81;
@@ -83,45 +79,15 @@ impl Model for BouncingBall {
 }
 
 /// The module-run export: the original's `sim_run` over [`BouncingBall`].
-#[derive(Debug)]
-pub struct BouncingBallRun;
-
-impl TableModel for BouncingBallRun {
-    fn describe() -> Description {
-        plimsoll_sim_kit::model::describe::<BouncingBall>()
-    }
-
-    fn run(parameters: &[f64], end: f64, step: f64, max_steps: u32) -> Result<Vec<f64>, i32> {
-        plimsoll_sim_kit::model::run::<BouncingBall>(parameters, end, step, max_steps)
-    }
-}
+pub type BouncingBallRun = plimsoll_sim_kit::model::Fmu<BouncingBall>;
 
 plimsoll_sim_kit::model!(BouncingBallRun);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use plimsoll_sim_kit::model::{TableModel, sweep};
     use sha2::{Digest, Sha256};
-
-    /// The sweep layout of the original's reference checksums: per row, the LE i32
-    /// step count, then the LE f64 outputs.
-    fn sweep(rows: u32, end: f64, p0min: f64, p0max: f64, p1: f64, p2: f64) -> ([u8; 32], usize) {
-        let h = 0.01;
-        let max_steps = (end / h) as i32 + 2;
-        let mut hash = Sha256::new();
-        let mut bytes = 0;
-        for i in 0..rows {
-            let p0 = p0min + (p0max - p0min) * f64::from(i) / f64::from(rows - 1);
-            let out = BouncingBallRun::run(&[p0, p1, p2], end, h, max_steps as u32).expect("the row runs");
-            let steps = (out.len() / 2) as i32;
-            hash.update(steps.to_le_bytes());
-            for v in &out {
-                hash.update(v.to_le_bytes());
-            }
-            bytes += 4 + 8 * out.len();
-        }
-        (hash.finalize().into(), bytes)
-    }
 
     fn hex(d: &[u8]) -> String {
         d.iter().map(|b| format!("{b:02x}")).collect()
@@ -129,9 +95,9 @@ mod tests {
 
     #[test]
     fn reproduces_the_reference_checksum() {
-        let (digest, bytes) = sweep(100, 3.0, 0.1, 0.95, 1.0, 0.0);
-        assert_eq!(bytes, 480_400);
-        assert_eq!(hex(&digest), "b031e512febeef2aea72b38e52c84e6f5e1bc92396c991c1a2a93218f825a8ec");
+        let record = sweep::<BouncingBallRun>(100, 3.0, (0.1, 0.95), 1.0, 0.0);
+        assert_eq!(record.len(), 480_400);
+        assert_eq!(hex(&Sha256::digest(&record)), "b031e512febeef2aea72b38e52c84e6f5e1bc92396c991c1a2a93218f825a8ec");
     }
 
     #[test]

@@ -64,6 +64,44 @@ pub fn run<M: Model>(parameters: &[f64], end: f64, step: f64, max_steps: u32) ->
     Ok(out)
 }
 
+/// The table form of an FMU-style model `M`: [`describe`] and [`run`] over it.
+#[derive(Debug)]
+pub struct Fmu<M>(core::marker::PhantomData<M>);
+
+impl<M: Model> TableModel for Fmu<M> {
+    fn describe() -> Description {
+        describe::<M>()
+    }
+
+    fn run(parameters: &[f64], end: f64, step: f64, max_steps: u32) -> Result<Vec<f64>, i32> {
+        run::<M>(parameters, end, step, max_steps)
+    }
+}
+
+/// The record the original's reference checksums hash, for a model's host tests:
+/// `rows` rows with p0 spread evenly from `p0.0` to `p0.1` and p1, p2 fixed, a step
+/// of 0.01 to `end`; per row the LE i32 step count, then the LE f64 outputs.
+///
+/// # Panics
+///
+/// When a row fails: a sweep is the reference's, and every row of it completes.
+#[cfg(not(target_arch = "wasm32"))]
+pub fn sweep<T: TableModel>(rows: u32, end: f64, p0: (f64, f64), p1: f64, p2: f64) -> Vec<u8> {
+    let h = 0.01;
+    let max_steps = (end / h) as u32 + 2;
+    let width = T::describe().outputs.len();
+    let mut record = Vec::new();
+    for i in 0..rows {
+        let p = p0.0 + (p0.1 - p0.0) * f64::from(i) / f64::from(rows - 1);
+        let out = T::run(&[p, p1, p2], end, h, max_steps).expect("every row of a reference sweep runs");
+        record.extend_from_slice(&((out.len() / width) as i32).to_le_bytes());
+        for v in &out {
+            record.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    record
+}
+
 /// Exports a [`TableModel`] as the component's `plimsoll:sim/model`.
 #[macro_export]
 macro_rules! model {

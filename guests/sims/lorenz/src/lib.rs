@@ -6,11 +6,7 @@
 
 extern crate alloc;
 
-use alloc::vec::Vec;
-
 use plimsoll_sim_kit::Model;
-use plimsoll_sim_kit::model::TableModel;
-use plimsoll_sim_kit::model_bindings::exports::plimsoll::sim::model::Description;
 
 /// The system's states and parameters.
 #[derive(Debug, Clone)]
@@ -58,45 +54,15 @@ impl Model for Lorenz {
 }
 
 /// The module-run export: the original's `sim_run` over [`Lorenz`].
-#[derive(Debug)]
-pub struct LorenzRun;
-
-impl TableModel for LorenzRun {
-    fn describe() -> Description {
-        plimsoll_sim_kit::model::describe::<Lorenz>()
-    }
-
-    fn run(parameters: &[f64], end: f64, step: f64, max_steps: u32) -> Result<Vec<f64>, i32> {
-        plimsoll_sim_kit::model::run::<Lorenz>(parameters, end, step, max_steps)
-    }
-}
+pub type LorenzRun = plimsoll_sim_kit::model::Fmu<Lorenz>;
 
 plimsoll_sim_kit::model!(LorenzRun);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use plimsoll_sim_kit::model::{TableModel, sweep};
     use sha2::{Digest, Sha256};
-
-    /// The sweep layout of the original's reference checksums: per row, the LE i32
-    /// step count, then the LE f64 outputs.
-    fn sweep(rows: u32, end: f64, p0min: f64, p0max: f64, p1: f64, p2: f64) -> ([u8; 32], usize) {
-        let h = 0.01;
-        let max_steps = (end / h) as i32 + 2;
-        let mut hash = Sha256::new();
-        let mut bytes = 0;
-        for i in 0..rows {
-            let p0 = p0min + (p0max - p0min) * f64::from(i) / f64::from(rows - 1);
-            let out = LorenzRun::run(&[p0, p1, p2], end, h, max_steps as u32).expect("the row runs");
-            let steps = (out.len() / 3) as i32;
-            hash.update(steps.to_le_bytes());
-            for v in &out {
-                hash.update(v.to_le_bytes());
-            }
-            bytes += 4 + 8 * out.len();
-        }
-        (hash.finalize().into(), bytes)
-    }
 
     fn hex(d: &[u8]) -> String {
         d.iter().map(|b| format!("{b:02x}")).collect()
@@ -104,9 +70,9 @@ mod tests {
 
     #[test]
     fn reproduces_the_reference_checksum() {
-        let (digest, bytes) = sweep(50, 60.0, 20.0, 40.0, 10.0, 8.0 / 3.0);
-        assert_eq!(bytes, 7_200_200);
-        assert_eq!(hex(&digest), "70f1e8e657d804e176f18bf7afb01811a4b0b5f41d4609b74184ab2a6ab6a67e");
+        let record = sweep::<LorenzRun>(50, 60.0, (20.0, 40.0), 10.0, 8.0 / 3.0);
+        assert_eq!(record.len(), 7_200_200);
+        assert_eq!(hex(&Sha256::digest(&record)), "70f1e8e657d804e176f18bf7afb01811a4b0b5f41d4609b74184ab2a6ab6a67e");
     }
 
     #[test]

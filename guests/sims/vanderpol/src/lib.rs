@@ -6,11 +6,7 @@
 
 extern crate alloc;
 
-use alloc::vec::Vec;
-
 use plimsoll_sim_kit::Model;
-use plimsoll_sim_kit::model::TableModel;
-use plimsoll_sim_kit::model_bindings::exports::plimsoll::sim::model::Description;
 
 /// The oscillator's states and parameter.
 #[derive(Debug, Clone)]
@@ -55,45 +51,15 @@ impl Model for VanDerPol {
 }
 
 /// The module-run export: the original's `sim_run` over [`VanDerPol`].
-#[derive(Debug)]
-pub struct VanDerPolRun;
-
-impl TableModel for VanDerPolRun {
-    fn describe() -> Description {
-        plimsoll_sim_kit::model::describe::<VanDerPol>()
-    }
-
-    fn run(parameters: &[f64], end: f64, step: f64, max_steps: u32) -> Result<Vec<f64>, i32> {
-        plimsoll_sim_kit::model::run::<VanDerPol>(parameters, end, step, max_steps)
-    }
-}
+pub type VanDerPolRun = plimsoll_sim_kit::model::Fmu<VanDerPol>;
 
 plimsoll_sim_kit::model!(VanDerPolRun);
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use plimsoll_sim_kit::model::{TableModel, sweep};
     use sha2::{Digest, Sha256};
-
-    /// The sweep layout of the original's reference checksums: per row, the LE i32
-    /// step count, then the LE f64 outputs.
-    fn sweep(rows: u32, end: f64, p0min: f64, p0max: f64, p1: f64, p2: f64) -> ([u8; 32], usize) {
-        let h = 0.01;
-        let max_steps = (end / h) as i32 + 2;
-        let mut hash = Sha256::new();
-        let mut bytes = 0;
-        for i in 0..rows {
-            let p0 = p0min + (p0max - p0min) * f64::from(i) / f64::from(rows - 1);
-            let out = VanDerPolRun::run(&[p0, p1, p2], end, h, max_steps as u32).expect("the row runs");
-            let steps = (out.len() / 2) as i32;
-            hash.update(steps.to_le_bytes());
-            for v in &out {
-                hash.update(v.to_le_bytes());
-            }
-            bytes += 4 + 8 * out.len();
-        }
-        (hash.finalize().into(), bytes)
-    }
 
     fn hex(d: &[u8]) -> String {
         d.iter().map(|b| format!("{b:02x}")).collect()
@@ -101,9 +67,9 @@ mod tests {
 
     #[test]
     fn reproduces_the_reference_checksum() {
-        let (digest, bytes) = sweep(100, 20.0, 0.1, 5.0, 2.0, 0.0);
-        assert_eq!(bytes, 3_200_400);
-        assert_eq!(hex(&digest), "d1109d62b94796946a2b5a706d45e6259a005b63ee392fed918f39945c980815");
+        let record = sweep::<VanDerPolRun>(100, 20.0, (0.1, 5.0), 2.0, 0.0);
+        assert_eq!(record.len(), 3_200_400);
+        assert_eq!(hex(&Sha256::digest(&record)), "d1109d62b94796946a2b5a706d45e6259a005b63ee392fed918f39945c980815");
     }
 
     #[test]
