@@ -11,6 +11,8 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use serde_json::Value;
 
+use crate::html::esc;
+
 /// Arguments of `advise`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -25,22 +27,6 @@ pub struct Args {
     /// Where to write the page (default stdout).
     #[arg(long, short)]
     out: Option<PathBuf>,
-}
-
-/// Escapes text for HTML content and attribute values.
-fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 fn text(v: &Value) -> String {

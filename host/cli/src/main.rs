@@ -11,6 +11,7 @@ mod advise;
 mod attest;
 mod bench;
 mod callers;
+mod html;
 mod plugin;
 mod record;
 mod run;

@@ -11,25 +11,10 @@ use sha2::{Digest, Sha256};
 use super::plants::*;
 use super::saved::*;
 use super::{SCRIPT, STYLE, TEMPLATE};
+use crate::html::esc;
 
 /// The run colours (the CSS classes c0 to c5 use the same).
 pub(super) const COLOURS: [&str; 6] = ["#2a78d6", "#eb6834", "#2e9e5b", "#8a55c8", "#b5842a", "#d04f8f"];
-
-/// `s` escaped for HTML text and attribute values.
-pub(super) fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// A number for reading: four significant digits, an exponent when very large or small.
 pub(super) fn short(v: f64) -> String {
