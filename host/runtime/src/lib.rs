@@ -35,6 +35,7 @@ pub mod engine;
 pub mod plugin;
 pub mod python;
 pub mod sims;
+mod steps;
 pub mod wasm;
 
 pub use engine::{Engine, EngineConfig, Readiness};

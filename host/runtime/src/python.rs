@@ -213,10 +213,6 @@ pub struct PythonStep {
     pub args: Vec<String>,
 }
 
-/// Characters that make a step more than a plain command line.
-const SHELL: &[char] =
-    &['|', '&', ';', '<', '>', '(', ')', '$', '`', '\\', '"', '\'', '*', '?', '[', ']', '#', '~', '{', '}', '!', '='];
-
 /// Checks every step of a Python project: each must be exactly `python3 [-I] FILE
 /// [ARG...]` with no shell syntax, since the wasm provider has no shell.
 ///
@@ -235,13 +231,8 @@ pub fn python_steps(steps: &[String]) -> Result<Vec<PythonStep>, Refusal> {
                     i + 1
                 ))
             };
-            if step.contains(SHELL) {
-                return Err(refuse("uses shell syntax"));
-            }
-            let mut words = step.split_whitespace();
-            if words.next() != Some("python3") {
-                return Err(refuse("is not a python3 command"));
-            }
+            // `=` too: an assignment before or after `python3` is shell, not an argument.
+            let words = crate::steps::plain_command(step, "python3", &['=']).map_err(|why| refuse(&why))?;
             let mut rest: Vec<&str> = words.collect();
             let isolated = rest.first() == Some(&"-I");
             if isolated {

@@ -26,10 +26,6 @@ use crate::wasm::{QUICKJS_COMPONENT, WasmConfig};
 /// The judge's program name in a step.
 pub const JUDGE: &str = "plimsoll-judge";
 
-/// Characters that would make a judge step more than a plain command line.
-const SHELL: &[char] =
-    &['|', '&', ';', '<', '>', '(', ')', '$', '`', '\\', '"', '\'', '*', '?', '[', ']', '#', '~', '{', '}', '!'];
-
 /// The judge and its guests on the provider's engine.
 #[derive(Clone, Debug)]
 pub struct Sims {
@@ -367,13 +363,8 @@ pub fn judge_steps(steps: &[String]) -> Option<Result<Vec<Vec<String>>, Refusal>
                         i + 1
                     ))
                 };
-                if step.contains(SHELL) {
-                    return Err(refuse("uses shell syntax"));
-                }
-                let mut words = step.split_whitespace();
-                if words.next() != Some(JUDGE) {
-                    return Err(refuse("is not a plimsoll-judge command"));
-                }
+                // `--flag=value` is the judge's own syntax, so `=` passes here.
+                let words = crate::steps::plain_command(step, JUDGE, &[]).map_err(|why| refuse(&why))?;
                 Ok(words.map(String::from).collect())
             })
             .collect(),
