@@ -8,7 +8,7 @@
 //! directly. Either way the code is the one the container runs.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use plimsoll_core::Refusal;
@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 
 use crate::engine::{EPOCH_TICK, Engine};
 use crate::python::ARTIFACT_BYTES;
-use crate::wasm::{QUICKJS_COMPONENT, WasmConfig};
+use crate::wasm::{QUICKJS_COMPONENT, WasmConfig, quickjs_digest};
 
 /// The judge's program name in a step.
 pub const JUDGE: &str = "plimsoll-judge";
@@ -30,24 +30,28 @@ pub const JUDGE: &str = "plimsoll-judge";
 #[derive(Clone, Debug)]
 pub struct Sims {
     library: Arc<Library>,
-    identity: Arc<str>,
     output_cap: usize,
 }
 
 /// `plimsoll-sim:sha256:<hex>`: one digest over every guest a simulation run can
 /// use (QuickJS, each plant, each model), the identity of what the judge runs.
-fn identity() -> String {
-    let mut h = Sha256::new();
-    h.update(Sha256::digest(QUICKJS_COMPONENT));
-    let mut plants: Vec<_> = PlantName::ALL.iter().map(|p| p.component()).collect();
-    plants.dedup();
-    for p in plants {
-        h.update(Sha256::digest(plimsoll_sim::library::plant_bytes(p)));
-    }
-    for m in ModelName::ALL {
-        h.update(Sha256::digest(plimsoll_sim::library::model_bytes(m)));
-    }
-    format!("plimsoll-sim:sha256:{}", hex::encode(h.finalize()))
+/// Computed once, when first stated, so a provider that never reports a simulation
+/// run never hashes the guests.
+fn identity() -> &'static str {
+    static ID: OnceLock<String> = OnceLock::new();
+    ID.get_or_init(|| {
+        let mut h = Sha256::new();
+        h.update(quickjs_digest());
+        let mut plants: Vec<_> = PlantName::ALL.iter().map(|p| p.component()).collect();
+        plants.dedup();
+        for p in plants {
+            h.update(Sha256::digest(plimsoll_sim::library::plant_bytes(p)));
+        }
+        for m in ModelName::ALL {
+            h.update(Sha256::digest(plimsoll_sim::library::model_bytes(m)));
+        }
+        format!("plimsoll-sim:sha256:{}", hex::encode(h.finalize()))
+    })
 }
 
 impl Sims {
@@ -60,12 +64,12 @@ impl Sims {
         });
         let settings = Settings::new(config.memory_mb, EPOCH_TICK);
         let library = Library::new(engine.wasmtime(), settings, QUICKJS_COMPONENT, load);
-        Sims { library: Arc::new(library), identity: identity().into(), output_cap: config.output_cap }
+        Sims { library: Arc::new(library), output_cap: config.output_cap }
     }
 
     /// `plimsoll-sim:sha256:<hex>`.
     pub fn identity(&self) -> &str {
-        &self.identity
+        identity()
     }
 
     /// The library, for callers that drive the judge themselves (benchmarks).

@@ -51,7 +51,13 @@ pub const QUICKJS_COMPONENT: &[u8] = include_bytes!("../../../guests/quickjs/qui
 /// The embedded component's identity: `quickjs-wasm:sha256:<hex>` of its bytes.
 pub fn quickjs_identity() -> &'static str {
     static ID: OnceLock<String> = OnceLock::new();
-    ID.get_or_init(|| identity_of(QUICKJS_COMPONENT))
+    ID.get_or_init(|| format!("quickjs-wasm:sha256:{}", hex::encode(quickjs_digest())))
+}
+
+/// The SHA-256 of the embedded QuickJS component, computed once per process.
+pub(crate) fn quickjs_digest() -> &'static [u8; 32] {
+    static DIGEST: OnceLock<[u8; 32]> = OnceLock::new();
+    DIGEST.get_or_init(|| Sha256::digest(QUICKJS_COMPONENT).into())
 }
 
 /// `quickjs-wasm:sha256:<hex>` of a QuickJS component's bytes.
