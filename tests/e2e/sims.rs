@@ -209,7 +209,7 @@ fn bad_inputs_are_step_results_with_their_reason_and_the_daemon_keeps_serving() 
         ),
         (
             "c.js",
-            "--plant cartpole --stop 1",
+            "--plant cartpole --stop 1 --answer-ms 30000",
             answer("const a = []; for (;;) a.push(new Array(1 << 16).fill(1.5));"),
             3,
             "out of memory",

@@ -85,7 +85,10 @@ fn a_controller_that_throws_or_exits_mid_run() {
 
 #[test]
 fn a_controller_that_exhausts_its_memory_is_a_result() {
-    let j = cartpole(&js("const a = []; for (;;) a.push(new Array(1 << 16).fill(1.5));"));
+    // Filling 64 MiB takes a while on a loaded machine: a long deadline keeps the
+    // memory, not the clock, the reason this run ends.
+    let bomb = js("const a = []; for (;;) a.push(new Array(1 << 16).fill(1.5));");
+    let j = run("--plant cartpole --stop 1 --answer-ms 30000", "c.js", bomb.as_bytes());
     let err = stderr(&j);
     assert_eq!(j.exit, EXIT_CONTROLLER, "{err}");
     assert!(
