@@ -18,7 +18,7 @@
 //! use plimsoll_sim::{args, standalone, Library, Settings, Source};
 //!
 //! let engine = standalone::engine()?;
-//! let library = Library::new(&engine, Settings::new(256, standalone::EPOCH_TICK), QUICKJS, standalone::loader(&engine, None));
+//! let library = Library::new(&engine, Settings::new(256, standalone::EPOCH_TICK), QUICKJS, standalone::loader(&engine, None, |_| None));
 //! let argv: Vec<String> = ["--plant", "cartpole", "--controller", "accepted.js"].map(String::from).into();
 //! let args::Command::Run(trial) = args::parse(&argv)? else { unreachable!() };
 //! let source = Source::read(&trial.controller, std::fs::read("accepted.js").map_err(|e| e.to_string())?)?;

@@ -101,24 +101,32 @@ fn portable_isa(_: &mut Config) -> Result<(), String> {
 
 /// The file a component precompiled for `engine` is kept in under `dir`: named by
 /// its name, its SHA-256 and the engine's compatibility hash.
-fn cached(engine: &Engine, dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+fn cached(engine: &Engine, dir: &Path, name: &str, sha256: &[u8; 32]) -> PathBuf {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     engine.precompile_compatibility_hash().hash(&mut h);
-    dir.join(format!("{name}-{}-{:016x}.cwasm", hex::encode(Sha256::digest(bytes)), h.finish()))
+    dir.join(format!("{name}-{}-{:016x}.cwasm", hex::encode(sha256), h.finish()))
 }
 
+/// The SHA-256 of a component the caller hashed ahead (when it was built), by the
+/// component's name; `None` has the loader hash the bytes.
+pub type Known = fn(&str) -> Option<[u8; 32]>;
+
 /// Loads from `dir` what [`precompile`] put there, and compiles anything else now.
-pub fn loader(engine: &Engine, dir: Option<PathBuf>) -> Arc<Load> {
+/// `known` names the digests of the components the caller embeds; they must be the
+/// digests of the very bytes it loads, as the file name pins them.
+pub fn loader(engine: &Engine, dir: Option<PathBuf>, known: Known) -> Arc<Load> {
     let engine = engine.clone();
     Arc::new(move |name: &str, bytes: &[u8]| {
         if let Some(dir) = &dir {
-            let path = cached(&engine, dir, name, bytes);
+            let sha256 = known(name).unwrap_or_else(|| Sha256::digest(bytes).into());
+            let path = cached(&engine, dir, name, &sha256);
             if path.is_file() {
                 // SAFETY: the file holds machine code, so it must come from a trusted
                 // build: `dir` is the image's read-only directory, written only by
                 // `precompile` with this binary when the image was built, and the name
-                // pins the component's SHA-256 and this engine's settings; wasmtime
+                // pins the component's SHA-256 (hashed by `precompile` from the same
+                // bytes, or by the binary's build) and this engine's settings; wasmtime
                 // checks the header's version and settings again.
                 if let Ok(c) = unsafe { Component::deserialize_file(&engine, &path) } {
                     return Ok(c);
@@ -154,7 +162,7 @@ pub fn precompile(engine: &Engine, dir: &Path, quickjs: &[u8]) -> Result<Vec<Pat
     for (name, bytes) in all {
         let compiled =
             engine.precompile_component(bytes).map_err(|e| format!("component {name} does not compile: {e:#}"))?;
-        let path = cached(engine, dir, &name, bytes);
+        let path = cached(engine, dir, &name, &Sha256::digest(bytes).into());
         std::fs::write(&path, compiled).map_err(|e| format!("writing {}: {e}", path.display()))?;
         written.push(path);
     }

@@ -36,9 +36,23 @@ fn cache_dir() -> PathBuf {
         .map_or_else(|| PathBuf::from(CACHE), PathBuf::from)
 }
 
+include!(concat!(env!("OUT_DIR"), "/embedded.rs"));
+
+/// The build's SHA-256 of the component the library loads as `name` (`quickjs`,
+/// `plant-cartpole`, `model-vanderpol`): the same files `QUICKJS` and the library
+/// embed, so a run finds its precompiled file without hashing them.
+fn known(name: &str) -> Option<[u8; 32]> {
+    let file = match name.split_once('-') {
+        None if name == "quickjs" => "quickjs/quickjs.wasm".to_string(),
+        Some(("plant" | "model", sim)) => format!("sims/{sim}/{sim}.wasm"),
+        _ => return None,
+    };
+    EMBEDDED.iter().find(|(f, _)| *f == file).map(|(_, digest)| *digest)
+}
+
 fn library() -> Result<Library, String> {
     let engine = standalone::engine()?;
-    let load = standalone::loader(&engine, Some(cache_dir()));
+    let load = standalone::loader(&engine, Some(cache_dir()), known);
     Ok(Library::new(&engine, Settings::new(CONTROLLER_MB, standalone::EPOCH_TICK), QUICKJS, load))
 }
 
@@ -178,4 +192,35 @@ fn table(t: &TableArgs) -> ExitCode {
         started.elapsed().as_secs_f64()
     );
     exit(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use plimsoll_sim::library::{model_bytes, plant_bytes};
+    use plimsoll_sim::{ModelName, PlantName};
+    use sha2::{Digest, Sha256};
+
+    use super::{QUICKJS, known};
+
+    fn sha256(bytes: &[u8]) -> Option<[u8; 32]> {
+        Some(Sha256::digest(bytes).into())
+    }
+
+    #[test]
+    fn the_built_digests_are_those_of_the_embedded_bytes() {
+        assert_eq!(known("quickjs"), sha256(QUICKJS));
+        for p in PlantName::ALL {
+            let c = p.component();
+            assert_eq!(known(&format!("plant-{c:?}").to_ascii_lowercase()), sha256(plant_bytes(c)), "{p}");
+        }
+        for m in ModelName::ALL {
+            assert_eq!(known(&format!("model-{m}")), sha256(model_bytes(m)), "{m}");
+        }
+    }
+
+    #[test]
+    fn an_unknown_name_is_hashed_by_the_loader() {
+        assert_eq!(known("controller"), None);
+        assert_eq!(known("plant-nosuch"), None);
+    }
 }

@@ -13,7 +13,12 @@ pub fn library() -> &'static Library {
     static LIB: OnceLock<Library> = OnceLock::new();
     LIB.get_or_init(|| {
         let engine = standalone::engine().expect("engine");
-        Library::new(&engine, Settings::new(64, standalone::EPOCH_TICK), QUICKJS, standalone::loader(&engine, None))
+        Library::new(
+            &engine,
+            Settings::new(64, standalone::EPOCH_TICK),
+            QUICKJS,
+            standalone::loader(&engine, None, |_| None),
+        )
     })
 }
 
