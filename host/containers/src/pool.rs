@@ -36,6 +36,10 @@ const TIDY_EVERY: Duration = Duration::from_secs(30);
 pub const READY_WITHIN: Duration = Duration::from_secs(60);
 /// The longest pause after failed fills.
 const BACKOFF_MAX: Duration = Duration::from_secs(30);
+/// The most containers the filler makes at once, across shapes. A burst of claims
+/// empties a shape faster than one make at a time refills it; more than a few at
+/// once only queue inside the engine (each create and start takes its locks).
+pub const MAKING_MAX: usize = 4;
 
 /// What a pool has done since it started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -44,6 +48,8 @@ pub struct PoolStats {
     pub ready: u64,
     /// Containers the pool aims to hold: its size for each shape it keeps.
     pub wanted: u64,
+    /// Containers being made now (at most [`MAKING_MAX`]).
+    pub making: u64,
     /// Claims answered with a pooled container.
     pub hits: u64,
     /// Claims the pool could not answer (the run made its own container).
@@ -70,6 +76,8 @@ struct Shape {
     /// What its main process says on stdout once it waits.
     ready_word: Vec<u8>,
     ready: VecDeque<Warm>,
+    /// Containers of this shape being made now: with `ready`, never above the size.
+    making: usize,
     claimed: Instant,
 }
 
@@ -77,6 +85,36 @@ struct Shape {
 struct State {
     shapes: Vec<Shape>,
     closed: bool,
+    /// Containers being made now, across shapes (also for shapes dropped since).
+    making: usize,
+    /// Fills failed in a row, and when the filler may try again.
+    failures: u32,
+    paused_until: Option<Instant>,
+}
+
+impl State {
+    /// The makes to start now: a shape's turn comes round robin, while it has fewer
+    /// than `size` ready and being made, and fewer than `limit` are being made in
+    /// all. Each one returned is counted as being made.
+    fn start_makes(&mut self, size: usize, limit: usize) -> Vec<(Spec, Vec<u8>)> {
+        let mut jobs = Vec::new();
+        loop {
+            let before = jobs.len();
+            for shape in &mut self.shapes {
+                if self.making >= limit {
+                    return jobs;
+                }
+                if shape.ready.len() + shape.making < size {
+                    shape.making += 1;
+                    self.making += 1;
+                    jobs.push((shape.spec.clone(), shape.ready_word.clone()));
+                }
+            }
+            if jobs.len() == before {
+                return jobs;
+            }
+        }
+    }
 }
 
 #[derive(Default)]
@@ -213,13 +251,14 @@ impl WarmPool {
     /// What the pool holds and has done.
     pub fn stats(&self) -> PoolStats {
         let c = &self.shared.counters;
-        let (ready, shapes) = {
+        let (ready, shapes, making) = {
             let st = self.shared.lock();
-            (st.shapes.iter().map(|s| s.ready.len() as u64).sum(), st.shapes.len() as u64)
+            (st.shapes.iter().map(|s| s.ready.len() as u64).sum(), st.shapes.len() as u64, st.making as u64)
         };
         PoolStats {
             ready,
             wanted: shapes * self.shared.size as u64,
+            making,
             hits: c.hits.load(Ordering::Relaxed),
             misses: c.misses.load(Ordering::Relaxed),
             rejected: c.rejected.load(Ordering::Relaxed),
@@ -255,8 +294,13 @@ fn learn(st: &mut State, spec: &Spec, ready_word: &[u8]) -> Vec<Warm> {
     {
         evicted.extend(st.shapes.swap_remove(oldest).ready);
     }
-    let shape =
-        Shape { spec: spec.clone(), ready_word: ready_word.to_vec(), ready: VecDeque::new(), claimed: Instant::now() };
+    let shape = Shape {
+        spec: spec.clone(),
+        ready_word: ready_word.to_vec(),
+        ready: VecDeque::new(),
+        making: 0,
+        claimed: Instant::now(),
+    };
     st.shapes.push(shape);
     evicted
 }
@@ -298,12 +342,12 @@ async fn make(shared: &Shared, spec: &Spec, ready_word: &[u8]) -> Result<Warm, S
     }
 }
 
-/// The filler: keeps every shape at `size` ready containers, one make at a time,
-/// replaces those idle past [`IDLE_MAX`], and backs off after failures.
+/// The filler: keeps every shape at `size` ready containers, making up to
+/// [`MAKING_MAX`] at once, replaces those idle past [`IDLE_MAX`], and backs off
+/// after failures.
 async fn fill(shared: Arc<Shared>) {
-    let mut failures: u32 = 0;
     loop {
-        let (stale, job) = {
+        let (stale, jobs, pause) = {
             let mut st = shared.lock();
             if st.closed {
                 return;
@@ -320,45 +364,62 @@ async fn fill(shared: Arc<Shared>) {
                     stale.extend(shape.ready.pop_front());
                 }
             }
-            let job =
-                st.shapes.iter().find(|s| s.ready.len() < shared.size).map(|s| (s.spec.clone(), s.ready_word.clone()));
-            (stale, job)
+            let pause = st.paused_until.and_then(|until| until.checked_duration_since(Instant::now()));
+            let jobs = if pause.is_some() { Vec::new() } else { st.start_makes(shared.size, MAKING_MAX) };
+            (stale, jobs, pause)
         };
         for w in stale {
             remove_or_log(&shared.engine, &w.id).await;
         }
-        let Some((spec, ready_word)) = job else {
-            let _ = tokio::time::timeout(TIDY_EVERY, shared.wake.notified()).await;
-            continue;
-        };
-        match make(&shared, &spec, &ready_word).await {
+        for (spec, ready_word) in jobs {
+            tokio::spawn(make_one(Arc::clone(&shared), spec, ready_word));
+        }
+        // A claim, a finished make or `close` wakes the filler; so does the tidy.
+        let _ = tokio::time::timeout(pause.unwrap_or(TIDY_EVERY), shared.wake.notified()).await;
+    }
+}
+
+/// Makes one container counted as being made for `spec`'s shape, and keeps it
+/// there, or removes it when the pool closed or dropped the shape meanwhile.
+async fn make_one(shared: Arc<Shared>, spec: Spec, ready_word: Vec<u8>) {
+    let made = make(&shared, &spec, &ready_word).await;
+    let (leftover, failed) = {
+        let mut st = shared.lock();
+        let closed = st.closed;
+        st.making = st.making.saturating_sub(1);
+        let shape = st.shapes.iter_mut().find(|s| same_spec(&s.spec, &spec) && s.ready_word == ready_word);
+        if let Some(shape) = shape {
+            shape.making = shape.making.saturating_sub(1);
+        }
+        match made {
             Ok(w) => {
-                failures = 0;
-                let leftover = {
-                    let mut st = shared.lock();
-                    let closed = st.closed;
-                    match st.shapes.iter_mut().find(|s| same_spec(&s.spec, &spec) && s.ready_word == ready_word) {
-                        Some(shape) if !closed => {
-                            shape.ready.push_back(w);
-                            None
-                        }
-                        // Closed, or the shape was dropped while this one was made.
-                        _ => Some(w),
+                st.failures = 0;
+                st.paused_until = None;
+                match st.shapes.iter_mut().find(|s| same_spec(&s.spec, &spec) && s.ready_word == ready_word) {
+                    Some(shape) if !closed => {
+                        shape.ready.push_back(w);
+                        (None, None)
                     }
-                };
-                if let Some(w) = leftover {
-                    remove_or_log(&shared.engine, &w.id).await;
+                    // Closed, or the shape was dropped while this one was made.
+                    _ => (Some(w), None),
                 }
             }
             Err(e) => {
-                shared.counters.fill_failures.fetch_add(1, Ordering::Relaxed);
-                failures = failures.saturating_add(1);
-                let pause = Duration::from_secs(1u64 << failures.min(5)).min(BACKOFF_MAX);
-                eprintln!("warm pool: making a container failed ({e}); trying again in {} s", pause.as_secs());
-                let _ = tokio::time::timeout(pause, shared.wake.notified()).await;
+                st.failures = st.failures.saturating_add(1);
+                let pause = Duration::from_secs(1u64 << st.failures.min(5)).min(BACKOFF_MAX);
+                st.paused_until = Some(Instant::now() + pause);
+                (None, Some((e, pause)))
             }
         }
+    };
+    if let Some((e, pause)) = failed {
+        shared.counters.fill_failures.fetch_add(1, Ordering::Relaxed);
+        eprintln!("warm pool: making a container failed ({e}); trying again in {} s", pause.as_secs());
     }
+    if let Some(w) = leftover {
+        remove_or_log(&shared.engine, &w.id).await;
+    }
+    shared.wake.notify_one();
 }
 
 #[cfg(test)]
@@ -406,6 +467,32 @@ mod tests {
         let kept: Vec<u32> = st.shapes.iter().map(|s| s.spec.memory_mb).collect();
         assert_eq!(kept.len(), MAX_SHAPES);
         assert!(kept.contains(&100) && kept.contains(&999) && !kept.contains(&101), "{kept:?}");
+    }
+
+    #[test]
+    fn makes_start_round_robin_up_to_the_size_and_the_limit() {
+        let mut st = State::default();
+        learn(&mut st, &Spec { memory_mb: 100, ..spec() }, b"w");
+        learn(&mut st, &Spec { memory_mb: 200, ..spec() }, b"w");
+        let mb = |jobs: &[(Spec, Vec<u8>)]| jobs.iter().map(|(s, _)| s.memory_mb).collect::<Vec<_>>();
+        // Two empty shapes of size 3, four at once: each gets its turn in order.
+        assert_eq!(mb(&st.start_makes(3, 4)), [100, 200, 100, 200]);
+        assert_eq!(st.making, 4);
+        // The limit is reached: nothing more until a make ends.
+        assert!(st.start_makes(3, 4).is_empty());
+        st.shapes[0].making -= 1;
+        st.making -= 1;
+        assert_eq!(mb(&st.start_makes(3, 4)), [100]);
+        // What is being made counts toward the size: never more than 3 per shape.
+        assert_eq!(mb(&st.start_makes(3, 8)), [100, 200]);
+        assert_eq!(st.shapes.iter().map(|s| s.making).collect::<Vec<_>>(), [3, 3]);
+        assert!(st.start_makes(3, 8).is_empty());
+        // A shape dropped while its three makes run: they still count toward the
+        // limit until they end.
+        st.shapes.remove(1);
+        st.shapes[0].making = 0;
+        st.making -= 3;
+        assert_eq!(mb(&st.start_makes(3, 4)), [100]);
     }
 
     use crate::engine::tests::inspection as seen;

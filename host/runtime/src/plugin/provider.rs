@@ -386,6 +386,13 @@ impl Provider for PluginProvider {
                 label: None,
                 value: p.wanted,
             },
+            Figure {
+                name: "plimsoll_warm_pool_making",
+                help: "Containers the warm pool is making now (at most 4 at once, across shapes).",
+                counter: false,
+                label: None,
+                value: p.making,
+            },
             Figure { name: claims, help: claims_help, counter: true, label: Some(("outcome", "hit")), value: p.hits },
             Figure {
                 name: claims,
