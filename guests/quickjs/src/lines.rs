@@ -533,9 +533,11 @@ impl GuestProgram for Program {
         if let Some(state) = self.before_call() {
             return state;
         }
+        // Scanned here: QuickJS's `indexOf` compares at every position.
+        let plain = !line.bytes().any(|b| b == b'\n' || b == b'\r');
         self.drive(|ctx, shim| {
             let feed = shim.feed.clone().restore(ctx)?;
-            feed.call((line,))
+            feed.call((line, plain))
         })
     }
 

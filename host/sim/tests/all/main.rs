@@ -4,5 +4,6 @@ mod support;
 
 mod examples;
 mod faults;
+mod lines;
 mod oracle;
 mod tables;
