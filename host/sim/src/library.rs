@@ -40,6 +40,16 @@ pub fn model_bytes(name: ModelName) -> &'static [u8] {
     }
 }
 
+/// The name a plant component is loaded (and precompiled) under: `plant-cartpole`.
+pub fn plant_load_name(name: PlantComponentName) -> String {
+    format!("plant-{name:?}").to_ascii_lowercase()
+}
+
+/// The name a model component is loaded (and precompiled) under: `model-vanderpol`.
+pub fn model_load_name(name: ModelName) -> String {
+    format!("model-{name}")
+}
+
 /// `sim-wasm:sha256:<hex>` of a component's bytes: its identity in evidence and pages.
 pub fn identity(bytes: &[u8]) -> String {
     format!("sim-wasm:sha256:{}", hex::encode(Sha256::digest(bytes)))
@@ -163,7 +173,7 @@ impl Library {
         if let Some(p) = plants.get(&name) {
             return Ok(p.clone());
         }
-        let component = (self.load)(&format!("plant-{name:?}").to_ascii_lowercase(), plant_bytes(name))?;
+        let component = (self.load)(&plant_load_name(name), plant_bytes(name))?;
         let plant = PlantComponent::new(&self.engine, &component)?;
         plants.insert(name, plant.clone());
         Ok(plant)
@@ -179,7 +189,7 @@ impl Library {
         if let Some(m) = models.get(&name) {
             return Ok(m.clone());
         }
-        let component = (self.load)(&format!("model-{name}"), model_bytes(name))?;
+        let component = (self.load)(&model_load_name(name), model_bytes(name))?;
         let model = ModelComponent::new(&self.engine, &component, &self.settings.model)?;
         models.insert(name, model.clone());
         Ok(model)

@@ -11,7 +11,7 @@ use wasmtime::component::Component;
 use wasmtime::{Config, Engine};
 
 use crate::catalogue::{ModelName, PlantName};
-use crate::library::{Load, model_bytes, plant_bytes};
+use crate::library::{Load, model_bytes, model_load_name, plant_bytes, plant_load_name};
 
 /// How often the standalone engine's epoch advances.
 pub const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -153,10 +153,10 @@ pub fn precompile(engine: &Engine, dir: &Path, quickjs: &[u8]) -> Result<Vec<Pat
     let mut plants: Vec<_> = PlantName::ALL.iter().map(|p| p.component()).collect();
     plants.dedup();
     for p in plants {
-        all.push((format!("plant-{p:?}").to_ascii_lowercase(), plant_bytes(p)));
+        all.push((plant_load_name(p), plant_bytes(p)));
     }
     for m in ModelName::ALL {
-        all.push((format!("model-{m}"), model_bytes(m)));
+        all.push((model_load_name(m), model_bytes(m)));
     }
     let mut written = Vec::new();
     for (name, bytes) in all {

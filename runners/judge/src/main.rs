@@ -196,7 +196,7 @@ fn table(t: &TableArgs) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use plimsoll_sim::library::{model_bytes, plant_bytes};
+    use plimsoll_sim::library::{model_bytes, model_load_name, plant_bytes, plant_load_name};
     use plimsoll_sim::{ModelName, PlantName};
     use sha2::{Digest, Sha256};
 
@@ -211,10 +211,10 @@ mod tests {
         assert_eq!(known("quickjs"), sha256(QUICKJS));
         for p in PlantName::ALL {
             let c = p.component();
-            assert_eq!(known(&format!("plant-{c:?}").to_ascii_lowercase()), sha256(plant_bytes(c)), "{p}");
+            assert_eq!(known(&plant_load_name(c)), sha256(plant_bytes(c)), "{p}");
         }
         for m in ModelName::ALL {
-            assert_eq!(known(&format!("model-{m}")), sha256(model_bytes(m)), "{m}");
+            assert_eq!(known(&model_load_name(m)), sha256(model_bytes(m)), "{m}");
         }
     }
 
