@@ -387,17 +387,17 @@ async fn make_one(shared: Arc<Shared>, spec: Spec, ready_word: Vec<u8>) {
         let mut st = shared.lock();
         let closed = st.closed;
         st.making = st.making.saturating_sub(1);
-        let shape = st.shapes.iter_mut().find(|s| same_spec(&s.spec, &spec) && s.ready_word == ready_word);
-        if let Some(shape) = shape {
-            shape.making = shape.making.saturating_sub(1);
+        let at = st.shapes.iter().position(|s| same_spec(&s.spec, &spec) && s.ready_word == ready_word);
+        if let Some(i) = at {
+            st.shapes[i].making = st.shapes[i].making.saturating_sub(1);
         }
         match made {
             Ok(w) => {
                 st.failures = 0;
                 st.paused_until = None;
-                match st.shapes.iter_mut().find(|s| same_spec(&s.spec, &spec) && s.ready_word == ready_word) {
-                    Some(shape) if !closed => {
-                        shape.ready.push_back(w);
+                match at {
+                    Some(i) if !closed => {
+                        st.shapes[i].ready.push_back(w);
                         (None, None)
                     }
                     // Closed, or the shape was dropped while this one was made.
