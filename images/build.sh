@@ -2,9 +2,9 @@
 # Builds plimsoll's sandbox image from Debian packages: debootstrap a minimal
 # bookworm root with python3, nodejs, and clang-19 with wasi-libc (C controllers
 # compile to wasm32 in a run's first step), add the in-image programs from runners/
-# and the simulation judge (a static binary embedding wasmtime, the plants and
-# QuickJS, with every component precompiled into /opt/plimsoll/sims), and `docker
-# import` it. No registry is involved. Idempotent: the image carries its recipe
+# (the resident session agent is a static binary from runners/agent) and the
+# simulation judge (a static binary embedding wasmtime, the plants and QuickJS, with
+# every component precompiled into /opt/plimsoll/sims), and `docker import` it. No registry is involved. Idempotent: the image carries its recipe
 # digest as a label, and an image with the same digest is reused.
 #
 # Writes the image's content ID to images/out/sandbox.id (the daemon runs images by
@@ -25,6 +25,8 @@ say() { printf '[images] %s\n' "$*" >&2; }
 # dependency), then only its final link again with a static C library, so it runs
 # in the image whatever the image's libraries are.
 judge=$out/plimsoll-judge
+# The resident session agent (runners/agent), linked the same way.
+agent=$out/plimsoll-agent
 build_judge() {
   command -v cargo >/dev/null || { echo "images/build.sh: cargo is missing (the judge is built from runners/judge)" >&2; exit 1; }
   mkdir -p "$out"
@@ -34,14 +36,19 @@ build_judge() {
   install -m 0755 "${CARGO_TARGET_DIR:-target}/debug/plimsoll-judge" "$judge.tmp"
   strip --strip-debug "$judge.tmp"
   mv "$judge.tmp" "$judge"
+  say "plimsoll-agent: linking statically"
+  cargo rustc -q --locked -p plimsoll-agent --bin plimsoll-agent -- -C target-feature=+crt-static
+  install -m 0755 "${CARGO_TARGET_DIR:-target}/debug/plimsoll-agent" "$agent.tmp"
+  strip "$agent.tmp"
+  mv "$agent.tmp" "$agent"
 }
 
 # The recipe: everything that decides the image's bytes except the archive itself.
 recipe_digest() {
   {
     printf 'suite=%s\npackages=%s\n' "$suite" "$packages"
-    sha256sum images/build.sh runners/project/runner.py runners/probe/probe.py runners/session/agent.py \
-      runners/session/cell.py runners/session/cell.js "$judge"
+    sha256sum images/build.sh runners/project/runner.py runners/probe/probe.py \
+      runners/session/cell.py runners/session/cell.js "$judge" "$agent"
   } | sha256sum | cut -d' ' -f1
 }
 build_judge
@@ -83,7 +90,7 @@ install -d -m 0755 "$root/opt/plimsoll"
 install -d -m 1777 "$root/work"
 install -m 0755 runners/project/runner.py "$root/opt/plimsoll/runner.py"
 install -m 0755 runners/probe/probe.py "$root/opt/plimsoll/probe.py"
-install -m 0755 runners/session/agent.py "$root/opt/plimsoll/agent.py"
+install -m 0755 "$agent" "$root/opt/plimsoll/plimsoll-agent"
 install -m 0644 runners/session/cell.py runners/session/cell.js "$root/opt/plimsoll/"
 install -m 0755 "$judge" "$root/usr/local/bin/plimsoll-judge"
 # Every component the judge runs, compiled now by the judge itself (the same

@@ -1,4 +1,4 @@
-// A session's kept Node interpreter, owned by a keeper (agent.py keep javascript).
+// A session's kept Node interpreter, owned by the session agent (runners/agent).
 //
 // It reads one JSON cell per line on stdin ({"code", "cell"}), runs it in the
 // global context every cell shares, and writes {"exit": N} as one line to the descriptor its last argument
@@ -15,7 +15,7 @@ const fs = require('fs');
 const util = require('util');
 const vm = require('vm');
 
-// The keeper passes the descriptor it reads cell ends from as the last argument.
+// The agent passes the descriptor it reads cell ends from as the last argument.
 const DONE = Number(process.argv[process.argv.length - 1]);
 
 const isIdentStart = (c) => /[\p{L}_$]/u.test(c);

@@ -1,5 +1,5 @@
 #!/usr/bin/python3 -I
-"""A session's kept Python interpreter, owned by a keeper (agent.py keep python).
+"""A session's kept Python interpreter, owned by the session agent (runners/agent).
 
 It reads one JSON cell per line on stdin ({"code", "cell"}), runs it in one
 namespace that every cell shares, and writes {"exit": N} as one line to the descriptor its last argument names
@@ -19,7 +19,7 @@ import sys
 import traceback
 import types
 
-# The keeper passes the descriptor it reads cell ends from as the last argument.
+# The agent passes the descriptor it reads cell ends from as the last argument.
 DONE = int(sys.argv[-1])
 sys.path.append("/work")
 namespace = {"__name__": "__main__", "__builtins__": __builtins__}

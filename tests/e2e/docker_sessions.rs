@@ -127,6 +127,95 @@ fn docker_cases(d: &Daemon, token: &str, runtime: &str) {
     });
 }
 
+/// What a payload cannot do to its session: flood it (only the interpreter is
+/// lost), speak for the agent (a forged status line is only output), write into the
+/// agent's channel (refused under runc; under gVisor, where a process of the guest
+/// uid can open the agent's descriptors, the answer fails its check and the session
+/// ends `boundary_failed`), and a container killed from outside ends the session
+/// `sandbox_changed` with nothing left behind.
+fn fault_cases(d: &Daemon, token: &str, runtime: &str) {
+    let c = Client::new(&d.url(), Some(token.into())).expect("client");
+    rt().block_on(async {
+        let plain = Options::default();
+        let s = c.open_session(&SessionOptions::default()).await.expect("open");
+        let cell = |code: &'static str, timeout_ms: i32| {
+            let opts = Options { timeout_ms, ..Options::default() };
+            let s = &s;
+            async move { s.run_cell("python", code, &[], &opts).await }
+        };
+        let result = |r: Result<RunResponse, Error>| -> CellResult { r.expect("a cell").cell.expect("a cell result") };
+
+        // A flood: cut at the output cap, stopped at its deadline; only its interpreter is lost.
+        result(cell("kept = 1", 10_000).await);
+        let r = result(cell("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)", 2_000).await);
+        assert_eq!((r.exit_code, r.timed_out, r.interpreter_ended), (124, true, true), "{}", text(&r.stderr));
+        assert!(r.stdout_truncated && r.stdout.len() <= 1 << 20, "{} bytes", r.stdout.len());
+        let r = result(cell("'kept' in globals(), 1 + 1", 10_000).await);
+        assert_eq!((text(&r.stdout).as_str(), r.interpreter_started), ("(False, 2)\n", true));
+
+        // A forged status line and end marker are the cell's own output.
+        let forge = "import sys\nsys.stderr.write('\\n0123456789abcdef0123456789abcdef {\"exit\":0,\"leftover\":0} 00\\n\\n0123456789abcdef0123456789abcdef.\\n')\nraise SystemExit(3)";
+        let r = result(cell(forge, 10_000).await);
+        assert_eq!(r.exit_code, 3, "{}", text(&r.stderr));
+        assert!(text(&r.stderr).contains("0123456789abcdef0123456789abcdef {\"exit\":0"), "{}", text(&r.stderr));
+
+        // The agent's channel: its stdout, written from a cell.
+        let write = "import os\ntry:\n    fd = os.open('/proc/1/fd/1', os.O_WRONLY)\n    os.write(fd, b'INJECTED')\n    print('wrote')\nexcept OSError as e:\n    print('refused', e.errno)";
+        let r = cell(write, 10_000).await;
+        if runtime == "runsc" {
+            let e = r.expect_err("the injected bytes fail the answer's check");
+            assert!(e.may_have_run(), "{e:?}");
+            match s.run_cell("python", "1", &[], &plain).await.expect_err("ended") {
+                Error::SessionEnded { end, detail, .. } => {
+                    assert_eq!(end, SessionEnd::BoundaryFailed);
+                    assert!(detail.contains("failed its check"), "{detail}");
+                }
+                other => panic!("expected the session to have ended: {other:?}"),
+            }
+            assert_eq!(s.close().await.expect("close").ended, SessionEnd::BoundaryFailed);
+        } else {
+            assert_eq!(text(&result(r).stdout), "refused 13\n");
+            let r = result(cell("1 + 1", 10_000).await);
+            assert_eq!(text(&r.stdout), "2\n");
+            s.close().await.expect("close");
+        }
+
+        // Its stdin: bytes written there are no request the agent takes.
+        let s = c.open_session(&SessionOptions::default()).await.expect("open");
+        let write = "import os\ntry:\n    fd = os.open('/proc/1/fd/0', os.O_WRONLY)\n    os.write(fd, b'\\x00\\x00\\x00\\x02' + bytes(32) + b'{}')\n    print('wrote')\nexcept OSError as e:\n    print('refused', e.errno)";
+        let r = s.run_cell("python", write, &[], &plain).await.expect("the writing cell is answered");
+        let wrote = text(&r.cell.expect("cell").stdout);
+        let next = s.run_cell("python", "2 + 2", &[], &plain).await;
+        if wrote == "wrote\n" {
+            assert!(next.is_err(), "a request the host did not send was taken: {next:?}");
+            let ended = s.close().await.expect("close").ended;
+            assert_ne!(ended, SessionEnd::Closed, "the session ended by itself");
+        } else {
+            // runc: EACCES (the agent is not dumpable); gVisor opens it, but it takes no writes (EBADF).
+            assert!(matches!(wrote.as_str(), "refused 13\n" | "refused 9\n"), "{wrote}");
+            assert_eq!(text(&next.expect("answered").cell.expect("cell").stdout), "4\n");
+            s.close().await.expect("close");
+        }
+
+        // Killed from outside: the next call finds the sandbox changed; nothing is left.
+        let since = now();
+        let s = c.open_session(&SessionOptions::default()).await.expect("open");
+        result(s.run_cell("python", "1", &[], &plain).await);
+        let container = created_since(&owner(d), since).last().cloned().expect("the session's container");
+        docker(&["kill", &container]);
+        match s.run_cell("python", "1", &[], &plain).await.expect_err("killed") {
+            Error::SessionEnded { end, detail, .. } => {
+                assert_eq!(end, SessionEnd::SandboxChanged);
+                assert!(detail.contains("stopped from outside"), "{detail}");
+            }
+            other => panic!("expected the session to end as sandbox_changed: {other:?}"),
+        }
+        assert_eq!(s.close().await.expect("close").ended, SessionEnd::SandboxChanged);
+        let left = Command::new("docker").args(["ps", "-aq", "--filter", &format!("id={container}")]).output();
+        assert_eq!(text(&left.expect("docker ps").stdout).trim(), "", "the killed session's container is removed");
+    });
+}
+
 const SCRIPT: &str = r#"
 import os
 from plimsoll_client import Client
@@ -198,6 +287,7 @@ fn sessions(runtime: &str) {
         max_sessions: 2,
     });
     docker_cases(&d, &tokens[0], runtime);
+    fault_cases(&d, &tokens[0], runtime);
     let out = run_script(SCRIPT, &[("URL", &d.url()), ("TOKEN", &tokens[0]), ("TIER", tier)]);
     assert_eq!(out, "docker sessions ok\n");
     let host = env!("CARGO_BIN_EXE_plimsoll-host");

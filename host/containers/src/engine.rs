@@ -248,13 +248,17 @@ impl Launched {
         }
     }
 
+    /// The attach itself, for a process that serves many exchanges.
+    pub(crate) fn into_attached(self) -> AttachContainerResults {
+        self.attached
+    }
+
     /// A `Launched` that no container holds, whose process says `said`, for tests
     /// of what surrounds it.
     #[cfg(test)]
     pub(crate) fn in_memory(said: Vec<LogOutput>) -> Launched {
-        let (input, _) = tokio::io::duplex(64);
         let output = Box::pin(futures_util::stream::iter(said.into_iter().map(Ok)));
-        Launched { attached: AttachContainerResults { output, input: Box::pin(input) } }
+        Launched { attached: AttachContainerResults { output, input: Box::pin(tokio::io::sink()) } }
     }
 
     /// Writes `stdin` and closes it, and collects output (each stream capped at
@@ -578,6 +582,15 @@ impl Engine {
             stderr: c.stderr,
             stderr_truncated: c.stderr_truncated,
         })
+    }
+
+    /// The engine's events from `since_unix` on, for as long as the engine streams them.
+    pub fn events(
+        &self,
+        since_unix: u64,
+    ) -> impl futures_util::Stream<Item = Result<bollard::models::EventMessage, BollardError>> + use<> {
+        let opts = bollard::query_parameters::EventsOptionsBuilder::default().since(&since_unix.to_string()).build();
+        self.docker.events(Some(opts))
     }
 
     /// Reads a container back.

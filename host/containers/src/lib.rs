@@ -10,9 +10,11 @@
 pub mod engine;
 pub mod lockdown;
 pub mod pool;
+pub mod resident;
 pub mod smoke;
 pub mod startup;
 pub mod uid;
+pub mod watch;
 
 /// The seccomp profile applied under runc (`images/seccomp.json`): deny by default,
 /// an allowlist of what interpreters and build tools need. Documented, with its
@@ -23,6 +25,8 @@ pub use engine::{Engine, EngineError, ExecOutcome, ImageFacts, Inspection};
 pub use engine::{Launched, Reaper};
 pub use lockdown::{BROKER_TARGET, BrokerMount, Ceilings, Lockdown, Spec, Tmpfs, Violation, broker_root};
 pub use pool::{PoolStats, WarmPool};
+pub use resident::{Reply, ReplyEnd, Resident};
+pub use watch::{Stamp, Watch};
 
 /// Seconds since the epoch.
 pub fn now_unix() -> u64 {

@@ -162,15 +162,6 @@ fn scrubbing(before: &str) -> String {
     )
 }
 
-/// A shell that writes `marker` to stderr, then execs `argv` with a scrubbed
-/// environment (see [`scrubbing`]).
-fn marked(marker: &str, argv: &[&str]) -> Vec<String> {
-    let script = scrubbing("printf '%s' \"$0\" >&2 || exit 1\n");
-    let mut cmd: Vec<String> = vec!["/bin/sh".into(), "-c".into(), script, marker.into()];
-    cmd.extend(argv.iter().map(|s| s.to_string()));
-    cmd
-}
-
 /// Node, started ahead of its run: it writes its first argument ([`READY`]) to
 /// stdout; reads stdin to its end, whose first line holds the run's start and end
 /// markers; writes the start marker to stderr; and runs the rest as `node -` runs

@@ -1,40 +1,50 @@
 //! Docker sessions: one container kept for many calls.
 //!
-//! The container's main process is the session agent's `init` (it reaps orphans).
-//! Every call is one `exec` of the agent (`runners/session/agent.py`), which sweeps
-//! the container before and after the payload (every process but PID 1 and the
-//! kept keepers and interpreters dies), writes the call's files, runs the payload,
-//! and measures the session's storage. The agent's last stderr line is its
-//! trailer, found only under the call's fresh nonce, which the agent reads on
-//! stdin after making itself non-dumpable, so nothing beside it can forge one.
+//! The container's main process is the resident session agent
+//! (`runners/agent`, `plimsoll-agent serve`), which the host keeps attached: a
+//! call is one request written to its stdin and the answer read from its stdout
+//! and stderr (`converse`), with no `exec`. The agent sweeps the container before
+//! and after the payload (every process but itself and the kept interpreters dies),
+//! writes the call's files, runs the payload, and measures the session's storage.
 //!
-//! The host, not this plugin, reads the container back before each call (a change
-//! ends the session as `sandbox_changed`) and pauses it when idle.
+//! Under gVisor a non-dumpable process's descriptors stay open to its uid, so the
+//! channel is authenticated rather than trusted: the first request carries a
+//! fresh session key (read before any code of the caller's exists), every request
+//! carries its HMAC under that key, and every answer ends with a status line whose
+//! MAC covers the call's nonce, both streams' bytes and the status. An answer that
+//! fails the check ends the session: something in the sandbox wrote to the channel.
+//!
+//! The host, not this plugin, reads the container back before calls (a change ends
+//! the session as `sandbox_changed`) and pauses it when idle.
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 
+use hmac::{Hmac, Mac};
 use serde::Deserialize;
+use sha2::{Digest, Sha256};
 
 use crate::exports::plimsoll::provider::provider::{
     Answer, CallError, CallOutput, Ending, Failure, GuestSession, Session, SessionEnd,
 };
-use crate::plimsoll::host::containers::{Container, ExecResult};
+use crate::plimsoll::host::containers::{Container, Reply, ReplyEnd};
 use crate::plimsoll::types::types::{CellResult, Evidence, File, Limits, Refusal, RefusalReason, SnippetResult};
 use crate::{
-    Ended, GUEST_ENV, MEMORY_MB, evidence, marked, or, output, plan, random_hex, read_report, refused, report_cap,
-    report_key, spec, target,
+    Ended, MEMORY_MB, evidence, or, output, plan, random_hex, read_report, refused, report_cap, report_key, spec,
+    target,
 };
 
-/// The session agent, installed by `images/build.sh`.
-const AGENT: &str = "/opt/plimsoll/agent.py";
-/// What the agent may take beyond a call's budget (its start, the sweeps, the keeper's start).
+/// The resident session agent, installed by `images/build.sh`.
+const AGENT: &str = "/opt/plimsoll/plimsoll-agent";
+/// What the agent may take beyond a call's budget (the sweeps, an interpreter's start).
 const AGENT_GRACE_MS: u32 = 15_000;
-/// Room on stderr for the trailer beyond the payload's own capped output.
+/// Room on stderr for the status line beyond the payload's own capped output.
 const TRAILER_ROOM: u32 = 64 << 10;
 /// The smallest session disk budget: the interpreters need room to start.
 const MIN_DISK_MB: u32 = 16;
+/// What an answer's MAC covers first (the agent's `wire::ANSWER_CONTEXT`).
+const ANSWER_CONTEXT: &[u8] = b"plimsoll-agent answer v1\0";
 
-/// The agent's trailer: how the call went and what the container holds now.
+/// The agent's status line: how the call went and what the container holds now.
 #[derive(Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", default)]
 struct Trailer {
@@ -44,31 +54,28 @@ struct Trailer {
     ended: bool,
     stdout_truncated: bool,
     stderr_truncated: bool,
-    /// The kept keepers and interpreters, by language: `[pid, start time]` pairs.
-    keep: serde_json::Value,
     disk_used_kb: u64,
     /// Processes the sweep could not kill.
     leftover: u32,
     /// Nothing ran: a file could not be written, or no interpreter started.
     refused: Option<String>,
-    /// The interpreter's keeper stopped answering after the code was sent.
-    lost: Option<String>,
 }
 
-/// A call's exec, split: the payload's output and the agent's trailer.
+/// A call's answer, checked: the payload's output and the agent's status.
 struct Exchange {
-    exec: ExecResult,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
     trailer: Trailer,
 }
 
-/// One session: its container and what the agent keeps in it.
+/// One session: its container, served by the agent, and the session key.
 pub struct DockerSession {
     container: Container,
     image: String,
     runtime: String,
     disk_mb: u32,
     memory_mb: u32,
-    keep: RefCell<serde_json::Value>,
+    key: [u8; 32],
     cells: Cell<u32>,
 }
 
@@ -76,13 +83,61 @@ fn may_have_run(detail: impl Into<String>, ended: Option<Ending>) -> CallError {
     CallError::MayHaveRun(Failure { detail: detail.into(), ended })
 }
 
+fn hmac(key: &[u8; 32]) -> Hmac<Sha256> {
+    // HMAC takes a key of any length.
+    <Hmac<Sha256> as Mac>::new_from_slice(key).unwrap_or_else(|_| unreachable!("HMAC accepts any key length"))
+}
+
+/// A request as the agent reads it: length, HMAC of the body, body.
+fn frame(key: &[u8; 32], body: &[u8]) -> Vec<u8> {
+    let len = u32::try_from(body.len()).unwrap_or(u32::MAX);
+    let mut m = hmac(key);
+    m.update(body);
+    let mut f = Vec::with_capacity(36 + body.len());
+    f.extend_from_slice(&len.to_be_bytes());
+    f.extend_from_slice(&m.finalize().into_bytes());
+    f.extend_from_slice(body);
+    f
+}
+
+/// Why an answer is not the agent's.
+#[derive(Debug, PartialEq, Eq)]
+enum Unchecked {
+    /// No status line under the call's nonce.
+    Missing,
+    /// A status line whose MAC does not hold.
+    Forged,
+}
+
+/// Takes the status line `\n<nonce> <json> <mac>\n` off the end of `stderr` and
+/// checks its MAC over the nonce, both streams and the status.
+fn check_answer(key: &[u8; 32], nonce: &str, stdout: &[u8], stderr: &mut Vec<u8>) -> Result<Trailer, Unchecked> {
+    let needle = format!("\n{nonce} ");
+    let at = stderr.windows(needle.len()).rposition(|w| w == needle.as_bytes()).ok_or(Unchecked::Missing)?;
+    let line = stderr.get(at + needle.len()..).and_then(|l| l.strip_suffix(b"\n")).ok_or(Unchecked::Missing)?;
+    let line = std::str::from_utf8(line).map_err(|_| Unchecked::Forged)?;
+    let (status, mac) = line.rsplit_once(' ').ok_or(Unchecked::Forged)?;
+    let mac = hex::decode(mac).map_err(|_| Unchecked::Forged)?;
+    let mut m = hmac(key);
+    for part in [ANSWER_CONTEXT, nonce.as_bytes(), b"\0", &Sha256::digest(stdout), &Sha256::digest(&stderr[..at])] {
+        m.update(part);
+    }
+    m.update(status.as_bytes());
+    m.verify_slice(&mac).map_err(|_| Unchecked::Forged)?;
+    let trailer = serde_json::from_str(status).map_err(|_| Unchecked::Forged)?;
+    stderr.truncate(at);
+    Ok(trailer)
+}
+
 impl DockerSession {
-    /// Creates and starts the session's container, then proves the agent answers.
+    /// Creates and starts the session's container with the agent as its main
+    /// process, then hands the agent the session key.
     fn open(limits: &Limits, lifetime_s: u32) -> Result<DockerSession, Refusal> {
         let (runtime, image) = target()?;
         let marker = random_hex(16);
-        if marker.is_empty() {
-            return Err(refused(RefusalReason::Environment, "no randomness for the start marker"));
+        let mut key = [0u8; 32];
+        if marker.is_empty() || getrandom::fill(&mut key).is_err() {
+            return Err(refused(RefusalReason::Environment, "no randomness for the start marker or session key"));
         }
         let disk_mb = or(limits.disk_mb, 1024);
         if disk_mb < MIN_DISK_MB {
@@ -91,12 +146,9 @@ impl DockerSession {
                 format!("a session disk budget of {disk_mb} MiB is below the {MIN_DISK_MB} MiB a session needs"),
             ));
         }
-        let command = marked(&marker, &["python3", "-I", AGENT, "init"]);
+        let command = vec![AGENT.to_string(), "serve".into(), marker.clone()];
         let spec = spec(limits, &runtime, &image, command, Some(disk_mb), lifetime_s);
-        let container = Container::create(&spec)
-            .map_err(|e| refused(RefusalReason::Environment, format!("creating the session's container: {e}")))?;
-        container
-            .start(&[])
+        let container = Container::serve(&spec, marker.as_bytes())
             .map_err(|e| refused(RefusalReason::Environment, format!("starting the session's container: {e}")))?;
         let session = DockerSession {
             container,
@@ -104,12 +156,14 @@ impl DockerSession {
             runtime,
             disk_mb,
             memory_mb: or(limits.memory_mb, MEMORY_MB),
-            keep: RefCell::new(serde_json::json!({})),
+            key,
             cells: Cell::new(0),
         };
         // Nothing of the caller's has run yet: any failure here is a refusal.
         let ready = Limits { timeout_ms: 30_000, ..*limits };
-        match session.exchange("ready", serde_json::Map::new(), &ready, 0) {
+        let mut first = serde_json::Map::new();
+        first.insert("key".into(), hex::encode(key).into());
+        match session.exchange("ready", first, &ready, 0) {
             Ok(x) if x.trailer.leftover == 0 => Ok(session),
             Ok(x) => Err(refused(
                 RefusalReason::Environment,
@@ -123,7 +177,7 @@ impl DockerSession {
         }
     }
 
-    /// One exec of the agent with `request`; the trailer is split off stderr.
+    /// One request to the agent and its checked answer.
     fn exchange(
         &self,
         kind: &str,
@@ -138,27 +192,56 @@ impl DockerSession {
         let max_output = or(limits.max_output_bytes, 1 << 20);
         request.insert("nonce".into(), nonce.clone().into());
         request.insert("kind".into(), kind.into());
-        request.insert("keep".into(), self.keep.borrow().clone());
         request.insert("timeoutMs".into(), limits.timeout_ms.into());
         request.insert("maxOutput".into(), max_output.into());
-        let mut command: Vec<String> = vec!["/usr/bin/env".into(), "-i".into()];
-        command.extend(GUEST_ENV.iter().map(|s| s.to_string()));
-        command.extend(["python3".into(), "-I".into(), AGENT.into()]);
-        let stdin = serde_json::Value::Object(request).to_string().into_bytes();
+        let body = serde_json::Value::Object(request).to_string().into_bytes();
         let cap = stdout_cap.max(max_output).saturating_add(TRAILER_ROOM);
         let timeout = limits.timeout_ms.saturating_add(AGENT_GRACE_MS);
-        let mut exec = self
-            .container
-            .exec(&command, &stdin, timeout, cap)
-            .map_err(|e| may_have_run(format!("exec of the session agent: {e}"), None))?;
-        let Some(trailer) = split_trailer(&mut exec.stderr, &nonce) else {
-            // The agent's state is unknown: the next call's sweep keeps nothing.
-            *self.keep.borrow_mut() = serde_json::json!({});
-            let why = if exec.timed_out { "did not finish in time" } else { "ended without its trailer" };
-            return Err(may_have_run(format!("the session agent {why} (exit {:?})", exec.exit_code), None));
-        };
-        *self.keep.borrow_mut() = if trailer.keep.is_object() { trailer.keep.clone() } else { serde_json::json!({}) };
-        Ok(Exchange { exec, trailer })
+        let end = format!("\n{nonce}.\n");
+        let reply = self.container.converse(&frame(&self.key, &body), end.as_bytes(), timeout, cap).map_err(|e| {
+            may_have_run(
+                format!("the session agent's channel failed: {e}"),
+                Some(Ending {
+                    end: SessionEnd::BoundaryFailed,
+                    detail: format!("the session agent's channel failed: {e}"),
+                }),
+            )
+        })?;
+        self.checked(reply, &nonce)
+    }
+
+    /// The answer, once it proved to be the agent's.
+    fn checked(&self, reply: Reply, nonce: &str) -> Result<Exchange, CallError> {
+        let Reply { end, stdout, mut stderr, .. } = reply;
+        match end {
+            ReplyEnd::Said => {}
+            ReplyEnd::TimedOut => {
+                let detail = "the session agent did not answer within the call's budget and grace";
+                return Err(may_have_run(
+                    detail,
+                    Some(Ending { end: SessionEnd::BoundaryFailed, detail: detail.into() }),
+                ));
+            }
+            ReplyEnd::Ended => {
+                let detail = "the session agent ended during the call";
+                return Err(may_have_run(
+                    detail,
+                    Some(Ending { end: SessionEnd::MainProcessEnded, detail: detail.into() }),
+                ));
+            }
+        }
+        match check_answer(&self.key, nonce, &stdout, &mut stderr) {
+            Ok(trailer) => Ok(Exchange { stdout, stderr, trailer }),
+            Err(why) => {
+                let detail = match why {
+                    Unchecked::Missing => "the session agent's answer has no status line",
+                    Unchecked::Forged => {
+                        "the session agent's answer failed its check: something in the sandbox wrote to the agent's channel"
+                    }
+                };
+                Err(may_have_run(detail, Some(Ending { end: SessionEnd::BoundaryFailed, detail: detail.into() })))
+            }
+        }
     }
 
     /// Why the sandbox can take no more calls after this one, if it cannot.
@@ -180,11 +263,11 @@ impl DockerSession {
         })
     }
 
-    /// The trailer's verdict on a call that produced `output`.
+    /// The status line's verdict on a call that produced `output`.
     fn answer(
         &self,
         x: Exchange,
-        output: impl FnOnce(ExecResult, &Trailer) -> CallOutput,
+        output: impl FnOnce(Vec<u8>, Vec<u8>, &Trailer) -> CallOutput,
     ) -> Result<Answer, CallError> {
         let ended = self.ending(&x.trailer);
         if let Some(message) = &x.trailer.refused {
@@ -193,10 +276,7 @@ impl DockerSession {
                 None => CallError::Refused(refused(RefusalReason::Request, message.clone())),
             });
         }
-        if let Some(lost) = &x.trailer.lost {
-            return Err(may_have_run(lost.clone(), ended));
-        }
-        Ok(Answer { output: output(x.exec, &x.trailer), ended })
+        Ok(Answer { output: output(x.stdout, x.stderr, &x.trailer), ended })
     }
 
     fn language(language: &str) -> Result<(), CallError> {
@@ -208,16 +288,6 @@ impl DockerSession {
             ))),
         }
     }
-}
-
-/// Finds `\n<nonce> <json>\n` at the end of `stderr`, removes it, and parses it.
-fn split_trailer(stderr: &mut Vec<u8>, nonce: &str) -> Option<Trailer> {
-    let needle = format!("\n{nonce} ");
-    let at = stderr.windows(needle.len()).rposition(|w| w == needle.as_bytes())?;
-    let body = stderr.get(at + needle.len()..)?.strip_suffix(b"\n")?;
-    let trailer = serde_json::from_slice(body).ok()?;
-    stderr.truncate(at);
-    Some(trailer)
 }
 
 impl GuestSession for DockerSession {
@@ -240,8 +310,7 @@ impl GuestSession for DockerSession {
         request.insert("files".into(), files_json(&files));
         let x = self.exchange("cell", request, &limits, 0)?;
         let memory_mb = self.memory_mb;
-        self.answer(x, |exec, t| {
-            let mut stderr = exec.stderr;
+        self.answer(x, |stdout, mut stderr, t| {
             if t.ended && !t.timed_out && t.exit == 137 {
                 stderr.extend_from_slice(
                     format!("\nplimsoll: the interpreter was killed (SIGKILL; the memory limit is {memory_mb} MiB)\n")
@@ -251,8 +320,8 @@ impl GuestSession for DockerSession {
             CallOutput::Cell(CellResult {
                 exit_code: t.exit,
                 timed_out: t.timed_out,
-                stdout: output(exec.stdout, t.stdout_truncated || exec.stdout_truncated),
-                stderr: output(stderr, t.stderr_truncated || exec.stderr_truncated),
+                stdout: output(stdout, t.stdout_truncated),
+                stderr: output(stderr, t.stderr_truncated),
                 interpreter_started: t.started,
                 interpreter_ended: t.ended,
             })
@@ -265,12 +334,12 @@ impl GuestSession for DockerSession {
         request.insert("language".into(), language.into());
         request.insert("code".into(), code.into());
         let x = self.exchange("snippet", request, &limits, 0)?;
-        self.answer(x, |exec, t| {
+        self.answer(x, |stdout, stderr, t| {
             CallOutput::Snippet(SnippetResult {
                 exit_code: t.exit,
                 timed_out: t.timed_out,
-                stdout: output(exec.stdout, t.stdout_truncated || exec.stdout_truncated),
-                stderr: output(exec.stderr, t.stderr_truncated || exec.stderr_truncated),
+                stdout: output(stdout, t.stdout_truncated),
+                stderr: output(stderr, t.stderr_truncated),
             })
         })
     }
@@ -288,9 +357,9 @@ impl GuestSession for DockerSession {
         request.insert("plan".into(), plan(&files, &steps, &artifacts, &limits, &key));
         request.insert("reportCap".into(), cap.into());
         let x = self.exchange("project", request, &limits, cap)?;
-        self.answer(x, |exec, t| {
-            let ended = Ended { timed_out: t.timed_out || exec.timed_out, oom_killed: false, exit_code: Some(t.exit) };
-            CallOutput::Project(read_report(&exec.stdout, &key, &ended))
+        self.answer(x, |stdout, _, t| {
+            let ended = Ended { timed_out: t.timed_out, oom_killed: false, exit_code: Some(t.exit) };
+            CallOutput::Project(read_report(&stdout, &key, &ended))
         })
     }
 
@@ -355,15 +424,55 @@ fn files_json(files: &[File]) -> serde_json::Value {
 mod tests {
     use super::*;
 
+    const KEY: [u8; 32] = [7; 32];
+
+    /// An answer as the agent writes it (its `wire::Sink::finish`).
+    fn answered(key: &[u8; 32], nonce: &str, stdout: &[u8], stderr: &[u8], status: &str) -> Vec<u8> {
+        let mut m = hmac(key);
+        for part in [ANSWER_CONTEXT, nonce.as_bytes(), b"\0", &Sha256::digest(stdout), &Sha256::digest(stderr)] {
+            m.update(part);
+        }
+        m.update(status.as_bytes());
+        let mac = hex::encode(m.finalize().into_bytes());
+        let mut e = stderr.to_vec();
+        e.extend_from_slice(format!("\n{nonce} {status} {mac}\n").as_bytes());
+        e
+    }
+
     #[test]
-    fn the_trailer_is_found_only_under_the_nonce_and_removed() {
-        let mut stderr = b"boom\n\nfeed {\"exit\":9}\n\nabcd {\"exit\":1,\"started\":true}\n".to_vec();
-        let t = split_trailer(&mut stderr, "abcd").expect("trailer");
-        assert_eq!((t.exit, t.started), (1, true));
-        assert_eq!(stderr, b"boom\n\nfeed {\"exit\":9}\n");
-        let mut forged = b"\nfeed {\"exit\":0}\n".to_vec();
-        assert!(split_trailer(&mut forged, "abcd").is_none());
-        let mut cut = b"\nabcd {\"exit\":0".to_vec();
-        assert!(split_trailer(&mut cut, "abcd").is_none());
+    fn an_answer_is_the_agents_only_under_the_nonce_and_the_session_key() {
+        let status = r#"{"exit":1,"started":true,"refused":"a b"}"#;
+        let mut stderr = answered(&KEY, "abcd", b"out", b"boom\n", status);
+        let t = check_answer(&KEY, "abcd", b"out", &mut stderr).expect("checked");
+        assert_eq!((t.exit, t.started, t.refused.as_deref()), (1, true, Some("a b")));
+        assert_eq!(stderr, b"boom\n", "the status line is taken off");
+
+        let mut other_nonce = answered(&KEY, "abcd", b"out", b"", status);
+        assert_eq!(check_answer(&KEY, "feed", b"out", &mut other_nonce).err(), Some(Unchecked::Missing));
+        let mut other_key = answered(&[8; 32], "abcd", b"out", b"", status);
+        assert_eq!(check_answer(&KEY, "abcd", b"out", &mut other_key).err(), Some(Unchecked::Forged));
+        // Bytes something else wrote into either stream fail the MAC.
+        let mut good = answered(&KEY, "abcd", b"out", b"", status);
+        assert_eq!(check_answer(&KEY, "abcd", b"out INJECTED", &mut good).err(), Some(Unchecked::Forged));
+        let mut injected = b"INJECTED".to_vec();
+        injected.extend(answered(&KEY, "abcd", b"out", b"", status));
+        assert_eq!(check_answer(&KEY, "abcd", b"out", &mut injected).err(), Some(Unchecked::Forged));
+        let mut changed = answered(&KEY, "abcd", b"out", b"", status);
+        let at = changed.windows(8).position(|w| w == b"\"exit\":1").expect("exit");
+        changed[at + 7] = b'0';
+        assert_eq!(check_answer(&KEY, "abcd", b"out", &mut changed).err(), Some(Unchecked::Forged));
+        let mut cut = answered(&KEY, "abcd", b"out", b"", status);
+        cut.pop();
+        assert_eq!(check_answer(&KEY, "abcd", b"out", &mut cut).err(), Some(Unchecked::Missing));
+    }
+
+    #[test]
+    fn a_request_frame_is_its_length_its_mac_and_its_body() {
+        let f = frame(&KEY, b"{}");
+        assert_eq!(&f[..4], &[0, 0, 0, 2]);
+        let mut m = hmac(&KEY);
+        m.update(b"{}");
+        assert_eq!(&f[4..36], m.finalize().into_bytes().as_slice());
+        assert_eq!(&f[36..], b"{}");
     }
 }

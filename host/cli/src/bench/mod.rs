@@ -5,8 +5,9 @@
 //!   (a fresh QuickJS runtime, and a fresh WebAssembly instance, per run);
 //! - `daemon`: `Run` round trips to a real `serve` on loopback, the client's checks
 //!   included; no peer runs on this machine (hosted sandboxes are remote);
-//! - `session`: Python cells in a wasm session; peer: a Jupyter kernel's cells
-//!   through `jupyter_client`;
+//! - `session`: Python cells in a wasm session, and in a docker session when the
+//!   `SANDBOX_DOCKER_*` variables are set (with an idle session's memory); peer: a
+//!   Jupyter kernel's cells through `jupyter_client`;
 //! - `docker`: fresh-container snippets through the daemon (configured by the same
 //!   `SANDBOX_DOCKER_*` variables as `serve`); peer: `docker run --rm` of the same
 //!   image with the same locks;
@@ -25,10 +26,11 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod session;
 mod sim;
 
 use anyhow::{Context as _, bail};
-use plimsoll_client::{Client, Options, SessionOptions};
+use plimsoll_client::{Client, Options};
 use serde_json::{Value, json};
 
 /// What to measure.
@@ -287,6 +289,12 @@ fn serve(env: &[(&str, String)]) -> anyhow::Result<Served> {
         .env_remove("PLIMSOLL_CONFIG")
         .env_remove("PLIMSOLL_BENCH_PEERS")
         .env_remove("PLIMSOLL_BENCH_PYTHON");
+    // The docker provider's settings refuse to start any other provider.
+    if !env.iter().any(|(k, v)| *k == "SANDBOX_PROVIDER" && v == "docker") {
+        for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("SANDBOX_DOCKER_")) {
+            cmd.env_remove(k);
+        }
+    }
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -459,87 +467,6 @@ fn daemon(runs: usize, concurrency: usize, r: &mut Report) -> anyhow::Result<()>
     Ok(())
 }
 
-/// The Python side of the session peer: a Jupyter kernel, `x + 1` per cell.
-const JUPYTER: &str = r#"
-import json, os, time
-from jupyter_client.manager import start_new_kernel
-runs = int(os.environ["RUNS"])
-km, kc = start_new_kernel(kernel_name="python3")
-try:
-    kc.execute_interactive("x = 41", timeout=60, output_hook=lambda m: None)
-    def cell():
-        t = time.perf_counter()
-        r = kc.execute_interactive("x + 1", timeout=60, output_hook=lambda m: None)
-        assert r["content"]["status"] == "ok", r["content"]
-        return (time.perf_counter() - t) * 1000.0
-    for _ in range(min(runs, 50)):
-        cell()
-    print(json.dumps([cell() for _ in range(runs)]))
-finally:
-    kc.stop_channels()
-    km.shutdown_kernel(now=True)
-"#;
-
-fn session(runs: usize, concurrency: usize, r: &mut Report) -> anyhow::Result<()> {
-    let sessions = (concurrency + 1).to_string();
-    let served = serve_admitting(
-        "wasm",
-        concurrency,
-        &[("SANDBOX_MAX_SESSIONS", sessions.clone()), ("SANDBOX_MAX_SESSIONS_PER_CALLER", sessions)],
-    )?;
-    let probe = rt()?.block_on(async {
-        let client = Client::new(&served.url, Some(served.token.clone()))?;
-        let s = client.open_session(&SessionOptions::default()).await?;
-        let ok = s.run_cell("python", "1", &[], &Options::default()).await.is_ok();
-        s.close().await?;
-        Ok::<_, anyhow::Error>(ok)
-    })?;
-    let language = if probe { "python" } else { "javascript" };
-    if !probe {
-        r.notes.push("the daemon runs no Python (guests/python/build.sh builds it); cells are JavaScript".into());
-    }
-    let (times, wall) = rounds(&served, runs, concurrency, move |client, share| async move {
-        let opts = Options::default();
-        let s = client.open_session(&SessionOptions::default()).await?;
-        s.run_cell(language, if language == "python" { "x = 41" } else { "var x = 41" }, &[], &opts).await?;
-        for _ in 0..share.min(20) {
-            s.run_cell(language, "x + 1", &[], &opts).await?;
-        }
-        let mut times = Vec::with_capacity(share);
-        for _ in 0..share {
-            let t = Instant::now();
-            s.run_cell(language, "x + 1", &[], &opts).await?;
-            times.push(t.elapsed());
-        }
-        s.close().await?;
-        Ok(times)
-    })?;
-    r.series.push(Series {
-        name: "plimsoll session cell".into(),
-        what: format!("{language} `x + 1` in a kept wasm interpreter, over the daemon, record checks included"),
-        times,
-        wall,
-        concurrency,
-    });
-    let python = std::env::var("PLIMSOLL_BENCH_PYTHON").unwrap_or_else(|_| "python3".into());
-    let mut cmd = Command::new(&python);
-    cmd.args(["-c", JUPYTER]).env("RUNS", runs.to_string());
-    match peer(cmd) {
-        Ok(v) => {
-            r.series.push(sequential(
-                "jupyter kernel cell",
-                "python `x + 1` in an ipykernel through jupyter_client (no sandbox), sequential",
-                durations(&v),
-            ));
-            r.ratios.push(("plimsoll session cell".into(), "jupyter kernel cell".into()));
-        }
-        Err(e) => r.notes.push(format!(
-            "peer jupyter kernel did not run with {python} ({e}); pip install jupyter_client ipykernel, or set PLIMSOLL_BENCH_PYTHON"
-        )),
-    }
-    Ok(())
-}
-
 fn docker(runs: usize, concurrency: usize, r: &mut Report) -> anyhow::Result<()> {
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let Some(image) = var("SANDBOX_DOCKER_IMAGE") else {
@@ -690,7 +617,7 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
     match args.target {
         Target::Wasm => wasm(runs, args.concurrency, &mut report)?,
         Target::Daemon => daemon(runs, args.concurrency, &mut report)?,
-        Target::Session => session(runs, args.concurrency, &mut report)?,
+        Target::Session => session::session(runs, args.concurrency, &mut report)?,
         Target::Docker => docker(runs, args.concurrency, &mut report)?,
         Target::Sim => sim::sim(runs, &mut report)?,
     }

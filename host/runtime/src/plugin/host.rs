@@ -13,7 +13,8 @@ use std::time::{Duration, Instant};
 
 use plimsoll_containers::engine::Started;
 use plimsoll_containers::{
-    Engine, EngineError, ExecOutcome, Launched, Lockdown, PoolStats, Reaper, Spec, Tmpfs, WarmPool,
+    Engine, EngineError, ExecOutcome, Launched, Lockdown, PoolStats, Reaper, ReplyEnd, Resident, Spec, Tmpfs, WarmPool,
+    Watch,
 };
 use plimsoll_core::Tier;
 use wasmtime::component::{Resource, ResourceTable};
@@ -44,6 +45,8 @@ pub struct Wall {
     pool: Option<WarmPool>,
     /// Removes finished runs' containers, and what the pool lets go, off the runs' path.
     reaper: Arc<Reaper>,
+    /// The engine's events, which spare sessions a read-back when nothing changed.
+    watch: Watch,
     rt: Option<tokio::runtime::Runtime>,
 }
 
@@ -56,7 +59,8 @@ impl Wall {
     /// runtime `rt` drives the engine's I/O from the plugin's blocking calls.
     pub fn new(engine: Engine, lockdown: Lockdown, tiers: BTreeMap<String, Tier>, rt: tokio::runtime::Runtime) -> Wall {
         let reaper = Arc::new(Reaper::new(engine.clone(), rt.handle().clone()));
-        Wall { engine, lockdown, tiers, healthy: AtomicBool::new(true), pool: None, reaper, rt: Some(rt) }
+        let watch = Watch::start(engine.clone(), rt.handle());
+        Wall { engine, lockdown, tiers, healthy: AtomicBool::new(true), pool: None, reaper, watch, rt: Some(rt) }
     }
 
     /// The wall with a warm pool of `size` containers per shape (0: none).
@@ -106,6 +110,11 @@ impl Wall {
     /// The engine.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The engine's event stream, followed since the wall was made.
+    pub fn watch(&self) -> &Watch {
+        &self.watch
     }
 
     /// The lockdown in force.
@@ -184,6 +193,8 @@ pub struct ContainerRep {
     user: u32,
     launched: Option<Launched>,
     started: Option<Started>,
+    /// A served container's attached main process.
+    resident: Option<Resident>,
     /// The main process was waited for and ended: removal cannot cut a run short.
     ended: bool,
 }
@@ -353,7 +364,7 @@ impl PluginState {
         self.live.insert(id.clone());
         self.used.runtimes.insert(spec.runtime.clone());
         self.used.images.insert(spec.image_id.clone());
-        let rep = ContainerRep { id, user: spec.user, launched, started: None, ended: false };
+        let rep = ContainerRep { id, user: spec.user, launched, started: None, resident: None, ended: false };
         self.table.push(rep).map_err(|e| e.to_string())
     }
 }
@@ -416,6 +427,47 @@ impl containers::HostContainer for PluginState {
         check_ready_word(&ready)?;
         let (id, launched) = wall.block_on(wall.launch(&spec, &ready)).map_err(|e| e.to_string())?;
         self.hold(id, &spec, Some(launched))
+    }
+
+    fn serve(&mut self, spec: containers::Spec, ready: Vec<u8>) -> Result<Resource<ContainerRep>, String> {
+        let wall = self.wall()?;
+        let spec = self.spec(spec);
+        check_ready_word(&ready)?;
+        let within = plimsoll_containers::pool::READY_WITHIN;
+        let (id, launched) = wall
+            .block_on(wall.engine.launch_new(&wall.lockdown, &spec, &ready, within, now_unix()))
+            .map_err(|e| e.to_string())?;
+        let c = self.hold(id, &spec, None)?;
+        self.table.get_mut(&c).map_err(|e| e.to_string())?.resident = Some(Resident::new(launched));
+        Ok(c)
+    }
+
+    fn converse(
+        &mut self,
+        c: Resource<ContainerRep>,
+        send: Vec<u8>,
+        end: Vec<u8>,
+        timeout_ms: u32,
+        max_output: u32,
+    ) -> Result<containers::Reply, String> {
+        check_end(&end)?;
+        let wall = self.wall()?;
+        let timeout = self.budget(timeout_ms);
+        let cap = (max_output as usize).min(self.collect_cap);
+        let rep = self.table.get_mut(&c).map_err(|e| e.to_string())?;
+        let resident = rep.resident.as_mut().ok_or("the container was not started with serve")?;
+        let r = wall.block_on(resident.converse(&send, &end, timeout, cap)).map_err(|e| e.to_string())?;
+        Ok(containers::Reply {
+            end: match r.end {
+                ReplyEnd::Said => containers::ReplyEnd::Said,
+                ReplyEnd::TimedOut => containers::ReplyEnd::TimedOut,
+                ReplyEnd::Ended => containers::ReplyEnd::Ended,
+            },
+            stdout: r.stdout,
+            stdout_truncated: r.stdout_truncated,
+            stderr: r.stderr,
+            stderr_truncated: r.stderr_truncated,
+        })
     }
 
     fn start(&mut self, c: Resource<ContainerRep>, stdin: Vec<u8>) -> Result<(), String> {

@@ -6,14 +6,16 @@
 //! container of the session back from the engine and compares it with the
 //! read-back taken at open (image, runtime, root, network, mounts, limits, user):
 //! any difference ends the session as `sandbox_changed` before anything runs, and
-//! a main process that ended ends it as `main_process_ended`. It pauses the
+//! a main process that ended ends it as `main_process_ended`. A read-back is
+//! skipped only while the engine's event stream vouches that nothing named the
+//! container since the last one ([`plimsoll_containers::watch`]). It pauses the
 //! containers itself when the session idles and thaws them before the next call.
 //! The plugin only drives calls inside the sandbox.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use plimsoll_containers::Inspection;
+use plimsoll_containers::{Inspection, Stamp};
 use plimsoll_core::provider::{self, Evidence, RunError};
 use plimsoll_core::session::{Answered, Call, CallError, Ending, Opened, Output, Session};
 use plimsoll_core::wire::{CellResult, SessionEnd};
@@ -58,6 +60,8 @@ pub(super) struct PluginSession {
     handle: Option<ResourceAny>,
     /// The session's containers, as read back at open.
     opened: Vec<(String, Inspection)>,
+    /// Per container, the event stream's stamp at its last good read-back.
+    stamps: Vec<Option<Stamp>>,
     /// What open created, for the tier.
     used: Used,
     /// What the plugin claimed at open.
@@ -93,10 +97,19 @@ fn cell_result(r: t::CellResult) -> CellResult {
     }
 }
 
-/// The session's end when its main process is no longer running.
+/// The session's end when its main process is no longer running. A process no
+/// one inside could signal (a container's PID 1) that died of SIGKILL or SIGTERM
+/// without the OOM killer was stopped from outside: the sandbox changed.
 fn stopped(now: &Inspection) -> Option<Ending> {
     if now.running {
         return None;
+    }
+    if !now.oom_killed && matches!(now.exit_code, Some(137 | 143)) {
+        let code = now.exit_code.unwrap_or_default();
+        return Some(Ending::new(
+            SessionEnd::SandboxChanged,
+            format!("the session's container was stopped from outside (exit status {code}); nothing ran"),
+        ));
     }
     let why = if now.oom_killed {
         format!("out of memory; the limit is {} MiB", now.memory_mb)
@@ -149,14 +162,17 @@ impl PluginSession {
             .into());
         }
         let mut opened = Vec::new();
+        let mut stamps = Vec::new();
         for id in ids {
+            facts.wall.watch().follow(&id);
+            stamps.push(facts.wall.watch().stamp(&id));
             let now = facts.wall.block_on(facts.wall.engine().inspect(&id)).map_err(|e| {
                 RunError::Refused(Refusal::new(Reason::Environment, format!("reading the new session back: {e}")))
             })?;
             opened.push((id, now));
         }
         let mut session =
-            PluginSession { facts, store, plugin, handle: Some(handle), opened, used, claimed, broken: None };
+            PluginSession { facts, store, plugin, handle: Some(handle), opened, stamps, used, claimed, broken: None };
         let evidence = session.evidence();
         if let Err(e) = after_run_floor(evidence.tier, floor) {
             session.close();
@@ -173,11 +189,17 @@ impl PluginSession {
         evidence_of(Some(&self.facts.wall), self.facts.max_tier, &self.used, &self.claimed)
     }
 
-    /// Reads every container back; thaws one the idle timer froze. Refused when the
+    /// Reads every container back, unless the event stream vouches nothing named it
+    /// since its last read-back; thaws one the idle timer froze. Refused when the
     /// engine does not answer (the session goes on), ended on any change.
-    fn read_back(&self) -> Result<(), CallError> {
-        let wall = &self.facts.wall;
-        for (id, at_open) in &self.opened {
+    fn read_back(&mut self) -> Result<(), CallError> {
+        let wall = Arc::clone(&self.facts.wall);
+        for ((id, at_open), stamp) in self.opened.iter().zip(self.stamps.iter_mut()) {
+            if stamp.is_some_and(|st| wall.watch().unchanged(id, st)) {
+                continue;
+            }
+            *stamp = None;
+            let taken = wall.watch().stamp(id);
             let now = match wall.block_on(wall.engine().inspect(id)) {
                 Ok(now) => now,
                 Err(e) => {
@@ -209,15 +231,24 @@ impl PluginSession {
                         format!("resuming the paused session failed ({e}); nothing ran"),
                     ))
                 })?;
+                // The thaw is itself an event: the next call reads back again.
+                continue;
             }
+            *stamp = taken;
         }
         Ok(())
     }
 
-    /// After a call: a main process that ended takes the session with it.
+    /// After a call: a main process that ended takes the session with it. Only a
+    /// container the event stream cannot vouch for is read back.
     fn after_call(&self) -> Option<Ending> {
         let wall = &self.facts.wall;
-        self.opened.iter().find_map(|(id, _)| wall.block_on(wall.engine().inspect(id)).ok().and_then(|n| stopped(&n)))
+        self.opened.iter().zip(&self.stamps).find_map(|((id, _), stamp)| {
+            if stamp.is_some_and(|st| wall.watch().unchanged(id, st)) {
+                return None;
+            }
+            wall.block_on(wall.engine().inspect(id)).ok().and_then(|n| stopped(&n))
+        })
     }
 
     fn limits(&self, timeout: Duration) -> t::Limits {
@@ -320,6 +351,9 @@ impl Session for PluginSession {
 
     fn suspend(&mut self) -> Result<(), String> {
         let wall = &self.facts.wall;
+        // Frozen by the host itself: the next call reads back (and thaws) whatever
+        // the event stream has delivered by then.
+        self.stamps.iter_mut().for_each(|s| *s = None);
         for (id, _) in &self.opened {
             wall.block_on(wall.engine().pause(id)).map_err(|e| format!("pausing the session's container: {e}"))?;
         }
@@ -337,6 +371,9 @@ impl Session for PluginSession {
             let _ = handle.resource_drop(&mut self.store);
         }
         let wall = Arc::clone(&self.facts.wall);
+        for (id, _) in &self.opened {
+            wall.watch().forget(id);
+        }
         let live = std::mem::take(&mut self.store.data_mut().live);
         for id in live {
             if let Err(e) = wall.block_on(wall.engine().remove(&id)) {
@@ -381,5 +418,15 @@ mod tests {
         exited.running = false;
         exited.exit_code = Some(0);
         assert_eq!(stopped(&exited).map(|e| e.detail), Some("the sandbox's main process ended (exit status 0)".into()));
+        let mut killed = inspection();
+        killed.running = false;
+        killed.exit_code = Some(137);
+        assert_eq!(
+            stopped(&killed),
+            Some(Ending::new(
+                SessionEnd::SandboxChanged,
+                "the session's container was stopped from outside (exit status 137); nothing ran"
+            ))
+        );
     }
 }

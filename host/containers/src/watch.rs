@@ -1,0 +1,193 @@
+//! The engine's event stream, as proof that a container has not changed.
+//!
+//! A session's container is read back before each call. Reading it back is a round
+//! trip to the engine (milliseconds); a call to a resident agent takes less. The
+//! engine announces every change to a container as an event (`update`, `pause`,
+//! `die`, `oom`, `kill`, `destroy`, `exec_*`, a network's `connect`, ...), so the
+//! host follows the stream and counts the events that name each followed
+//! container. A read-back stamps the count; while the stream is live and the count
+//! is unchanged, nothing was announced, and the next call need not read back
+//! again. Any event that names the container, a restart of the stream, or a stream
+//! that is down means a full read-back.
+//!
+//! What this proves is what the read-back before each call proved: no change the
+//! engine applied before the check. A change during a call was, and is, caught at
+//! the next call.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use bollard::models::{EventMessage, EventMessageTypeEnum};
+use futures_util::StreamExt as _;
+
+use crate::engine::Engine;
+
+/// How long a (re)opened stream must stay up before it vouches for anything: the
+/// engine subscribes it just after it answers, and replays what happened since
+/// [`REPLAY`] before the request, so by then nothing is left unseen.
+const SETTLE: Duration = Duration::from_secs(1);
+/// How far back a (re)opened stream asks the engine to replay events.
+const REPLAY: Duration = Duration::from_secs(5);
+/// The pause before reopening a stream that failed.
+const RETRY: Duration = Duration::from_millis(500);
+
+/// A followed container's state of announcements at a read-back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    /// Which opening of the stream counted.
+    epoch: u64,
+    /// Events that named the container so far.
+    count: u64,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    epoch: u64,
+    /// When the current stream vouches from; None while it is down.
+    live_from: Option<Instant>,
+    counts: HashMap<String, u64>,
+}
+
+/// The event stream, followed in the background for as long as the watch lives.
+#[derive(Debug)]
+pub struct Watch {
+    state: Arc<Mutex<State>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Watch {
+    /// Starts following the engine's events on `rt`.
+    pub fn start(engine: Engine, rt: &tokio::runtime::Handle) -> Watch {
+        let state = Arc::new(Mutex::new(State::default()));
+        let shared = Arc::clone(&state);
+        let task = rt.spawn(async move {
+            loop {
+                let since = crate::now_unix().saturating_sub(REPLAY.as_secs());
+                let mut events = Box::pin(engine.events(since));
+                lock(&shared).reopened(Instant::now() + SETTLE);
+                while let Some(Ok(ev)) = events.next().await {
+                    lock(&shared).saw(&ev);
+                }
+                lock(&shared).down();
+                tokio::time::sleep(RETRY).await;
+            }
+        });
+        Watch { state, task }
+    }
+
+    /// Starts counting the events that name container `id`.
+    pub fn follow(&self, id: &str) {
+        lock(&self.state).counts.entry(id.to_string()).or_insert(0);
+    }
+
+    /// Stops counting for `id`.
+    pub fn forget(&self, id: &str) {
+        lock(&self.state).counts.remove(id);
+    }
+
+    /// The stamp to keep with a read-back of `id` taken now: take it before the
+    /// read-back, so an event during the read-back voids it. None when the stream
+    /// cannot vouch now or `id` is not followed.
+    pub fn stamp(&self, id: &str) -> Option<Stamp> {
+        lock(&self.state).stamp(id, Instant::now())
+    }
+
+    /// Nothing was announced about `id` since `stamp`, and the stream was up all along.
+    pub fn unchanged(&self, id: &str, stamp: Stamp) -> bool {
+        self.stamp(id) == Some(stamp)
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl State {
+    fn reopened(&mut self, live_from: Instant) {
+        self.epoch += 1;
+        self.live_from = Some(live_from);
+    }
+
+    fn down(&mut self) {
+        self.epoch += 1;
+        self.live_from = None;
+    }
+
+    fn saw(&mut self, ev: &EventMessage) {
+        if ev.typ == Some(EventMessageTypeEnum::DAEMON) {
+            // The engine itself changed (a reload): nothing it vouched for holds.
+            self.epoch += 1;
+            return;
+        }
+        let Some(actor) = &ev.actor else { return };
+        let named = actor.id.iter().chain(actor.attributes.iter().flat_map(|a| a.get("container")));
+        for id in named {
+            if let Some(n) = self.counts.get_mut(id) {
+                *n += 1;
+            }
+        }
+    }
+
+    fn stamp(&self, id: &str, now: Instant) -> Option<Stamp> {
+        if self.live_from.is_none_or(|t| now < t) {
+            return None;
+        }
+        self.counts.get(id).map(|&count| Stamp { epoch: self.epoch, count })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bollard::models::EventActor;
+
+    fn event(typ: EventMessageTypeEnum, id: &str, container_attr: Option<&str>) -> EventMessage {
+        let attributes = container_attr.map(|c| HashMap::from([("container".to_string(), c.to_string())]));
+        EventMessage {
+            typ: Some(typ),
+            actor: Some(EventActor { id: Some(id.into()), attributes }),
+            ..EventMessage::default()
+        }
+    }
+
+    #[test]
+    fn a_stamp_holds_until_an_event_names_the_container_or_the_stream_restarts() {
+        let t0 = Instant::now();
+        let mut s = State::default();
+        s.follow_for_test("c1");
+        assert_eq!(s.stamp("c1", t0), None, "no stream yet");
+        s.reopened(t0 + SETTLE);
+        assert_eq!(s.stamp("c1", t0), None, "a new stream vouches only once settled");
+        let later = t0 + SETTLE;
+        let st = s.stamp("c1", later).expect("stamp");
+        assert_eq!(s.stamp("unfollowed", later), None);
+        s.saw(&event(EventMessageTypeEnum::CONTAINER, "other", None));
+        assert_eq!(s.stamp("c1", later), Some(st), "another container's event");
+        s.saw(&event(EventMessageTypeEnum::NETWORK, "net1", Some("c1")));
+        let st2 = s.stamp("c1", later).expect("stamp");
+        assert_ne!(st2, st, "a network event naming the container");
+        s.saw(&event(EventMessageTypeEnum::CONTAINER, "c1", None));
+        let st3 = s.stamp("c1", later).expect("stamp");
+        assert_ne!(st3, st2, "an event on the container");
+        s.saw(&event(EventMessageTypeEnum::DAEMON, "engine", None));
+        assert_ne!(s.stamp("c1", later), Some(st3), "a daemon event voids every stamp");
+        let st4 = s.stamp("c1", later).expect("stamp");
+        s.down();
+        assert_eq!(s.stamp("c1", later), None, "a stream that is down vouches for nothing");
+        s.reopened(later);
+        assert_ne!(s.stamp("c1", later), Some(st4), "a reopened stream voids every stamp");
+    }
+
+    impl State {
+        fn follow_for_test(&mut self, id: &str) {
+            self.counts.insert(id.into(), 0);
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! Processes: the sweep that leaves only the kept interpreters, reaping the
+//! orphans the agent inherits as PID 1, and starting children in their own session.
+
+use std::collections::HashSet;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How many times the sweep looks again for processes that outlived a kill.
+const SWEEP_ROUNDS: usize = 50;
+
+/// The environment every child gets; nothing of the agent's own.
+pub const ENV: [(&str, &str); 3] = [("PATH", "/usr/local/bin:/usr/bin:/bin"), ("HOME", "/tmp"), ("LANG", "C.UTF-8")];
+
+/// The work directory every child starts in.
+pub const WORK: &str = "/work";
+
+/// A process as the sweep tells it apart from a later one with the same pid.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Identity {
+    pub pid: i32,
+    /// Start time in clock ticks since boot.
+    pub start: u64,
+}
+
+/// What `/proc/PID/stat` says of a process.
+struct Stat {
+    /// The state letter (`R`, `S`, `T`, `Z`, ...).
+    state: u8,
+    zombie: bool,
+    parent: i32,
+    start: u64,
+}
+
+fn stat(pid: i32) -> Option<Stat> {
+    let raw = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields start after the last ')'.
+    let close = raw.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(raw.get(close + 2..)?).ok()?;
+    let fields: Vec<&str> = rest.split_ascii_whitespace().collect();
+    let state = *fields.first()?.as_bytes().first()?;
+    Some(Stat {
+        state,
+        zombie: state == b'Z',
+        parent: fields.get(1)?.parse().ok()?,
+        start: fields.get(19)?.parse().ok()?,
+    })
+}
+
+/// The live (not zombie) process `pid` is, if any.
+pub fn identity(pid: i32) -> Option<Identity> {
+    stat(pid).filter(|s| !s.zombie).map(|s| Identity { pid, start: s.start })
+}
+
+fn pids() -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect()
+}
+
+/// Kills every process but this one and `keep`, and reaps the zombies it was left
+/// as parent of, except `children` (whose owners wait for them). Returns how many
+/// processes survived every round: 0 unless something resists a SIGKILL.
+pub fn sweep(keep: &HashSet<Identity>, children: &HashSet<i32>) -> u32 {
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    let mut left = Vec::new();
+    for _ in 0..SWEEP_ROUNDS {
+        left.clear();
+        for pid in pids() {
+            if pid == me || pid == 1 {
+                continue;
+            }
+            let Some(s) = stat(pid) else { continue };
+            if s.zombie {
+                if s.parent == me && !children.contains(&pid) {
+                    reap(pid);
+                }
+                continue;
+            }
+            if keep.contains(&Identity { pid, start: s.start }) {
+                continue;
+            }
+            left.push(pid);
+        }
+        if left.is_empty() {
+            return 0;
+        }
+        for &pid in &left {
+            // SAFETY: kill has no memory preconditions; a pid gone since is ESRCH.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    u32::try_from(left.len()).unwrap_or(u32::MAX)
+}
+
+/// How long [`freeze`] waits for the kernel to stop a group.
+const FREEZE_WITHIN: Duration = Duration::from_millis(200);
+
+/// Stops each process group led by `leaders` (SIGSTOP) and waits, briefly, until
+/// each leader shows as stopped: while a call runs, only that call's code runs.
+pub fn freeze(leaders: &[i32]) {
+    for &pid in leaders {
+        // SAFETY: killpg has no memory preconditions.
+        unsafe { libc::killpg(pid, libc::SIGSTOP) };
+    }
+    let give_up = Instant::now() + FREEZE_WITHIN;
+    for &pid in leaders {
+        while stat(pid).is_some_and(|s| !matches!(s.state, b'T' | b't' | b'Z' | b'X')) && Instant::now() < give_up {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+/// Resumes the groups [`freeze`] stopped.
+pub fn thaw(leaders: &[i32]) {
+    for &pid in leaders {
+        // SAFETY: killpg has no memory preconditions.
+        unsafe { libc::killpg(pid, libc::SIGCONT) };
+    }
+}
+
+fn reap(pid: i32) {
+    let mut status = 0;
+    // SAFETY: `status` is a valid out-pointer for the call.
+    unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+}
+
+/// Kills a child's whole process group (it leads its own session) and waits for it.
+pub fn kill_group(child: &mut Child) -> Option<i32> {
+    let pid = i32::try_from(child.id()).unwrap_or(0);
+    if pid > 0 {
+        // SAFETY: killpg has no memory preconditions.
+        unsafe { libc::killpg(pid, libc::SIGKILL) };
+    }
+    child.wait().ok().map(exit_status)
+}
+
+/// A shell-style exit status: the code, or 128 plus the signal that ended it.
+pub fn exit_status(s: std::process::ExitStatus) -> i32 {
+    use std::os::unix::process::ExitStatusExt;
+    s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
+}
+
+/// Starts `argv` in [`WORK`] with [`ENV`], in a session of its own (so its group
+/// can be killed whole), with piped stdin and stdout, and `stderr`. With `done`,
+/// that descriptor becomes the child's fd 3.
+pub fn spawn(argv: &[&str], stderr: Stdio, done: Option<&OwnedFd>) -> io::Result<Child> {
+    let (program, args) = argv.split_first().ok_or_else(|| io::Error::other("an empty command"))?;
+    let mut cmd = Command::new(program);
+    cmd.args(args).current_dir(WORK).env_clear().envs(ENV).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr);
+    let done: Option<RawFd> = done.map(AsRawFd::as_raw_fd);
+    // SAFETY: the closure runs in the child between fork and exec and calls only
+    // async-signal-safe functions (setsid, dup2, fcntl) on descriptors it owns.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if let Some(fd) = done {
+                // dup2 onto itself would keep close-on-exec: clear it instead.
+                let ok = if fd == 3 { libc::fcntl(3, libc::F_SETFD, 0) } else { libc::dup2(fd, 3) };
+                if ok < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// Waits for `child` until `deadline`; None when it is still running then.
+pub fn wait_until(child: &mut Child, deadline: Instant) -> Option<i32> {
+    loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            return Some(exit_status(s));
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Marks this process non-dumpable: a process of the same uid can then read
+/// neither its memory nor its descriptors (`/proc/1/fd/*` is root's).
+pub fn undumpable() -> io::Result<()> {
+    // SAFETY: PR_SET_DUMPABLE takes plain integers.
+    if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_live_process_has_an_identity_and_a_reaped_one_has_none() {
+        let mut child = Command::new("sleep").arg("30").spawn().expect("sleep");
+        let pid = i32::try_from(child.id()).expect("pid");
+        let id = identity(pid).expect("a live child");
+        assert_eq!(id.pid, pid);
+        // SAFETY: getpid has no preconditions.
+        assert_eq!(identity(unsafe { libc::getpid() }).map(|i| i.pid), Some(unsafe { libc::getpid() }));
+        child.kill().expect("kill");
+        child.wait().expect("wait");
+        assert_eq!(identity(pid), None);
+    }
+
+    #[test]
+    fn a_group_kill_reports_the_signal_as_a_shell_does() {
+        let mut child = spawn_here(&["sleep", "30"]);
+        assert_eq!(kill_group(&mut child), Some(137));
+        let mut quick = spawn_here(&["sh", "-c", "exit 3"]);
+        assert_eq!(wait_until(&mut quick, Instant::now() + Duration::from_secs(10)), Some(3));
+    }
+
+    #[test]
+    fn a_frozen_group_is_stopped_until_thawed() {
+        let mut child = spawn_here(&["sleep", "30"]);
+        let pid = i32::try_from(child.id()).expect("pid");
+        freeze(&[pid]);
+        assert_eq!(stat(pid).map(|s| s.state), Some(b'T'));
+        thaw(&[pid]);
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(stat(pid).map(|s| s.state), Some(b'S'));
+        kill_group(&mut child);
+    }
+
+    fn spawn_here(argv: &[&str]) -> Child {
+        let mut cmd = Command::new(argv[0]);
+        cmd.args(&argv[1..]).process_group(0);
+        cmd.spawn().expect("spawn")
+    }
+}
