@@ -124,7 +124,7 @@ def run_steps(plan, deadline):
 
 
 def artifacts(plan):
-    cap = int(plan.get("maxArtifactBytes", 4 << 20))
+    cap = int(plan.get("maxArtifactBytes", 8 << 20))
     got, total, truncated = [], 0, False
     for rel in plan.get("artifacts", []):
         try:

@@ -228,7 +228,7 @@ impl Lockdown {
         self.check_spec(spec)?;
         let mb = |m: u32| i64::from(m) * 1024 * 1024;
         let tmpfs: HashMap<String, String> =
-            spec.tmpfs.iter().map(|t| (t.target.clone(), tmpfs_options(&t.target, t.size_mb))).collect();
+            spec.tmpfs.iter().map(|t| (t.target.clone(), tmpfs_options(&t.target, t.size_mb, spec.user))).collect();
         let mut security_opt = vec!["no-new-privileges".to_string()];
         if spec.runtime == "runc"
             && let Some(profile) = &self.seccomp
@@ -529,8 +529,11 @@ impl Lockdown {
     ///
     /// Every field the engine holds differently, joined.
     pub fn verify_read_back(&self, spec: &Spec, seen: &crate::engine::Inspection) -> Result<(), String> {
-        let mut mounts: Vec<String> =
-            spec.tmpfs.iter().map(|t| format!("{}:{}", t.target, tmpfs_options(&t.target, t.size_mb))).collect();
+        let mut mounts: Vec<String> = spec
+            .tmpfs
+            .iter()
+            .map(|t| format!("{}:{}", t.target, tmpfs_options(&t.target, t.size_mb, spec.user)))
+            .collect();
         mounts.sort();
         let expected: [(&str, String, String); 9] = [
             ("image", spec.image_id.clone(), seen.image_id.clone()),
@@ -555,10 +558,11 @@ impl Lockdown {
     }
 }
 
-/// The host's tmpfs options for a mount.
-fn tmpfs_options(target: &str, size_mb: u32) -> String {
-    let mode = if target == "/work" { ",mode=1777" } else { "" };
-    format!("rw,noexec,nosuid,nodev,size={size_mb}m{mode}")
+/// The host's tmpfs options for a mount. `/work` belongs to the guest `user`, so
+/// its code can set the directory's own times and mode (as `tar -x` does).
+fn tmpfs_options(target: &str, size_mb: u32, user: u32) -> String {
+    let owner = if target == "/work" { format!(",mode=1777,uid={user},gid={user}") } else { String::new() };
+    format!("rw,noexec,nosuid,nodev,size={size_mb}m{owner}")
 }
 
 fn check_capabilities(hc: &HostConfig) -> Result<(), Violation> {
@@ -675,7 +679,7 @@ mod tests {
             mounts: vec![
                 "/dev/shm:rw,noexec,nosuid,nodev,size=16m".into(),
                 "/tmp:rw,noexec,nosuid,nodev,size=16m".into(),
-                "/work:rw,noexec,nosuid,nodev,size=128m,mode=1777".into(),
+                "/work:rw,noexec,nosuid,nodev,size=128m,mode=1777,uid=61000,gid=61000".into(),
             ],
             ..crate::engine::tests::inspection()
         }
@@ -698,7 +702,7 @@ mod tests {
             Err(concat!(
                 r#"read-only root is "false", not "true"; network mode is "bridge", not "none"; "#,
                 r#"mounts is "/tmp:rw,size=16m", not "/dev/shm:rw,noexec,nosuid,nodev,size=16m "#,
-                r#"/tmp:rw,noexec,nosuid,nodev,size=16m /work:rw,noexec,nosuid,nodev,size=128m,mode=1777"; "#,
+                r#"/tmp:rw,noexec,nosuid,nodev,size=16m /work:rw,noexec,nosuid,nodev,size=128m,mode=1777,uid=61000,gid=61000"; "#,
                 r#"pids limit is "0", not "256"; user is "0:0", not "61000:61000"; networks are ["bridge"], not ["none"]"#
             )
             .into())
@@ -724,7 +728,7 @@ mod tests {
         let b = body();
         assert_eq!(lockdown().check_body(&b), Ok(()));
         let hc = b.host_config.expect("host config");
-        assert_eq!(hc.tmpfs.expect("tmpfs")["/work"], "rw,noexec,nosuid,nodev,size=128m,mode=1777");
+        assert_eq!(hc.tmpfs.expect("tmpfs")["/work"], "rw,noexec,nosuid,nodev,size=128m,mode=1777,uid=61000,gid=61000");
         assert_eq!(b.labels.expect("labels")[LIFETIME_LABEL], "1600");
     }
 

@@ -382,14 +382,20 @@ fn plan(files: &[File], steps: &[String], artifacts: &[String], limits: &Limits,
         "artifacts": artifacts,
         "timeoutMs": limits.timeout_ms,
         "maxOutput": or(limits.max_output_bytes, 1 << 20),
+        "maxArtifactBytes": MAX_ARTIFACT_BYTES,
         "env": GUEST_ENV.iter().filter_map(|kv| kv.split_once('=')).collect::<std::collections::BTreeMap<_, _>>(),
         "reportKey": key,
     })
 }
 
-/// The most bytes a runner's report may take on stdout.
+/// The most bytes a run's artifacts may hold together, as the original's runner allows.
+const MAX_ARTIFACT_BYTES: u32 = 8 << 20;
+
+/// The most bytes a runner's report may take on stdout: every step's two streams,
+/// the artifacts in base64 (4/3 of their bytes), and room for the JSON around them.
 fn report_cap(limits: &Limits, steps: usize) -> u32 {
-    or(limits.max_output_bytes, 1 << 20).saturating_mul(2).saturating_mul(steps.max(1) as u32).saturating_add(8 << 20)
+    let artifacts = MAX_ARTIFACT_BYTES / 3 * 4 + (1 << 20);
+    or(limits.max_output_bytes, 1 << 20).saturating_mul(2).saturating_mul(steps.max(1) as u32).saturating_add(artifacts)
 }
 
 /// How the runner's process ended, for reading its report.
