@@ -117,7 +117,10 @@ impl Interpreter {
     }
 
     fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None)) && self.stdout.is_some() && self.stderr.is_some()
+        matches!(self.child.try_wait(), Ok(None))
+            && self.stdout.is_some()
+            && self.stderr.is_some()
+            && !procs::doomed(self.me.pid)
     }
 
     /// The descriptors an idle agent watches, so what the interpreter prints

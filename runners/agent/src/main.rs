@@ -92,10 +92,11 @@ impl Agent {
         let cap = if req.kind == "project" { req.report_cap } else { req.max_output };
         let mut sink = Sink::new(&chan.out, &chan.err, cap);
         let language = Language::named(&req.language);
-        // Interpreters the call does not run in are stopped for its length, so no
-        // background thread of an earlier cell runs beside a snippet or project.
-        let running = if req.kind == "cell" { language } else { None };
-        let frozen: Vec<i32> = self.kept.iter().filter(|(l, _)| Some(**l) != running).map(|(_, it)| it.pid()).collect();
+        // A project's report key is in flight while its runner starts: the kept
+        // interpreters are stopped for the call's length, so no background thread of
+        // an earlier cell can race the runner for it.
+        let frozen: Vec<i32> =
+            if req.kind == "project" { self.kept.values().map(Interpreter::pid).collect() } else { Vec::new() };
         procs::freeze(&frozen);
         let mut status = Status { leftover: self.sweep(), ..Status::default() };
         let refused = match req.kind.as_str() {

@@ -29,6 +29,8 @@ pub struct Identity {
 struct Stat {
     /// The state letter (`R`, `S`, `T`, `Z`, ...).
     state: u8,
+    /// The kernel's task flags.
+    flags: u64,
     zombie: bool,
     parent: i32,
     start: u64,
@@ -43,6 +45,7 @@ fn stat(pid: i32) -> Option<Stat> {
     let state = *fields.first()?.as_bytes().first()?;
     Some(Stat {
         state,
+        flags: fields.get(6)?.parse().ok()?,
         zombie: state == b'Z',
         parent: fields.get(1)?.parse().ok()?,
         start: fields.get(19)?.parse().ok()?,
@@ -94,6 +97,26 @@ pub fn sweep(keep: &HashSet<Identity>, children: &HashSet<i32>) -> u32 {
         std::thread::sleep(Duration::from_millis(2));
     }
     u32::try_from(left.len()).unwrap_or(u32::MAX)
+}
+
+/// The kernel's flag on a task that has begun to exit (`PF_EXITING`).
+const PF_EXITING: u64 = 0x4;
+/// SIGKILL's bit in `/proc/PID/status` signal masks.
+const SIGKILL_BIT: u64 = 1 << (libc::SIGKILL - 1);
+
+/// Whether `pid` is gone, a zombie, exiting, or has a SIGKILL pending: a kill sent
+/// before now will end it, however long its exit takes (a large process's can
+/// take milliseconds, longer than the gap between two calls).
+pub fn doomed(pid: i32) -> bool {
+    let Some(s) = stat(pid) else { return true };
+    if s.zombie || s.state == b'X' || s.flags & PF_EXITING != 0 {
+        return true;
+    }
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else { return true };
+    status.lines().any(|l| {
+        let mask = l.strip_prefix("SigPnd:").or_else(|| l.strip_prefix("ShdPnd:"));
+        mask.and_then(|m| u64::from_str_radix(m.trim(), 16).ok()).is_some_and(|m| m & SIGKILL_BIT != 0)
+    })
 }
 
 /// How long [`freeze`] waits for the kernel to stop a group.
@@ -230,6 +253,20 @@ mod tests {
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(stat(pid).map(|s| s.state), Some(b'S'));
         kill_group(&mut child);
+    }
+
+    #[test]
+    fn a_stopped_process_sent_a_kill_is_doomed_before_it_is_gone() {
+        let mut child = spawn_here(&["sleep", "30"]);
+        let pid = i32::try_from(child.id()).expect("pid");
+        assert!(!doomed(pid));
+        freeze(&[pid]);
+        assert!(!doomed(pid), "stopped is not doomed");
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        assert!(doomed(pid), "killed, whether or not it has exited yet");
+        child.wait().expect("wait");
+        assert!(doomed(pid), "reaped");
     }
 
     fn spawn_here(argv: &[&str]) -> Child {
