@@ -237,6 +237,70 @@ assert (summary.calls, summary.end) == (4, "closed"), summary
 print("docker sessions ok")
 "#;
 
+/// The published client's helpers built on sessions, unchanged: `Workspace` (a
+/// shell, files, search, save and restore over one session's project calls) and
+/// `AsyncClient`'s `AsyncSession`.
+const HELPERS_SCRIPT: &str = r#"
+import asyncio, io, os, tarfile
+from plimsoll_client import Client
+from plimsoll_client.aio import AsyncClient
+from plimsoll_client.workspace import Workspace, WorkspacePathError
+url, token, tier = os.environ["URL"], os.environ["TOKEN"], os.environ["TIER"]
+c = Client(url, token=token)
+with Workspace(c.open_session(minimum_isolation=tier), timeout=60) as ws:
+    assert ws.session.isolation == tier, ws.session.isolation
+    assert ws.root == "/work", ws.root
+    o = ws.exec("mkdir -p sub && cd sub && export GREETING=hi && echo $GREETING")
+    assert (o.stdout, o.exit_code, o.cwd) == (b"hi\n", 0, "/work/sub"), o
+    o = ws.exec("echo $GREETING from $(pwd) >&2; exit 3")
+    assert (o.stderr, o.exit_code) == (b"hi from /work/sub\n", 3), o
+    ws.write("notes/a.txt", "alpha\nbeta\n")
+    assert ws.read("notes/a.txt") == b"alpha\nbeta\n"
+    assert ws.edit("notes/a.txt", "beta", "gamma") == 1
+    assert ws.read("/work/notes/a.txt") == b"alpha\ngamma\n"
+    assert ws.glob("**/*.txt") == ["notes/a.txt"], ws.glob("**/*.txt")
+    assert ws.glob("*", "notes") == ["a.txt"], ws.glob("*", "notes")
+    assert ws.grep("gam") == "notes/a.txt:2:gamma", ws.grep("gam")
+    big = os.urandom(5 << 20)
+    ws.write("big.bin", big)
+    assert ws.read("big.bin", max_bytes=6 << 20) == big
+    tree = ws.persist()
+    names = tarfile.open(fileobj=io.BytesIO(tree)).getnames()
+    assert "./notes/a.txt" in names and not any(".plimsoll-shell" in n for n in names), names
+    ws.exec("rm -rf /work/notes")
+    try:
+        ws.read("notes/a.txt")
+        raise AssertionError("a removed file was read")
+    except FileNotFoundError:
+        pass
+    ws.hydrate(tree)
+    assert ws.read("notes/a.txt") == b"alpha\ngamma\n"
+    o = ws.exec("sleep 30", timeout=2)
+    assert o.timed_out, o
+    assert ws.exec("echo $GREETING").stdout == b"hi\n", "the shell's state survives a timed-out command"
+    for bad in ("../etc/passwd", "/etc/passwd"):
+        try:
+            ws.read(bad)
+            raise AssertionError(f"{bad} was read")
+        except WorkspacePathError:
+            pass
+summary = ws.session.ended
+async def main():
+    ac = AsyncClient(url, token=token)
+    async with await ac.open_session(minimum_isolation=tier) as s:
+        r = await s.run_cell("x = 41", language="python")
+        r = await s.run_cell("x + 1", language="python")
+        assert r.stdout == b"42\n", r
+        r = await s.run_javascript("console.log(6 * 7)")
+        assert r.stdout == b"42\n", r
+        p = await s.run_project({"m.py": "print(open('m.py').read().count('m'))"}, ["python3 m.py"], [])
+        assert p.steps[0].stdout == b"2\n", p
+        assert s.calls == 4, s.calls
+    assert s.ended is None or s.ended.reason == "closed", s.ended
+asyncio.run(main())
+print("workspace ok")
+"#;
+
 /// Python through the MCP server on docker: a fresh run, a kept sandbox whose
 /// Python and JavaScript cells share state and files, and a loop stopped at its
 /// budget with only its interpreter lost.
@@ -290,6 +354,8 @@ fn sessions(runtime: &str) {
     fault_cases(&d, &tokens[0], runtime);
     let out = run_script(SCRIPT, &[("URL", &d.url()), ("TOKEN", &tokens[0]), ("TIER", tier)]);
     assert_eq!(out, "docker sessions ok\n");
+    let out = run_script(HELPERS_SCRIPT, &[("URL", &d.url()), ("TOKEN", &tokens[0]), ("TIER", tier)]);
+    assert_eq!(out, "workspace ok\n");
     let host = env!("CARGO_BIN_EXE_plimsoll-host");
     let out = run_script(MCP_SCRIPT, &[("URL", &d.url()), ("TOKEN", &tokens[0]), ("TIER", tier), ("HOST", host)]);
     assert_eq!(out, "mcp on docker ok\n");

@@ -99,6 +99,50 @@ except SessionEndedError as e:
 print("sessions ok")
 "#;
 
+/// The published client's helpers built on sessions, on wasm: `AsyncSession` keeps
+/// state; a project in a wasm session, and so `Workspace` (whose every operation is
+/// a project call of shell steps), is refused before anything runs, by name.
+const HELPERS_SCRIPT: &str = r#"
+import asyncio, os
+from plimsoll_client import Client
+from plimsoll_client.aio import AsyncClient
+from plimsoll_client.errors import UnsupportedError
+from plimsoll_client.workspace import Workspace
+url, token = os.environ["URL"], os.environ["TOKEN"]
+async def main():
+    ac = AsyncClient(url, token=token)
+    async with await ac.open_session(minimum_isolation="process") as s:
+        await s.run_cell("x = 41", language="python")
+        r = await s.run_cell("x + 1", language="python")
+        assert r.stdout == b"42\n" and not r.interpreter_started, r
+        r = await s.run_javascript("console.log(6 * 7)")
+        assert r.stdout == b"42\n", r
+        try:
+            await s.run_project({"m.py": "print(6 * 7)"}, ["python3 m.py"], [])
+            raise AssertionError("a project ran in a wasm session")
+        except UnsupportedError as e:
+            assert e.not_dispatched is not None and "does not run projects" in str(e), e
+        assert s.calls == 3, s.calls
+    assert s.ended is None or s.ended.reason == "closed", s.ended
+asyncio.run(main())
+with Workspace(Client(url, token=token).open_session()) as ws:
+    try:
+        ws.exec("echo hi")
+        raise AssertionError("a shell step ran on wasm")
+    except UnsupportedError as e:
+        assert e.not_dispatched is not None, e
+        assert "does not run projects" in str(e), e
+    assert ws.session.calls == 0
+print("helpers ok")
+"#;
+
+#[test]
+fn the_published_clients_session_helpers_run_or_are_refused_by_name() {
+    let (d, tokens) = daemon("sessions-helpers", &[]);
+    let out = run_script(HELPERS_SCRIPT, &[("URL", &d.url()), ("TOKEN", &tokens[0])]);
+    assert_eq!(out, "helpers ok\n");
+}
+
 #[test]
 fn the_published_client_keeps_state_and_its_chain_check_passes() {
     let (d, tokens) = daemon("sessions-python", &[]);
