@@ -529,6 +529,34 @@ fn docker(runs: usize, concurrency: usize, r: &mut Report) -> anyhow::Result<()>
         (later.0 - after.0) + (later.1 - after.1)
     ));
     drop(pooled);
+    // A pool sized for the whole burst (each task's warm-up run included), full
+    // before it starts: every claim should find a warm container.
+    let size = (runs + concurrency).min(plimsoll_containers::pool::MAX_SIZE as usize);
+    let sized = serve_admitting(
+        "docker",
+        concurrency,
+        &[("SANDBOX_WARM_POOL", size.to_string()), ("PLIMSOLL_METRICS_ADDR", "127.0.0.1:0".into())],
+    )?;
+    rt()?.block_on(sized.pool_full())?;
+    let before = claims(&sized)?;
+    let (times, wall) = rounds(&sized, runs, concurrency, container_snippets(None))?;
+    let after = claims(&sized)?;
+    let full = format!("{name} warm pool of {size}, back to back");
+    r.series.push(Series {
+        name: full.clone(),
+        what: format!(
+            "the same, back to back, from a pool of {size} per shape filled first (SANDBOX_WARM_POOL={size})"
+        ),
+        times,
+        wall,
+        concurrency,
+    });
+    r.notes.push(format!(
+        "{full}: {} of {} claims were pool hits (warm-ups included)",
+        after.0 - before.0,
+        (after.0 - before.0) + (after.1 - before.1)
+    ));
+    drop(sized);
     let peer_cmd = || {
         let mut cmd = Command::new("docker");
         cmd.args(["run", "--rm", "-i", "--runtime", &runtime, "--network", "none", "--read-only", "--cap-drop", "ALL"])
@@ -565,7 +593,7 @@ fn docker(runs: usize, concurrency: usize, r: &mut Report) -> anyhow::Result<()>
         peer_times,
     ));
     let peer = format!("docker run --rm {runtime}");
-    for ours in [name, warm, burst] {
+    for ours in [name, warm, burst, full] {
         r.ratios.push((ours, peer.clone()));
     }
     Ok(())
