@@ -22,6 +22,8 @@ fi
 
 echo "building the CPython guest component into $here/python.wasm" >&2
 cd "$here"
-"$venv/bin/componentize-py" -d "$root/wit/engine" -w python-engine componentize app -o python.wasm.tmp >&2
+# runners/host-api holds plimsoll_host, the grant's client, which the guest carries built in.
+"$venv/bin/componentize-py" -d "$root/wit/engine" -w python-engine componentize app -p . -p "$root/runners/host-api" \
+  -o python.wasm.tmp >&2
 mv python.wasm.tmp python.wasm
 sha256sum python.wasm

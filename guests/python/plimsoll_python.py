@@ -26,6 +26,8 @@ import types
 from wit_world.exports import plimsoll_python
 from wit_world.imports import console
 
+import plimsoll_host  # the grant's client (runners/host-api), built in; `grant` arms it
+
 WORK = "/work"
 
 
@@ -485,6 +487,9 @@ class Interpreter(plimsoll_python.Interpreter):
         finally:
             if finder_on:
                 sys.meta_path.remove(WorkFinder)
+
+    def grant(self, routes):
+        plimsoll_host.GRANTED = None if routes is None else list(routes)
 
     def cell(self, code, number):
         sys.stdout, sys.stderr = console_stream(console.Channel.STDOUT), console_stream(console.Channel.STDERR)

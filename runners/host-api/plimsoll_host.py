@@ -12,7 +12,9 @@ segments in order. An answer outside 2xx raises HostApiError with `status` and
 refused here first, as a courtesy; the broker refuses them anyway.
 
 It is importable from /run/plimsoll (on PYTHONPATH in a granted container); with
-`python3 -I`, add `sys.path.insert(0, "/run/plimsoll")` first.
+`python3 -I`, add `sys.path.insert(0, "/run/plimsoll")` first. The CPython guest
+on the wasm provider carries this same module, built in: there the broker is the
+host's `host-api` import and the routes are the ones the host installs (`GRANTED`).
 """
 
 import http.client
@@ -21,6 +23,15 @@ import os
 import socket
 
 __all__ = ["HostApiError", "call", "get", "post", "put", "patch", "delete"]
+
+try:  # the CPython guest on the wasm provider
+    from wit_world.imports import host_api as _host_import
+except ImportError:  # a container: the broker is the run's Unix socket
+    _host_import = None
+
+#: On the wasm provider, the run's granted routes ("METHOD /path" lines), set by the
+#: host before the run's code starts; None when the run holds no grant.
+GRANTED = None
 
 
 class HostApiError(Exception):
@@ -46,7 +57,11 @@ class _UnixConnection(http.client.HTTPConnection):
 
 def _routes():
     out = []
-    for line in os.environ.get("PLIMSOLL_HOST_ROUTES", "").split("\n"):
+    if _host_import is not None:
+        lines = GRANTED or []
+    else:
+        lines = os.environ.get("PLIMSOLL_HOST_ROUTES", "").split("\n")
+    for line in lines:
         if " " in line:
             method, path = line.split(" ", 1)
             out.append((method, path.split("/")))
@@ -90,6 +105,24 @@ def call(method, route, body=None, params=None):
     path = _fill(route, params)
     if not _permitted(method, path):
         raise PermissionError(f"host api call not permitted by sandbox capability: {method} {path}")
+    if _host_import is not None:
+        answer = _host_import.call(method, path, None if body is None else json.dumps(body).encode())
+        status, ctype, raw = answer.status, answer.content_type, bytes(answer.body)
+    else:
+        status, ctype, raw = _over_socket(method, path, body)
+    text = raw.decode("utf-8", "replace")
+    data = text
+    if "json" in ctype:
+        try:
+            data = json.loads(text)
+        except ValueError:
+            pass
+    if not 200 <= status <= 299:
+        raise HostApiError(status, data, text)
+    return data
+
+
+def _over_socket(method, path, body):
     sock = os.environ.get("PLIMSOLL_HOST_API")
     if not sock:
         raise RuntimeError("this run holds no grant (PLIMSOLL_HOST_API is unset)")
@@ -101,20 +134,9 @@ def call(method, route, body=None, params=None):
             "Authorization": "Bearer " + os.environ.get("PLIMSOLL_HOST_TOKEN", ""),
         })
         resp = conn.getresponse()
-        raw = resp.read()
-        status, ctype = resp.status, resp.getheader("Content-Type", "")
+        return resp.status, resp.getheader("Content-Type", ""), resp.read()
     finally:
         conn.close()
-    text = raw.decode("utf-8", "replace")
-    data = text
-    if "json" in ctype:
-        try:
-            data = json.loads(text)
-        except ValueError:
-            pass
-    if not 200 <= status <= 299:
-        raise HostApiError(status, data, text)
-    return data
 
 
 def get(route, params=None):

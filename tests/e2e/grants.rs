@@ -100,7 +100,7 @@ from plimsoll_client.errors import PlimsollError, UnsupportedError
 url = os.environ["URL"]
 alice, mallory = Client(url, token=os.environ["ALICE"]), Client(url, token=os.environ["MALLORY"])
 info = alice.describe()
-assert info.supports_javascript_grants and not info.supports_project_grants, info
+assert info.supports_javascript_grants and info.supports_project_grants, info
 
 # Agent-style code: read one by one (a fan-out the advisor names), then write.
 code = '''
@@ -236,6 +236,68 @@ fn code_calls_the_demo_api_through_the_broker_and_never_holds_the_credential() {
     let o = super::host().arg("advise").arg(&log_file).args(["--trace-id", "nope"]).output().expect("advise");
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("no granted run with trace ID \"nope\" in the log"));
+}
+
+/// Python on the wasm provider: the CPython guest's built-in `plimsoll_host` reaches
+/// the same broker through the host import, with the container client's routes and
+/// errors; without a grant every call is refused; a simulation run refuses a grant.
+const PYTHON_SCRIPT: &str = r#"
+import os
+from plimsoll_client import Client
+from plimsoll_client.errors import UnsupportedError
+alice = Client(os.environ["URL"], token=os.environ["ALICE"])
+py = """
+import plimsoll_host as host
+print(",".join(host.get("/items/*", [i])["name"] for i in (1, 2)))
+print(host.post("/items", {"name": "py-flange"})["created_by"])
+try:
+    host.get("/items/*", ["999"])
+except host.HostApiError as e:
+    print("status", e.status, e.body["error"])
+try:
+    host.delete("/items/*", [1])
+except PermissionError as e:
+    print(e)
+"""
+r = alice.run_project({"main.py": py}, ["python3 main.py"], minimum_isolation="process", grant_profile="inventory")
+step = r.steps[0]
+assert (r.outcome, r.isolation, step.exit_code) == ("completed", "process", 0), (r, step.stderr)
+assert step.stdout.decode().splitlines() == [
+    "bolt,nut",
+    "alice",
+    "status 404 no such item",
+    "host api call not permitted by sandbox capability: DELETE /items/1",
+], step.stdout
+r = alice.run_project({"main.py": "import plimsoll_host as host\nhost.get('/items')"}, ["python3 main.py"])
+step = r.steps[0]
+assert step.exit_code == 1, step
+assert step.stderr.decode().strip().endswith("PermissionError: host api call not permitted by sandbox capability: GET /items"), step.stderr
+try:
+    alice.run_project({"c.json": "{}"}, ["plimsoll-judge run --plant cartpole c.json"], grant_profile="inventory")
+    raise AssertionError("a simulation run carried a grant")
+except UnsupportedError as e:
+    assert e.not_dispatched == "unsupported" and "cannot carry a grant" in str(e), e
+print("python grants ok")
+"#;
+
+#[test]
+fn python_on_wasm_calls_the_api_through_the_broker() {
+    let api = DemoApi::start(&[]);
+    let dir = scratch("grants-python");
+    let (clients, tokens) = callers(&dir, &["alice"]);
+    let grants = profiles(&dir, &api.url);
+    let d = Daemon::start(&[
+        ("SANDBOX_PROVIDER", "wasm"),
+        ("PLIMSOLL_CLIENTS_FILE", &clients.display().to_string()),
+        ("PLIMSOLL_GRANTS_FILE", &grants.display().to_string()),
+        ("DEMO_JWT_SECRET", JWT_SECRET),
+    ]);
+    let out = run_script(PYTHON_SCRIPT, &[("URL", &d.url()), ("ALICE", &tokens[0])]);
+    assert_eq!(out, "python grants ok\n");
+    let seen = api.seen();
+    let items: Vec<_> = seen.iter().filter(|s| s.1.starts_with("/items")).collect();
+    assert_eq!(items.len(), 4, "{seen:?}");
+    assert!(items.iter().all(|s| s.2 == "alice" && s.3 != 401), "the host's JWT on every call: {seen:?}");
 }
 
 #[test]

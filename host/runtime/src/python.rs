@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use plimsoll_core::provider::Grant;
 use plimsoll_core::wire::{Artifact, CellResult, ProjectOutcome, ProjectResult, ProjectRun, StepResult};
 use plimsoll_core::{Reason, Refusal};
 use sha2::{Digest, Sha256};
@@ -26,7 +27,10 @@ mod generated {
     wasmtime::component::bindgen!({
         world: "python-engine",
         path: "../../wit/engine",
-        with: { "plimsoll:engine/console": crate::wasm::console },
+        with: {
+            "plimsoll:engine/console": crate::wasm::console,
+            "plimsoll:engine/host-api": crate::wasm::host_api,
+        },
     });
 }
 
@@ -164,9 +168,13 @@ impl PythonGuest {
         project: &ProjectRun,
         steps: &[PythonStep],
         timeout: Duration,
+        grant: Option<&Grant>,
     ) -> Result<ProjectResult, Refusal> {
         let mut files = project.files.iter().map(|f| (f.path.as_str(), f.content.as_bytes()));
         let mut live = self.start(engine, config, &mut files, timeout)?;
+        if let Some(g) = grant {
+            live.grant(g)?;
+        }
         let mut result = ProjectResult { outcome: ProjectOutcome::Completed, ..ProjectResult::default() };
         let mut trapped = false;
         for (step, command) in steps.iter().zip(&project.steps) {
@@ -254,6 +262,15 @@ pub fn python_steps(steps: &[String]) -> Result<Vec<PythonStep>, Refusal> {
 }
 
 impl LivePython {
+    /// Arms the run's grant: the host import answers through its broker, and
+    /// `plimsoll_host` checks calls against its routes first.
+    fn grant(&mut self, grant: &Grant) -> Result<(), Refusal> {
+        self.store.data_mut().host_api = Some(grant.api.clone());
+        let api = self.instance.plimsoll_engine_plimsoll_python().interpreter();
+        api.call_grant(&mut self.store, self.interpreter, Some(&grant.routes))
+            .map_err(|e| Refusal::new(Reason::Environment, format!("installing the run's grant: {e:#}")))
+    }
+
     fn finish(&mut self, config: &WasmConfig, outcome: wasmtime::Result<i32>) -> Ended {
         let state = self.store.data_mut();
         let stdout = std::mem::take(&mut state.stdout);

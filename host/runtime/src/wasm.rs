@@ -42,7 +42,8 @@ mod generated {
 use generated::exports::plimsoll::engine::evaluate::Status;
 /// The console interface both engine worlds import (the host keeps capped output).
 pub use generated::plimsoll::engine::console;
-use generated::plimsoll::engine::host_api;
+/// The host API both engine worlds import (the run's broker, when it holds a grant).
+pub use generated::plimsoll::engine::host_api;
 use generated::{Engine as EngineWorld, EnginePre};
 
 /// The QuickJS guest component, built by `guests/build.sh` and checked in.
@@ -147,7 +148,7 @@ pub(crate) struct RunState {
     pub(crate) stdout: Captured,
     pub(crate) stderr: Captured,
     /// The run's broker, when it holds a grant.
-    host_api: Option<Arc<dyn HostApi>>,
+    pub(crate) host_api: Option<Arc<dyn HostApi>>,
 }
 
 impl RunState {
@@ -726,9 +727,9 @@ impl Provider for WasmProvider {
     }
 
     fn grant_support(&self) -> GrantSupport {
-        // Snippets reach the broker through the engine's host import; Python
-        // projects have no client here yet.
-        GrantSupport { snippets: true, projects: false }
+        // Snippets and Python projects reach the broker through the engines' host
+        // import (`host` in QuickJS, `plimsoll_host` in CPython).
+        GrantSupport { snippets: true, projects: self.python.is_some() }
     }
 
     fn run_snippet(&self, snippet: &Snippet<'_>) -> Result<Ran<JavaScriptResult>, RunError> {
@@ -752,15 +753,15 @@ impl Provider for WasmProvider {
         floor: Option<Floor>,
         grant: Option<&Grant>,
     ) -> Result<Ran<ProjectResult>, RunError> {
-        if grant.is_some() {
-            return Err(Refusal::unsupported(
-                "the wasm provider's projects cannot carry a grant; the docker provider's can",
-            )
-            .into());
-        }
         provider::check_floor(Tier::Process, floor)?;
         // A simulation run: every step is `plimsoll-judge ARGS`, the judge runs here.
         if let Some(steps) = sims::judge_steps(&project.steps) {
+            if grant.is_some() {
+                return Err(Refusal::unsupported(
+                    "a simulation run cannot carry a grant: its controller reaches nothing but the plant",
+                )
+                .into());
+            }
             let result = self.sims.run_project(project, &steps?, timeout);
             return Ok(Ran { result, evidence: self.sim_evidence() });
         }
@@ -769,7 +770,7 @@ impl Provider for WasmProvider {
         // in-memory work directory holding the project's files.
         let python = self.python.as_ref().ok_or_else(|| self.no_python())?;
         let steps = python::python_steps(&project.steps)?;
-        let result = python.run_project(&self.engine, &self.config, project, &steps, timeout)?;
+        let result = python.run_project(&self.engine, &self.config, project, &steps, timeout, grant)?;
         Ok(Ran { result, evidence: self.python_evidence(python) })
     }
 
