@@ -40,6 +40,10 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// empties a shape faster than one make at a time refills it; more than a few at
 /// once only queue inside the engine (each create and start takes its locks).
 pub const MAKING_MAX: usize = 4;
+/// How long after a claim a shape that still has containers ready waits before its
+/// refill starts: during a burst of claims, makes would compete with the runs for
+/// the engine and the cores. A shape with none ready is refilled at once.
+pub const QUIET: Duration = Duration::from_millis(300);
 
 /// What a pool has done since it started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -93,25 +97,29 @@ struct State {
 }
 
 impl State {
-    /// The makes to start now: a shape's turn comes round robin, while it has fewer
-    /// than `size` ready and being made, and fewer than `limit` are being made in
-    /// all. Each one returned is counted as being made.
-    fn start_makes(&mut self, size: usize, limit: usize) -> Vec<(Spec, Vec<u8>)> {
+    /// The makes to start at `now`: a shape's turn comes round robin, while it has
+    /// fewer than `size` ready and being made, and fewer than `limit` are being made
+    /// in all; a shape claimed from within [`QUIET`] that still has one ready waits.
+    /// Each one returned is counted as being made. Also says when a waiting shape's
+    /// quiet ends.
+    fn start_makes(&mut self, size: usize, limit: usize, now: Instant) -> (Vec<(Spec, Vec<u8>)>, Option<Instant>) {
+        let quiet_until = |s: &Shape| (!s.ready.is_empty()).then(|| s.claimed + QUIET).filter(|t| *t > now);
+        let wake = self.shapes.iter().filter(|s| s.ready.len() + s.making < size).filter_map(quiet_until).min();
         let mut jobs = Vec::new();
         loop {
             let before = jobs.len();
             for shape in &mut self.shapes {
                 if self.making >= limit {
-                    return jobs;
+                    return (jobs, wake);
                 }
-                if shape.ready.len() + shape.making < size {
+                if shape.ready.len() + shape.making < size && quiet_until(shape).is_none() {
                     shape.making += 1;
                     self.making += 1;
                     jobs.push((shape.spec.clone(), shape.ready_word.clone()));
                 }
             }
             if jobs.len() == before {
-                return jobs;
+                return (jobs, wake);
             }
         }
     }
@@ -364,8 +372,15 @@ async fn fill(shared: Arc<Shared>) {
                     stale.extend(shape.ready.pop_front());
                 }
             }
-            let pause = st.paused_until.and_then(|until| until.checked_duration_since(Instant::now()));
-            let jobs = if pause.is_some() { Vec::new() } else { st.start_makes(shared.size, MAKING_MAX) };
+            let now = Instant::now();
+            let mut pause = st.paused_until.and_then(|until| until.checked_duration_since(now));
+            let jobs = if pause.is_some() {
+                Vec::new()
+            } else {
+                let (jobs, quiet_until) = st.start_makes(shared.size, MAKING_MAX, now);
+                pause = quiet_until.map(|t| t - now);
+                jobs
+            };
             (stale, jobs, pause)
         };
         for w in stale {
@@ -475,24 +490,52 @@ mod tests {
         learn(&mut st, &Spec { memory_mb: 100, ..spec() }, b"w");
         learn(&mut st, &Spec { memory_mb: 200, ..spec() }, b"w");
         let mb = |jobs: &[(Spec, Vec<u8>)]| jobs.iter().map(|(s, _)| s.memory_mb).collect::<Vec<_>>();
+        let at = Instant::now();
         // Two empty shapes of size 3, four at once: each gets its turn in order.
-        assert_eq!(mb(&st.start_makes(3, 4)), [100, 200, 100, 200]);
+        assert_eq!(mb(&st.start_makes(3, 4, at).0), [100, 200, 100, 200]);
         assert_eq!(st.making, 4);
         // The limit is reached: nothing more until a make ends.
-        assert!(st.start_makes(3, 4).is_empty());
+        assert!(st.start_makes(3, 4, at).0.is_empty());
         st.shapes[0].making -= 1;
         st.making -= 1;
-        assert_eq!(mb(&st.start_makes(3, 4)), [100]);
+        assert_eq!(mb(&st.start_makes(3, 4, at).0), [100]);
         // What is being made counts toward the size: never more than 3 per shape.
-        assert_eq!(mb(&st.start_makes(3, 8)), [100, 200]);
+        assert_eq!(mb(&st.start_makes(3, 8, at).0), [100, 200]);
         assert_eq!(st.shapes.iter().map(|s| s.making).collect::<Vec<_>>(), [3, 3]);
-        assert!(st.start_makes(3, 8).is_empty());
+        assert!(st.start_makes(3, 8, at).0.is_empty());
         // A shape dropped while its three makes run: they still count toward the
         // limit until they end.
         st.shapes.remove(1);
         st.shapes[0].making = 0;
         st.making -= 3;
-        assert_eq!(mb(&st.start_makes(3, 4)), [100]);
+        assert_eq!(mb(&st.start_makes(3, 4, at).0), [100]);
+    }
+
+    #[test]
+    fn a_shape_with_containers_ready_waits_out_a_burst_before_it_refills() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let mut st = State::default();
+        learn(&mut st, &spec(), b"w");
+        let claimed = Instant::now();
+        st.shapes[0].claimed = claimed;
+        st.shapes[0].ready.push_back(Warm {
+            id: "c".into(),
+            launched: rt.block_on(fake_launched()),
+            expires: 0,
+            made: claimed,
+            at_fill: seen(),
+        });
+        // One of three ready, claimed just now: no make until the quiet ends.
+        let (jobs, wake) = st.start_makes(3, 4, claimed + QUIET / 2);
+        assert!(jobs.is_empty());
+        assert_eq!(wake, Some(claimed + QUIET));
+        let (jobs, wake) = st.start_makes(3, 4, claimed + QUIET);
+        assert_eq!((jobs.len(), wake), (2, None));
+        // None ready: refilled at once, however recent the claim.
+        let mut empty = State::default();
+        learn(&mut empty, &spec(), b"w");
+        empty.shapes[0].claimed = claimed;
+        assert_eq!(empty.start_makes(3, 4, claimed).0.len(), 3);
     }
 
     use crate::engine::tests::inspection as seen;
