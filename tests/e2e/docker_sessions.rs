@@ -301,6 +301,91 @@ asyncio.run(main())
 print("workspace ok")
 "#;
 
+/// The client's Claude Managed Agents worker tools (`anthropic_worker`): the six
+/// tools over one session, a staged skill with its executable bit, the shell's
+/// directory and variables kept, a failing command as a tool error, and the session
+/// closed when the runner lets go of `bash`. No model is called: the tools are
+/// called as the SDK's worker calls them.
+const ANTHROPIC_SCRIPT: &str = r#"
+import asyncio, os, pathlib, tempfile, types
+from anthropic.lib.tools._beta_functions import ToolError, aclose_runnable_tool
+from plimsoll_client import Client
+from plimsoll_client.anthropic_worker import PlimsollTools
+url, token, tier = os.environ["URL"], os.environ["TOKEN"], os.environ["TIER"]
+workdir = pathlib.Path(tempfile.mkdtemp())
+skill = workdir / "skills" / "demo" / "run.sh"
+skill.parent.mkdir(parents=True)
+skill.write_text("echo skill ran\n")
+skill.chmod(0o755)
+ctx = types.SimpleNamespace(session_id="sesn_e2e", workdir=str(workdir))
+tools = PlimsollTools(Client(url, token=token), minimum_isolation=tier)
+by_name = {t.name: t for t in tools.tools(ctx)}
+assert sorted(by_name) == ["bash", "edit", "glob", "grep", "read", "write"], sorted(by_name)
+async def call(name, **args):
+    return str(await by_name[name].call(args))
+async def main():
+    # The staged skill keeps its executable bit; /work is noexec, so it runs through sh.
+    # (gVisor's statx fails on this tmpfs, so `ls -l` cannot show the mode there.)
+    mode = "python3 -c 'import os; print(oct(os.stat(\"skills/demo/run.sh\").st_mode & 0o777))'"
+    out = await call("bash", command=mode + " && sh skills/demo/run.sh && mkdir -p src && cd src && export GREETING=hi")
+    assert out.startswith("0o755") and "skill ran" in out, out
+    out = await call("bash", command="echo $GREETING from $(pwd)")
+    assert "hi from /work/src" in out, out
+    await call("write", file_path="/work/src/a.txt", content="alpha\nbeta\n")
+    out = await call("read", file_path="src/a.txt")
+    assert "alpha" in out and "beta" in out, out
+    await call("edit", file_path="src/a.txt", old_string="beta", new_string="gamma")
+    out = await call("grep", pattern="gam")
+    assert "src/a.txt" in out and "gamma" in out, out
+    out = await call("glob", pattern="**/*.txt")
+    assert "src/a.txt" in out, out
+    try:
+        await call("bash", command="echo failing >&2; exit 3")
+        raise AssertionError("a failing command was not a tool error")
+    except ToolError as e:
+        assert "failing" in str(e), e
+    assert tools.open_sessions == ["sesn_e2e"], tools.open_sessions
+    await aclose_runnable_tool(by_name["bash"])
+    assert tools.open_sessions == [], tools.open_sessions
+asyncio.run(main())
+print("anthropic worker ok")
+"#;
+
+/// The client's OpenAI Agents SDK sandbox provider (`openai_sandbox`): create and
+/// start a session, exec, write, read, persist the workspace, delete, and restore
+/// the saved tree into a new session. No model is called.
+const OPENAI_SCRIPT: &str = r#"
+import asyncio, io, os
+from pathlib import Path
+from plimsoll_client import Client
+from plimsoll_client.openai_sandbox import PlimsollSandboxClient, PlimsollSandboxClientOptions
+url, token, tier = os.environ["URL"], os.environ["TOKEN"], os.environ["TIER"]
+client = PlimsollSandboxClient(Client(url, token=token))
+options = PlimsollSandboxClientOptions(minimum_isolation=tier)
+async def main():
+    s = await client.create(options=options)
+    await s.start()
+    r = await s.exec("echo hello from $(pwd)")
+    assert (r.exit_code, r.stdout) == (0, b"hello from /work\n"), (r.exit_code, r.stdout, r.stderr)
+    await s.write(Path("/work/notes/a.txt"), io.BytesIO(b"alpha\n"))
+    got = await s.read(Path("/work/notes/a.txt"))
+    assert got.read() == b"alpha\n"
+    r = await s.exec("cat notes/a.txt; exit 4")
+    assert (r.exit_code, r.stdout) == (4, b"alpha\n"), (r.exit_code, r.stdout)
+    snapshot = await s.persist_workspace()
+    data = snapshot.read()
+    await client.delete(s)
+    # A new session restores the saved tree.
+    t = await client.create(options=options)
+    await t.start()
+    await t.hydrate_workspace(io.BytesIO(data))
+    r = await t.exec("cat notes/a.txt")
+    assert r.stdout == b"alpha\n", (r.stdout, r.stderr)
+    await client.delete(t)
+asyncio.run(main())
+print("openai sandbox ok")
+"#;
+
 /// Python through the MCP server on docker: a fresh run, a kept sandbox whose
 /// Python and JavaScript cells share state and files, and a loop stopped at its
 /// budget with only its interpreter lost.
@@ -356,6 +441,10 @@ fn sessions(runtime: &str) {
     assert_eq!(out, "docker sessions ok\n");
     let out = run_script(HELPERS_SCRIPT, &[("URL", &d.url()), ("TOKEN", &tokens[0]), ("TIER", tier)]);
     assert_eq!(out, "workspace ok\n");
+    let env = [("URL", d.url()), ("TOKEN", tokens[0].clone()), ("TIER", tier.to_string())];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    assert_eq!(run_script(ANTHROPIC_SCRIPT, &env), "anthropic worker ok\n");
+    assert_eq!(run_script(OPENAI_SCRIPT, &env), "openai sandbox ok\n");
     let host = env!("CARGO_BIN_EXE_plimsoll-host");
     let out = run_script(MCP_SCRIPT, &[("URL", &d.url()), ("TOKEN", &tokens[0]), ("TIER", tier), ("HOST", host)]);
     assert_eq!(out, "mcp on docker ok\n");
