@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bollard::Docker;
 use bollard::container::{AttachContainerResults, LogOutput};
@@ -725,23 +725,69 @@ pub struct Reaper {
     engine: Engine,
     runtime: tokio::runtime::Handle,
     tasks: Mutex<tokio::task::JoinSet<()>>,
+    /// When the latest removal was asked for, and how many wait.
+    queue: Arc<Mutex<(Instant, usize)>>,
+}
+
+/// How long the reaper waits after the latest removal was asked for before it
+/// removes: during a burst of runs, removals would compete with the next runs for
+/// the engine and the cores. Every container waiting is past its run.
+pub const REAPER_QUIET: Duration = Duration::from_millis(300);
+/// The most removals that may wait for a quiet spell; past this they go at once.
+pub const REAPER_BACKLOG: usize = 32;
+
+/// How long a removal asked for at `asked` still waits at `now`: nothing once the
+/// reaper has been asked for nothing since `latest` for [`REAPER_QUIET`], or once
+/// `waiting` removals are queued.
+fn reaper_wait(latest: Instant, waiting: usize, now: Instant) -> Duration {
+    if waiting >= REAPER_BACKLOG {
+        return Duration::ZERO;
+    }
+    (latest + REAPER_QUIET).saturating_duration_since(now)
 }
 
 impl Reaper {
     /// A reaper removing through `engine`, its tasks on `runtime`.
     pub fn new(engine: Engine, runtime: tokio::runtime::Handle) -> Reaper {
-        Reaper { engine, runtime, tasks: Mutex::new(tokio::task::JoinSet::new()) }
+        Reaper {
+            engine,
+            runtime,
+            tasks: Mutex::new(tokio::task::JoinSet::new()),
+            queue: Arc::new(Mutex::new((Instant::now(), 0))),
+        }
     }
 
-    /// Removes `id` in the background.
+    /// Removes `id` in the background, once no removal was asked for in
+    /// [`REAPER_QUIET`] (or [`REAPER_BACKLOG`] wait).
     pub fn remove(&self, id: String) {
         let engine = self.engine.clone();
+        let queue = Arc::clone(&self.queue);
+        {
+            let mut q = queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            *q = (Instant::now(), q.1 + 1);
+        }
         let mut tasks = self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         while tasks.try_join_next().is_some() {}
-        tasks.spawn_on(async move { remove_or_log(&engine, &id).await }, &self.runtime);
+        tasks.spawn_on(
+            async move {
+                loop {
+                    let wait = {
+                        let q = queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                        reaper_wait(q.0, q.1, Instant::now())
+                    };
+                    if wait.is_zero() {
+                        break;
+                    }
+                    tokio::time::sleep(wait).await;
+                }
+                queue.lock().unwrap_or_else(std::sync::PoisonError::into_inner).1 -= 1;
+                remove_or_log(&engine, &id).await;
+            },
+            &self.runtime,
+        );
     }
 
-    /// Waits for every removal asked for so far.
+    /// Waits for every removal asked for so far (each still waits for its quiet spell).
     pub async fn drain(&self) {
         let mut tasks = std::mem::take(&mut *self.tasks.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
         while tasks.join_next().await.is_some() {}
@@ -820,6 +866,15 @@ pub(crate) mod tests {
             running: true,
             ..Inspection::default()
         }
+    }
+
+    #[test]
+    fn removals_wait_for_a_quiet_spell_unless_too_many_wait() {
+        let latest = Instant::now();
+        assert_eq!(reaper_wait(latest, 1, latest), REAPER_QUIET);
+        assert_eq!(reaper_wait(latest, 1, latest + REAPER_QUIET / 3), REAPER_QUIET - REAPER_QUIET / 3);
+        assert_eq!(reaper_wait(latest, 1, latest + REAPER_QUIET), Duration::ZERO);
+        assert_eq!(reaper_wait(latest, REAPER_BACKLOG, latest), Duration::ZERO);
     }
 
     #[test]
