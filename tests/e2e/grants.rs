@@ -164,11 +164,11 @@ assert os.environ["SECRET"] not in text and "Bearer" not in text and "eyJ" not i
 print("probe ok")
 "#;
 
-#[test]
-fn code_calls_the_demo_api_through_the_broker_and_never_holds_the_credential() {
+/// The demo API and a wasm daemon with its profiles, for `names` as callers.
+fn granted_wasm(scratch_name: &str, names: &[&str]) -> (DemoApi, Daemon, Vec<String>, std::path::PathBuf) {
     let api = DemoApi::start(&[]);
-    let dir = scratch("grants");
-    let (clients, tokens) = callers(&dir, &["alice", "mallory"]);
+    let dir = scratch(scratch_name);
+    let (clients, tokens) = callers(&dir, names);
     let grants = profiles(&dir, &api.url);
     let d = Daemon::start(&[
         ("SANDBOX_PROVIDER", "wasm"),
@@ -177,6 +177,12 @@ fn code_calls_the_demo_api_through_the_broker_and_never_holds_the_credential() {
         ("DEMO_JWT_SECRET", JWT_SECRET),
         ("SANDBOX_MAX_SESSIONS", "2"),
     ]);
+    (api, d, tokens, dir)
+}
+
+#[test]
+fn code_calls_the_demo_api_through_the_broker_and_never_holds_the_credential() {
+    let (api, d, tokens, dir) = granted_wasm("grants", &["alice", "mallory"]);
     let out = run_script(
         SCRIPT,
         &[("URL", &d.url()), ("ALICE", &tokens[0]), ("MALLORY", &tokens[1]), ("SECRET", JWT_SECRET)],
@@ -282,16 +288,7 @@ print("python grants ok")
 
 #[test]
 fn python_on_wasm_calls_the_api_through_the_broker() {
-    let api = DemoApi::start(&[]);
-    let dir = scratch("grants-python");
-    let (clients, tokens) = callers(&dir, &["alice"]);
-    let grants = profiles(&dir, &api.url);
-    let d = Daemon::start(&[
-        ("SANDBOX_PROVIDER", "wasm"),
-        ("PLIMSOLL_CLIENTS_FILE", &clients.display().to_string()),
-        ("PLIMSOLL_GRANTS_FILE", &grants.display().to_string()),
-        ("DEMO_JWT_SECRET", JWT_SECRET),
-    ]);
+    let (api, d, tokens, _) = granted_wasm("grants-python", &["alice"]);
     let out = run_script(PYTHON_SCRIPT, &[("URL", &d.url()), ("ALICE", &tokens[0])]);
     assert_eq!(out, "python grants ok\n");
     let seen = api.seen();

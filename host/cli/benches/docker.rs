@@ -1,9 +1,9 @@
 //! The docker provider, runc and runsc side by side: two real `plimsoll-host serve`
 //! daemons (one per runtime) with the signed docker plugin, calls alternating
-//! between them, as the Rust client sees them. Measures fresh-container snippets,
-//! session cells (Python `x + 1` in a kept interpreter) and the memory an idle
-//! session holds (its container, and the daemon's own share). Prints medians, tails
-//! and ratios; asserts nothing.
+//! between them, as the Rust client sees them. Measures fresh-container snippets and
+//! session cells (Python `x + 1` in a kept interpreter); the memory an idle session
+//! holds is `plimsoll-host bench session`'s. Prints medians, tails and ratios;
+//! asserts nothing.
 //!
 //! Needs dockerd with runsc, `images/build.sh` and `plugins/build.sh`.
 //! `cargo bench -p plimsoll-host --bench docker [-- RUNS]` (default 40 per runtime;
@@ -14,10 +14,8 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use std::process::Command;
-
 use plimsoll_client::{Client, Options, SessionOptions};
-use support::{Daemon, TOKEN, host, rss_kib, serve};
+use support::{Daemon, TOKEN, host, serve};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
@@ -59,34 +57,6 @@ fn line(name: &str, t: &mut [Duration]) -> Duration {
     let p = |q: f64| t[((t.len() - 1) as f64 * q).round() as usize];
     println!("  {name:<6} p50 {:>9}  p95 {:>9}  max {:>9}", ms(p(0.5)), ms(p(0.95)), ms(t[t.len() - 1]));
     p(0.5)
-}
-
-/// Memory the engine charges to the containers a daemon owns, in KiB, by container.
-fn container_kib(owner: &str) -> Vec<u64> {
-    let o = Command::new("docker")
-        .args(["ps", "-q", "--no-trunc", "--filter", &format!("label=dev.plimsoll.owner={owner}")])
-        .output()
-        .expect("docker ps");
-    let ids: Vec<String> = String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_string).collect();
-    let mut args = vec!["stats".to_string(), "--no-stream".into(), "--format".into(), "{{.MemUsage}}".into()];
-    args.extend(ids);
-    let o = Command::new("docker").args(&args).output().expect("docker stats");
-    String::from_utf8_lossy(&o.stdout)
-        .lines()
-        .filter_map(|l| {
-            let used = l.split('/').next()?.trim();
-            let (n, unit) = used.split_at(used.find(|c: char| c.is_ascii_alphabetic())?);
-            let n: f64 = n.parse().ok()?;
-            let kib = match unit {
-                "B" => n / 1024.0,
-                "KiB" | "kB" => n,
-                "MiB" | "MB" => n * 1024.0,
-                "GiB" | "GB" => n * 1024.0 * 1024.0,
-                _ => return None,
-            };
-            Some(kib as u64)
-        })
-        .collect()
 }
 
 fn main() {
@@ -145,30 +115,6 @@ fn main() {
             s.close().await.expect("close");
         }
     });
-    // Idle sessions: each with a kept Python interpreter holding `x`.
-    const IDLE: usize = 4;
-    let mut idle = Vec::new();
-    for (d, c) in &daemons {
-        let before = rss_kib(d.pid());
-        let kept = rt.block_on(async {
-            let mut kept = Vec::new();
-            for _ in 0..IDLE {
-                let s = c.open_session(&SessionOptions::default()).await.expect("open");
-                s.run_cell("python", "x = 41", &[], &opts).await.expect("define");
-                kept.push(s);
-            }
-            kept
-        });
-        let daemon_kib = rss_kib(d.pid()).saturating_sub(before) / IDLE as u64;
-        let containers = container_kib(&format!("plimsoll-host-{}", d.pid()));
-        let container_kib = containers.iter().sum::<u64>() / containers.len().max(1) as u64;
-        rt.block_on(async {
-            for s in &kept {
-                s.close().await.expect("close");
-            }
-        });
-        idle.push((daemon_kib, container_kib, containers.len()));
-    }
     drop(daemons);
     let _ = std::fs::remove_dir_all(&dir);
     println!("docker snippets     {runs} fresh-container runs of `console.log(1)` per runtime, alternating");
@@ -181,9 +127,5 @@ fn main() {
     println!("  runsc/runc median ratio {:.2}", cell_medians[1].as_secs_f64() / cell_medians[0].as_secs_f64());
     for (r, (cell, fresh)) in runtimes.iter().zip(cell_medians.iter().zip(&medians)) {
         println!("  {r:<6} cell/fresh snippet median {:.2}", cell.as_secs_f64() / fresh.as_secs_f64());
-    }
-    println!("idle docker sessions {IDLE} per runtime, each with one kept Python interpreter");
-    for (r, (daemon_kib, container_kib, n)) in runtimes.iter().zip(&idle) {
-        println!("  {r:<6} container {container_kib} KiB (mean of {n})  daemon {daemon_kib} KiB per session");
     }
 }

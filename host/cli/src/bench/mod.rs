@@ -508,11 +508,7 @@ fn docker(runs: usize, concurrency: usize, r: &mut Report) -> anyhow::Result<()>
         wall: Duration::ZERO,
         concurrency,
     });
-    r.notes.push(format!(
-        "{warm}: {} of {} claims were pool hits (warm-ups included)",
-        after.0 - before.0,
-        (after.0 - before.0) + (after.1 - before.1)
-    ));
+    r.notes.push(hits(&warm, before, after));
     let (times, wall) = rounds(&pooled, runs, concurrency, container_snippets(None))?;
     let later = claims(&pooled)?;
     let burst = format!("{warm}, back to back");
@@ -523,11 +519,7 @@ fn docker(runs: usize, concurrency: usize, r: &mut Report) -> anyhow::Result<()>
         wall,
         concurrency,
     });
-    r.notes.push(format!(
-        "{burst}: {} of {} claims were pool hits (warm-ups included)",
-        later.0 - after.0,
-        (later.0 - after.0) + (later.1 - after.1)
-    ));
+    r.notes.push(hits(&burst, after, later));
     drop(pooled);
     // A pool sized for the whole burst (each task's warm-up run included), full
     // before it starts: every claim should find a warm container.
@@ -551,11 +543,7 @@ fn docker(runs: usize, concurrency: usize, r: &mut Report) -> anyhow::Result<()>
         wall,
         concurrency,
     });
-    r.notes.push(format!(
-        "{full}: {} of {} claims were pool hits (warm-ups included)",
-        after.0 - before.0,
-        (after.0 - before.0) + (after.1 - before.1)
-    ));
+    r.notes.push(hits(&full, before, after));
     drop(sized);
     let peer_cmd = || {
         let mut cmd = Command::new("docker");
@@ -597,6 +585,12 @@ fn docker(runs: usize, concurrency: usize, r: &mut Report) -> anyhow::Result<()>
         r.ratios.push((ours, peer.clone()));
     }
     Ok(())
+}
+
+/// The note on a pooled series: how many of the claims it made were hits.
+fn hits(series: &str, before: (f64, f64), after: (f64, f64)) -> String {
+    let (hit, miss) = (after.0 - before.0, after.1 - before.1);
+    format!("{series}: {hit} of {} claims were pool hits (warm-ups included)", hit + miss)
 }
 
 /// One task's measured times, on its way.

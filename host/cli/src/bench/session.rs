@@ -130,6 +130,7 @@ pub(super) fn session(runs: usize, concurrency: usize, r: &mut Report) -> anyhow
 /// `docker stats` reports it (usage less inactive file cache).
 fn idle_memory(served: &Served, runtime: &str, r: &mut Report) -> anyhow::Result<()> {
     let owner = format!("plimsoll-host-{}", served.child.id());
+    let daemon_before = rss_kib(served.child.id());
     rt()?.block_on(async {
         let client = Client::new(&served.url, Some(served.token.clone()))?;
         let mut kept = Vec::new();
@@ -143,8 +144,9 @@ fn idle_memory(served: &Served, runtime: &str, r: &mut Report) -> anyhow::Result
         let kib = container_kib(&owner)?;
         anyhow::ensure!(kib.len() == IDLE, "docker stats listed {} containers for {IDLE} sessions", kib.len());
         let mean = kib.iter().sum::<u64>() / kib.len() as u64;
+        let daemon = rss_kib(served.child.id()).saturating_sub(daemon_before) / IDLE as u64;
         r.notes.push(format!(
-            "idle docker session under {runtime}: {:.1} MiB in its container (mean of {IDLE}, each with one kept Python interpreter holding x; docker stats)",
+            "idle docker session under {runtime}: {:.1} MiB in its container (mean of {IDLE}, each with one kept Python interpreter holding x; docker stats), {daemon} KiB in the daemon",
             mean as f64 / 1024.0
         ));
         for s in &kept {
@@ -152,6 +154,16 @@ fn idle_memory(served: &Served, runtime: &str, r: &mut Report) -> anyhow::Result
         }
         Ok(())
     })
+}
+
+/// A process's resident set in KiB (0 when it cannot be read).
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
 }
 
 /// `docker stats` memory use (KiB) of each running container labelled `owner`.
