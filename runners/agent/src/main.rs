@@ -27,6 +27,9 @@ use std::time::{Duration, Instant};
 use interp::{Interpreter, Language};
 use wire::{Request, Sink, Status};
 
+/// The longest call budget the agent keeps (a day); the host's are hours at most.
+const MAX_CALL_MS: u64 = 24 * 3600 * 1000;
+
 /// The session's state between calls: its kept interpreters.
 #[derive(Debug, Default)]
 struct Agent {
@@ -88,7 +91,8 @@ impl Agent {
     fn call(&mut self, req: Request, chan: &Channel) -> std::io::Result<()> {
         let key = self.key.clone().ok_or_else(|| std::io::Error::other("no session key"))?;
         let started = Instant::now();
-        let deadline = started + Duration::from_millis(req.timeout_ms);
+        // The host's budgets are hours at most; a larger one is taken as a day.
+        let deadline = started + Duration::from_millis(req.timeout_ms.min(MAX_CALL_MS));
         let cap = if req.kind == "project" { req.report_cap } else { req.max_output };
         let mut sink = Sink::new(&chan.out, &chan.err, cap);
         let language = Language::named(&req.language);

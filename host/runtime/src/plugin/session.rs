@@ -163,13 +163,17 @@ impl PluginSession {
         }
         let mut opened = Vec::new();
         let mut stamps = Vec::new();
-        for id in ids {
-            facts.wall.watch().follow(&id);
-            stamps.push(facts.wall.watch().stamp(&id));
-            let now = facts.wall.block_on(facts.wall.engine().inspect(&id)).map_err(|e| {
-                RunError::Refused(Refusal::new(Reason::Environment, format!("reading the new session back: {e}")))
-            })?;
-            opened.push((id, now));
+        for id in &ids {
+            facts.wall.watch().follow(id);
+            stamps.push(facts.wall.watch().stamp(id));
+            match facts.wall.block_on(facts.wall.engine().inspect(id)) {
+                Ok(now) => opened.push((id.clone(), now)),
+                Err(e) => {
+                    ids.iter().for_each(|id| facts.wall.watch().forget(id));
+                    let why = format!("reading the new session back: {e}");
+                    return Err(RunError::Refused(Refusal::new(Reason::Environment, why)));
+                }
+            }
         }
         let mut session =
             PluginSession { facts, store, plugin, handle: Some(handle), opened, stamps, used, claimed, broken: None };
