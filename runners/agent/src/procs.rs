@@ -75,7 +75,14 @@ pub fn sweep(keep: &HashSet<Identity>, children: &HashSet<i32>) -> u32 {
             if pid == me || pid == 1 {
                 continue;
             }
-            let Some(s) = stat(pid) else { continue };
+            let Some(s) = stat(pid) else {
+                // Unreadable but still listed (gVisor can fail a read mid-exec): not
+                // one of ours to keep, so it dies too. A gone one drops off the list.
+                if !children.contains(&pid) && std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                    left.push(pid);
+                }
+                continue;
+            };
             if s.zombie {
                 if s.parent == me && !children.contains(&pid) {
                     reap(pid);
