@@ -72,15 +72,29 @@ fn bench_docker_compares_fresh_containers_with_docker_run() {
             "plimsoll docker runc",
             "plimsoll docker runc warm pool",
             "plimsoll docker runc warm pool, back to back",
+            "plimsoll docker runc warm pool of 4, back to back",
             "docker run --rm runc"
         ],
         "{v}"
     );
     assert_eq!(v["ratios"][0]["peer"], "docker run --rm runc");
     assert_eq!(v["ratios"][1]["ours"], "plimsoll docker runc warm pool");
-    // Every paced run (and its warm-up) was a pool hit.
+    assert_eq!(v["ratios"][3]["ours"], "plimsoll docker runc warm pool of 4, back to back");
+    // Every paced run (and its warm-up) was a pool hit, and so was every run of the
+    // burst from a pool sized for it.
     let notes = v["notes"].to_string();
     assert!(notes.contains("plimsoll docker runc warm pool: 4 of 4 claims were pool hits"), "{notes}");
+    assert!(
+        notes.contains("plimsoll docker runc warm pool of 4, back to back: 4 of 4 claims were pool hits"),
+        "{notes}"
+    );
+
+    // With the docker settings, bench session also measures a docker session's cells
+    // and an idle docker session's memory.
+    let v = bench(&["session", "--runs", "5"], &env);
+    assert_eq!(names(&v), ["plimsoll session cell", "plimsoll docker runc session cell", "jupyter kernel cell"], "{v}");
+    let notes = v["notes"].to_string();
+    assert!(notes.contains("idle docker session under runc: ") && notes.contains("KiB in the daemon"), "{notes}");
 }
 
 #[test]
