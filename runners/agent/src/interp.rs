@@ -13,13 +13,11 @@ use std::time::Instant;
 use serde::Deserialize;
 
 use crate::pipes::{self, Read};
-use crate::procs::{self, Identity};
+use crate::procs::{self, EXIT_TIMEOUT, Identity};
 use crate::wire::{Sink, Status, Stream};
 
 /// Where the runners live in the image.
 pub const DIR: &str = "/opt/plimsoll";
-/// The exit status of a cell stopped at its deadline.
-const EXIT_TIMEOUT: i32 = 124;
 
 /// A language with a kept interpreter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -201,14 +199,14 @@ pub fn cell<W: Write>(
     sink: &mut Sink<W>,
     status: &mut Status,
 ) {
-    if let Some(mut old) = kept.take() {
+    let alive = kept.take().and_then(|mut old| {
         if old.alive() {
-            *kept = Some(old);
-        } else {
-            old.kill();
+            return Some(old);
         }
-    }
-    let mut it = match kept.take() {
+        old.kill();
+        None
+    });
+    let mut it = match alive {
         Some(it) => it,
         None => match Interpreter::start(language) {
             Ok(it) => it,
@@ -223,16 +221,15 @@ pub fn cell<W: Write>(
     let mut ask = serde_json::json!({"code": code, "cell": cell}).to_string().into_bytes();
     ask.push(b'\n');
     let outcome = converse(&mut it, &ask, deadline, sink);
+    // What the cell printed before its end line, or before it ended.
+    it.forward(Stream::Out, sink);
+    it.forward(Stream::Err, sink);
     match outcome {
         Outcome::Done(exit) => {
-            it.forward(Stream::Out, sink);
-            it.forward(Stream::Err, sink);
             status.exit = exit;
             *kept = Some(it);
         }
         Outcome::Ended | Outcome::TimedOut => {
-            it.forward(Stream::Out, sink);
-            it.forward(Stream::Err, sink);
             let code = it.kill();
             status.timed_out = matches!(outcome, Outcome::TimedOut);
             status.exit = if status.timed_out { EXIT_TIMEOUT } else { code.unwrap_or(EXIT_TIMEOUT) };

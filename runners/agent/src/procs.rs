@@ -17,6 +17,9 @@ pub const ENV: [(&str, &str); 3] = [("PATH", "/usr/local/bin:/usr/bin:/bin"), ("
 /// The work directory every child starts in.
 pub const WORK: &str = "/work";
 
+/// The exit status of a cell, snippet or project stopped at its deadline.
+pub const EXIT_TIMEOUT: i32 = 124;
+
 /// A process as the sweep tells it apart from a later one with the same pid.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Identity {

@@ -8,11 +8,9 @@ use std::time::{Duration, Instant};
 
 use crate::interp::{DIR, Language};
 use crate::pipes::{self, Read};
-use crate::procs;
+use crate::procs::{self, EXIT_TIMEOUT};
 use crate::wire::{Sink, Status, Stream};
 
-/// The exit status of a run stopped at its deadline.
-const EXIT_TIMEOUT: i32 = 124;
 /// How long past its own deadline the project runner (which keeps that deadline
 /// itself) may take before it counts as hung.
 const RUNNER_GRACE: Duration = Duration::from_secs(5);
