@@ -83,6 +83,12 @@ fn may_have_run(detail: impl Into<String>, ended: Option<Ending>) -> CallError {
     CallError::MayHaveRun(Failure { detail: detail.into(), ended })
 }
 
+/// A call that may have run and took the session with it as `end`, for `detail`.
+fn lost(end: SessionEnd, detail: impl Into<String>) -> CallError {
+    let detail = detail.into();
+    may_have_run(detail.clone(), Some(Ending { end, detail }))
+}
+
 fn hmac(key: &[u8; 32]) -> Hmac<Sha256> {
     // HMAC takes a key of any length.
     <Hmac<Sha256> as Mac>::new_from_slice(key).unwrap_or_else(|_| unreachable!("HMAC accepts any key length"))
@@ -198,15 +204,10 @@ impl DockerSession {
         let cap = stdout_cap.max(max_output).saturating_add(TRAILER_ROOM);
         let timeout = limits.timeout_ms.saturating_add(AGENT_GRACE_MS);
         let end = format!("\n{nonce}.\n");
-        let reply = self.container.converse(&frame(&self.key, &body), end.as_bytes(), timeout, cap).map_err(|e| {
-            may_have_run(
-                format!("the session agent's channel failed: {e}"),
-                Some(Ending {
-                    end: SessionEnd::BoundaryFailed,
-                    detail: format!("the session agent's channel failed: {e}"),
-                }),
-            )
-        })?;
+        let reply = self
+            .container
+            .converse(&frame(&self.key, &body), end.as_bytes(), timeout, cap)
+            .map_err(|e| lost(SessionEnd::BoundaryFailed, format!("the session agent's channel failed: {e}")))?;
         self.checked(reply, &nonce)
     }
 
@@ -216,18 +217,13 @@ impl DockerSession {
         match end {
             ReplyEnd::Said => {}
             ReplyEnd::TimedOut => {
-                let detail = "the session agent did not answer within the call's budget and grace";
-                return Err(may_have_run(
-                    detail,
-                    Some(Ending { end: SessionEnd::BoundaryFailed, detail: detail.into() }),
+                return Err(lost(
+                    SessionEnd::BoundaryFailed,
+                    "the session agent did not answer within the call's budget and grace",
                 ));
             }
             ReplyEnd::Ended => {
-                let detail = "the session agent ended during the call";
-                return Err(may_have_run(
-                    detail,
-                    Some(Ending { end: SessionEnd::MainProcessEnded, detail: detail.into() }),
-                ));
+                return Err(lost(SessionEnd::MainProcessEnded, "the session agent ended during the call"));
             }
         }
         match check_answer(&self.key, nonce, &stdout, &mut stderr) {
@@ -239,7 +235,7 @@ impl DockerSession {
                         "the session agent's answer failed its check: something in the sandbox wrote to the agent's channel"
                     }
                 };
-                Err(may_have_run(detail, Some(Ending { end: SessionEnd::BoundaryFailed, detail: detail.into() })))
+                Err(lost(SessionEnd::BoundaryFailed, detail))
             }
         }
     }
