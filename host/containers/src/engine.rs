@@ -729,21 +729,23 @@ pub struct Reaper {
     queue: Arc<Mutex<(Instant, usize)>>,
 }
 
-/// How long the reaper waits after the latest removal was asked for before it
-/// removes: during a burst of runs, removals would compete with the next runs for
-/// the engine and the cores. Every container waiting is past its run.
-pub const REAPER_QUIET: Duration = Duration::from_millis(300);
+/// A burst's quiet spell: how long the reaper waits after the latest removal was
+/// asked for before it removes, and the warm pool after a shape's latest claim
+/// before it refills one that still has a container ready. During a burst of runs,
+/// removals and makes would compete with the next runs for the engine and the
+/// cores. Every container waiting for removal is past its run.
+pub const QUIET: Duration = Duration::from_millis(300);
 /// The most removals that may wait for a quiet spell; past this they go at once.
 pub const REAPER_BACKLOG: usize = 32;
 
-/// How long a removal asked for at `asked` still waits at `now`: nothing once the
-/// reaper has been asked for nothing since `latest` for [`REAPER_QUIET`], or once
-/// `waiting` removals are queued.
+/// How long a removal still waits at `now`: nothing once the reaper has been
+/// asked for nothing since `latest` for [`QUIET`], or once `waiting` removals are
+/// queued.
 fn reaper_wait(latest: Instant, waiting: usize, now: Instant) -> Duration {
     if waiting >= REAPER_BACKLOG {
         return Duration::ZERO;
     }
-    (latest + REAPER_QUIET).saturating_duration_since(now)
+    (latest + QUIET).saturating_duration_since(now)
 }
 
 impl Reaper {
@@ -758,7 +760,7 @@ impl Reaper {
     }
 
     /// Removes `id` in the background, once no removal was asked for in
-    /// [`REAPER_QUIET`] (or [`REAPER_BACKLOG`] wait).
+    /// [`QUIET`] (or [`REAPER_BACKLOG`] wait).
     pub fn remove(&self, id: String) {
         let engine = self.engine.clone();
         let queue = Arc::clone(&self.queue);
@@ -871,9 +873,9 @@ pub(crate) mod tests {
     #[test]
     fn removals_wait_for_a_quiet_spell_unless_too_many_wait() {
         let latest = Instant::now();
-        assert_eq!(reaper_wait(latest, 1, latest), REAPER_QUIET);
-        assert_eq!(reaper_wait(latest, 1, latest + REAPER_QUIET / 3), REAPER_QUIET - REAPER_QUIET / 3);
-        assert_eq!(reaper_wait(latest, 1, latest + REAPER_QUIET), Duration::ZERO);
+        assert_eq!(reaper_wait(latest, 1, latest), QUIET);
+        assert_eq!(reaper_wait(latest, 1, latest + QUIET / 3), QUIET - QUIET / 3);
+        assert_eq!(reaper_wait(latest, 1, latest + QUIET), Duration::ZERO);
         assert_eq!(reaper_wait(latest, REAPER_BACKLOG, latest), Duration::ZERO);
     }
 

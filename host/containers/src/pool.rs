@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Notify;
 
-use crate::engine::{Engine, Inspection, Launched, Reaper, remove_or_log};
+use crate::engine::{Engine, Inspection, Launched, QUIET, Reaper, remove_or_log};
 use crate::lockdown::{Lockdown, Spec};
 
 /// The most containers a pool keeps per shape (`SANDBOX_WARM_POOL`).
@@ -40,10 +40,6 @@ const BACKOFF_MAX: Duration = Duration::from_secs(30);
 /// empties a shape faster than one make at a time refills it; more than a few at
 /// once only queue inside the engine (each create and start takes its locks).
 pub const MAKING_MAX: usize = 4;
-/// How long after a claim a shape that still has containers ready waits before its
-/// refill starts: during a burst of claims, makes would compete with the runs for
-/// the engine and the cores. A shape with none ready is refilled at once.
-pub const QUIET: Duration = Duration::from_millis(300);
 
 /// What a pool has done since it started.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -99,7 +95,8 @@ struct State {
 impl State {
     /// The makes to start at `now`: a shape's turn comes round robin, while it has
     /// fewer than `size` ready and being made, and fewer than `limit` are being made
-    /// in all; a shape claimed from within [`QUIET`] that still has one ready waits.
+    /// in all; a shape claimed within [`QUIET`] that still has one ready waits (one
+    /// with none ready is refilled at once).
     /// Each one returned is counted as being made. Also says when a waiting shape's
     /// quiet ends.
     fn start_makes(&mut self, size: usize, limit: usize, now: Instant) -> (Vec<(Spec, Vec<u8>)>, Option<Instant>) {
