@@ -40,6 +40,17 @@ fn daemon(fx: &Fixture, runtime: &str) -> (Daemon, [String; 2]) {
     (start(&env), [tokens[0].clone(), tokens[1].clone()])
 }
 
+/// Asserts that `e` says the session ended as `want`, its detail holding `part`.
+fn assert_ended(e: &Error, want: SessionEnd, part: &str) {
+    match e {
+        Error::SessionEnded { end, detail, .. } => {
+            assert_eq!(*end, want, "{detail}");
+            assert!(detail.contains(part), "{detail}");
+        }
+        other => panic!("expected the session to have ended as {want:?}: {other:?}"),
+    }
+}
+
 fn docker(args: &[&str]) -> String {
     let o = Command::new("docker").args(args).output().expect("docker");
     assert!(o.status.success(), "docker {args:?}: {}", text(&o.stderr));
@@ -103,13 +114,7 @@ fn docker_cases(d: &Daemon, token: &str, runtime: &str) {
             "memory limit \"256 MiB\" became \"300 MiB\""
         };
         let e = s.run_cell("python", "1", &[], &plain).await.expect_err("changed");
-        match &e {
-            Error::SessionEnded { end, detail, .. } => {
-                assert_eq!(*end, SessionEnd::SandboxChanged);
-                assert!(detail.contains(expected), "{detail}");
-            }
-            other => panic!("expected the session to end as sandbox_changed: {other:?}"),
-        }
+        assert_ended(&e, SessionEnd::SandboxChanged, expected);
         assert!(!e.may_have_run());
         assert_eq!(s.close().await.expect("close").ended, SessionEnd::SandboxChanged);
 
@@ -165,13 +170,8 @@ fn fault_cases(d: &Daemon, token: &str, runtime: &str) {
         if runtime == "runsc" {
             let e = r.expect_err("the injected bytes fail the answer's check");
             assert!(e.may_have_run(), "{e:?}");
-            match s.run_cell("python", "1", &[], &plain).await.expect_err("ended") {
-                Error::SessionEnded { end, detail, .. } => {
-                    assert_eq!(end, SessionEnd::BoundaryFailed);
-                    assert!(detail.contains("failed its check"), "{detail}");
-                }
-                other => panic!("expected the session to have ended: {other:?}"),
-            }
+            let e = s.run_cell("python", "1", &[], &plain).await.expect_err("ended");
+            assert_ended(&e, SessionEnd::BoundaryFailed, "failed its check");
             assert_eq!(s.close().await.expect("close").ended, SessionEnd::BoundaryFailed);
         } else {
             assert_eq!(text(&result(r).stdout), "refused 13\n");
@@ -203,13 +203,8 @@ fn fault_cases(d: &Daemon, token: &str, runtime: &str) {
         result(s.run_cell("python", "1", &[], &plain).await);
         let container = created_since(&owner(d), since).last().cloned().expect("the session's container");
         docker(&["kill", &container]);
-        match s.run_cell("python", "1", &[], &plain).await.expect_err("killed") {
-            Error::SessionEnded { end, detail, .. } => {
-                assert_eq!(end, SessionEnd::SandboxChanged);
-                assert!(detail.contains("stopped from outside"), "{detail}");
-            }
-            other => panic!("expected the session to end as sandbox_changed: {other:?}"),
-        }
+        let e = s.run_cell("python", "1", &[], &plain).await.expect_err("killed");
+        assert_ended(&e, SessionEnd::SandboxChanged, "stopped from outside");
         assert_eq!(s.close().await.expect("close").ended, SessionEnd::SandboxChanged);
         let left = Command::new("docker").args(["ps", "-aq", "--filter", &format!("id={container}")]).output();
         assert_eq!(text(&left.expect("docker ps").stdout).trim(), "", "the killed session's container is removed");

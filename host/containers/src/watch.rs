@@ -93,9 +93,10 @@ impl Watch {
         lock(&self.state).stamp(id, Instant::now())
     }
 
-    /// Nothing was announced about `id` since `stamp`, and the stream was up all along.
-    pub fn unchanged(&self, id: &str, stamp: Stamp) -> bool {
-        self.stamp(id) == Some(stamp)
+    /// Nothing was announced about `id` since `stamp`, and the stream was up all
+    /// along; never without a stamp.
+    pub fn unchanged(&self, id: &str, stamp: Option<Stamp>) -> bool {
+        stamp.is_some() && self.stamp(id) == stamp
     }
 }
 

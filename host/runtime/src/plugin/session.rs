@@ -199,7 +199,7 @@ impl PluginSession {
     fn read_back(&mut self) -> Result<(), CallError> {
         let wall = Arc::clone(&self.facts.wall);
         for ((id, at_open), stamp) in self.opened.iter().zip(self.stamps.iter_mut()) {
-            if stamp.is_some_and(|st| wall.watch().unchanged(id, st)) {
+            if wall.watch().unchanged(id, *stamp) {
                 continue;
             }
             *stamp = None;
@@ -248,7 +248,7 @@ impl PluginSession {
     fn after_call(&self) -> Option<Ending> {
         let wall = &self.facts.wall;
         self.opened.iter().zip(&self.stamps).find_map(|((id, _), stamp)| {
-            if stamp.is_some_and(|st| wall.watch().unchanged(id, st)) {
+            if wall.watch().unchanged(id, *stamp) {
                 return None;
             }
             wall.block_on(wall.engine().inspect(id)).ok().and_then(|n| stopped(&n))
@@ -404,29 +404,27 @@ mod tests {
         Inspection { memory_mb: 256, running: true, ..Inspection::default() }
     }
 
+    /// A read-back of a main process that ended with `code`, the OOM killer's or not.
+    fn ended(code: i64, oom_killed: bool) -> Inspection {
+        Inspection { running: false, oom_killed, exit_code: Some(code), ..inspection() }
+    }
+
     #[test]
     fn a_stopped_main_process_ends_the_session_naming_the_memory_limit_on_oom() {
         assert_eq!(stopped(&inspection()), None);
-        let mut oom = inspection();
-        oom.running = false;
-        oom.oom_killed = true;
-        oom.exit_code = Some(137);
         assert_eq!(
-            stopped(&oom),
+            stopped(&ended(137, true)),
             Some(Ending::new(
                 SessionEnd::MainProcessEnded,
                 "the sandbox's main process ended (out of memory; the limit is 256 MiB)"
             ))
         );
-        let mut exited = inspection();
-        exited.running = false;
-        exited.exit_code = Some(0);
-        assert_eq!(stopped(&exited).map(|e| e.detail), Some("the sandbox's main process ended (exit status 0)".into()));
-        let mut killed = inspection();
-        killed.running = false;
-        killed.exit_code = Some(137);
         assert_eq!(
-            stopped(&killed),
+            stopped(&ended(0, false)).map(|e| e.detail),
+            Some("the sandbox's main process ended (exit status 0)".into())
+        );
+        assert_eq!(
+            stopped(&ended(137, false)),
             Some(Ending::new(
                 SessionEnd::SandboxChanged,
                 "the session's container was stopped from outside (exit status 137); nothing ran"
