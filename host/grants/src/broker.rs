@@ -54,18 +54,44 @@ impl Broker {
         subject: &str,
         budget: Duration,
     ) -> Result<Arc<RunGrant>, Refusal> {
-        let credential = match &profile.minter {
-            None => None,
-            Some(m) => Some(
-                m.mint(&MintScope { subject, budget, scopes: &profile.scopes })
-                    .map_err(|e| Refusal::new(Reason::Permission, format!("grant_profile {:?}: {e}", profile.name)))?,
-            ),
-        };
+        self.open_counting(profile, subject, budget, Spent::fresh("run"), None)
+    }
+
+    /// Opens one call's grant whose call budget is `spent`, shared with the other
+    /// calls that count against it (a session's); with `held`, its credential is
+    /// the session's, minted again only when it would expire within `budget`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Broker::open`].
+    pub fn open_counting(
+        self: &Arc<Self>,
+        profile: Arc<Profile>,
+        subject: &str,
+        budget: Duration,
+        spent: Spent,
+        held: Option<&HeldCredential>,
+    ) -> Result<Arc<RunGrant>, Refusal> {
+        let credential =
+            match &profile.minter {
+                None => None,
+                Some(m) => {
+                    let mint = |budget| m.mint(&MintScope { subject, budget, scopes: &profile.scopes });
+                    let minted = match held {
+                        None => mint(budget),
+                        Some(h) => h.for_call(budget, mint),
+                    };
+                    Some(minted.map_err(|e| {
+                        Refusal::new(Reason::Permission, format!("grant_profile {:?}: {e}", profile.name))
+                    })?)
+                }
+            };
         Ok(Arc::new(RunGrant {
             broker: self.clone(),
             profile,
             credential,
             deadline: Instant::now() + budget,
+            spent,
             state: Mutex::new(State::default()),
             in_flight: AtomicU32::new(0),
             closed: AtomicBool::new(false),
@@ -73,10 +99,64 @@ impl Broker {
     }
 }
 
+/// A session's one credential, shared by its calls' grants (a profile with
+/// `session_credential: "session"`).
+#[derive(Debug)]
+pub struct HeldCredential {
+    /// What it is minted for: the session's remaining lifetime at open.
+    lifetime: Duration,
+    current: Mutex<Option<Credential>>,
+}
+
+impl HeldCredential {
+    /// None minted yet; the first call mints one for `lifetime`.
+    pub fn new(lifetime: Duration) -> HeldCredential {
+        HeldCredential { lifetime, current: Mutex::new(None) }
+    }
+
+    /// The held credential when it outlasts a call of `budget`, else a new one
+    /// minted for the longer of the lifetime and the budget (the minter's own
+    /// TTL may cut it shorter).
+    fn for_call(
+        &self,
+        budget: Duration,
+        mint: impl FnOnce(Duration) -> Result<Credential, crate::token::MintError>,
+    ) -> Result<Credential, crate::token::MintError> {
+        let mut current = self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let needed = SystemTime::now() + budget;
+        if let Some(c) = current.as_ref().filter(|c| c.expires.is_none_or(|at| at >= needed)) {
+            return Ok(c.clone());
+        }
+        let fresh = mint(self.lifetime.max(budget))?;
+        *current = Some(fresh.clone());
+        Ok(fresh)
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
-    attempts: u32,
     trace: CallTrace,
+}
+
+/// Calls charged to a budget (refused ones too), shared by every grant opened on
+/// it: one run's, or a whole session's.
+#[derive(Clone, Debug)]
+pub struct Spent {
+    attempts: Arc<AtomicU32>,
+    /// What the budget belongs to, as refusals name it (`run`, `session`).
+    scope: &'static str,
+}
+
+impl Spent {
+    /// A budget nothing has spent yet.
+    pub fn fresh(scope: &'static str) -> Spent {
+        Spent { attempts: Arc::new(AtomicU32::new(0)), scope }
+    }
+
+    /// Calls charged so far.
+    pub fn attempts(&self) -> u32 {
+        self.attempts.load(Ordering::Acquire)
+    }
 }
 
 /// One run's grant: its credential, budgets and trace. It ends with the run's code.
@@ -85,6 +165,7 @@ pub struct RunGrant {
     profile: Arc<Profile>,
     credential: Option<Credential>,
     deadline: Instant,
+    spent: Spent,
     state: Mutex<State>,
     in_flight: AtomicU32,
     closed: AtomicBool,
@@ -193,16 +274,15 @@ impl RunGrant {
                 ),
             ));
         }
-        {
-            let mut st = self.state();
-            st.attempts += 1;
-            if st.attempts > self.profile.max_calls {
-                st.trace.denied += 1;
-                return Err(json_error(
-                    429,
-                    &format!("host api call budget for this run is exhausted ({} calls)", self.profile.max_calls),
-                ));
-            }
+        if self.spent.attempts.fetch_add(1, Ordering::AcqRel) >= self.profile.max_calls {
+            self.state().trace.denied += 1;
+            return Err(json_error(
+                429,
+                &format!(
+                    "host api call budget for this {} is exhausted ({} calls)",
+                    self.spent.scope, self.profile.max_calls
+                ),
+            ));
         }
         let matched: Route = match route::find(&self.profile.allow, method, path) {
             Ok(r) => r.clone(),

@@ -12,6 +12,6 @@ pub mod token;
 pub mod trace;
 pub mod upstream;
 
-pub use broker::{Broker, RunGrant};
+pub use broker::{Broker, HeldCredential, RunGrant, Spent};
 pub use profile::{LoadContext, Profile, Profiles};
 pub use trace::CallTrace;

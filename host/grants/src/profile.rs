@@ -52,6 +52,18 @@ pub enum Retention {
     Detailed,
 }
 
+/// How often a session opened with a profile mints its credential.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionCredential {
+    /// A fresh credential for every call, as for a run.
+    #[default]
+    Call,
+    /// One credential for the session, minted again only when it would expire
+    /// before a call's budget ends.
+    Session,
+}
+
 /// Which callers may select a profile.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Callers {
@@ -94,6 +106,8 @@ pub struct Profile {
     pub max_in_flight: u32,
     /// Whether session calls may use it.
     pub allow_in_sessions: bool,
+    /// How a session opened with it mints credentials.
+    pub session_credential: SessionCredential,
     /// Who sees findings.
     pub advice: AdviceAudience,
     /// What the log keeps of findings.
@@ -165,6 +179,8 @@ struct RawProfile {
     max_in_flight: Option<u32>,
     #[serde(default)]
     allow_in_sessions: bool,
+    #[serde(default)]
+    session_credential: SessionCredential,
     #[serde(default)]
     batch_of: BTreeMap<String, Vec<String>>,
 }
@@ -469,6 +485,7 @@ fn validate(name: &str, raw: RawProfile, ctx: &LoadContext<'_>) -> Result<Profil
         max_response_bytes,
         max_in_flight,
         allow_in_sessions: raw.allow_in_sessions,
+        session_credential: raw.session_credential,
         advice: raw.advice,
         advice_retention: raw.advice_retention,
         minter,
@@ -530,6 +547,7 @@ mod tests {
         assert_eq!((demo.global.as_str(), demo.max_calls, demo.max_in_flight), ("host", 256, 16));
         assert_eq!((demo.max_request_bytes, demo.max_response_bytes), (1 << 20, 4 << 20));
         assert_eq!((demo.advice, demo.allow_in_sessions), (AdviceAudience::Caller, false));
+        assert_eq!(demo.session_credential, SessionCredential::Call);
         assert!(demo.minter.is_some());
     }
 
@@ -636,6 +654,10 @@ mod tests {
                 "must be GET",
             ),
             (r#"{"base_url": "https://a.example", "allowed_callers": ["a"], "alow": []}"#, "unknown field `alow`"),
+            (
+                r#"{"base_url": "https://a.example", "allowed_callers": ["a"], "session_credential": "run"}"#,
+                "unknown variant `run`, expected `call` or `session`",
+            ),
         ];
         for (profile, want) in cases {
             let err = one(profile).expect_err(profile);

@@ -166,6 +166,61 @@ fn the_call_budget_counts_refused_calls_too_and_then_refuses_everything() {
 }
 
 #[test]
+fn calls_of_one_session_share_its_budget_across_their_grants() {
+    let (url, seen) = api(Arc::default());
+    let broker = Broker::new().expect("broker");
+    let spent = Spent::fresh("session");
+    let p = profile(&url, r#", "max_calls": 3"#);
+    let first = broker.open_counting(p.clone(), "alice", Duration::from_secs(10), spent.clone(), None).expect("first");
+    assert_eq!(first.call_blocking("GET", "/items/1", None).status, 200);
+    assert_eq!(first.call_blocking("GET", "/nope", None).status, 403);
+    first.close();
+    let second = broker.open_counting(p, "alice", Duration::from_secs(10), spent.clone(), None).expect("second");
+    assert_eq!(second.call_blocking("GET", "/items/2", None).status, 200);
+    let over = second.call_blocking("GET", "/items/3", None);
+    assert_eq!(
+        (over.status, error_of(&over).as_str()),
+        (429, "host api call budget for this session is exhausted (3 calls)")
+    );
+    assert_eq!((spent.attempts(), seen.lock().expect("seen").len()), (4, 2));
+    assert_eq!(second.close().denied, 1, "each call's trace has its own refusals");
+}
+
+/// Mints `Bearer n-K` for the K-th call, valid for the asked budget capped at `ttl`.
+fn numbered(count: &AtomicU32, ttl: Duration, asked: &Mutex<Vec<Duration>>, budget: Duration) -> Credential {
+    let k = count.fetch_add(1, Ordering::SeqCst) + 1;
+    asked.lock().expect("asked").push(budget);
+    Credential {
+        authorization: crate::token::Secret::new(format!("Bearer n-{k}")),
+        expires: Some(SystemTime::now() + budget.min(ttl)),
+    }
+}
+
+#[test]
+fn a_session_credential_is_minted_once_for_the_lifetime_and_again_only_when_a_call_would_outlast_it() {
+    let (count, asked) = (AtomicU32::new(0), Mutex::new(Vec::new()));
+    let call = Duration::from_secs(30);
+    let long = HeldCredential::new(Duration::from_secs(3600));
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        let c = long.for_call(call, |b| Ok(numbered(&count, Duration::from_secs(7200), &asked, b))).expect("minted");
+        tokens.push(c.authorization.expose().to_string());
+    }
+    assert_eq!(tokens, ["Bearer n-1"; 3], "one credential serves every call");
+    assert_eq!(*asked.lock().expect("asked"), [Duration::from_secs(3600)], "minted for the session's lifetime");
+
+    // A minter whose TTL (10 s) is shorter than a call's budget: each call needs its own.
+    let short = HeldCredential::new(Duration::from_secs(3600));
+    let a = short.for_call(call, |b| Ok(numbered(&count, Duration::from_secs(10), &asked, b))).expect("a");
+    let b = short.for_call(call, |b| Ok(numbered(&count, Duration::from_secs(10), &asked, b))).expect("b");
+    assert_ne!(a.authorization.expose(), b.authorization.expose());
+
+    let failing = HeldCredential::new(Duration::from_secs(60));
+    let e = failing.for_call(call, |_| Err(crate::token::MintError::Expired)).expect_err("refused");
+    assert_eq!(e, crate::token::MintError::Expired);
+}
+
+#[test]
 fn a_body_over_the_profile_cap_is_refused_413_and_not_sent() {
     let (url, seen) = api(Arc::default());
     let g = grant(&url, r#", "max_request_bytes": 8"#, Duration::from_secs(10));
