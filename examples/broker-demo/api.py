@@ -15,7 +15,8 @@ Routes:
     GET  /health        200
 
 It prints `listening http://127.0.0.1:PORT` on stdout once it accepts calls, and one
-JSON line per request on stderr (method, path, subject, status; never a token).
+JSON line per request on stderr (method, path, subject, status and the token's jti; never
+a token).
 """
 
 import argparse
@@ -57,7 +58,7 @@ def mint(subject: str, ttl: int = 60) -> str:
 
 
 def verify(authorization: str):
-    """The token's subject, or None with why."""
+    """The token's claims, or None with why."""
     if not authorization.startswith("Bearer "):
         return None, "no bearer token"
     parts = authorization[len("Bearer "):].split(".")
@@ -82,7 +83,7 @@ def verify(authorization: str):
     sub = claims.get("sub")
     if not isinstance(sub, str) or not sub:
         return None, "no subject"
-    return sub, ""
+    return claims, ""
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -101,7 +102,9 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
-        line = {"method": self.command, "path": self.path, "subject": subject, "status": status}
+        # The token's ID (never the token) tells one credential's calls from another's.
+        line = {"method": self.command, "path": self.path, "subject": subject, "status": status,
+                "jti": getattr(self, "token_id", "")}
         print(json.dumps(line), file=sys.stderr, flush=True)
 
     def body(self):
@@ -109,10 +112,13 @@ class Handler(BaseHTTPRequestHandler):
         return self.rfile.read(n) if n else b""
 
     def authorised(self):
-        sub, why = verify(self.headers.get("Authorization", ""))
-        if sub is None:
+        self.token_id = ""
+        claims, why = verify(self.headers.get("Authorization", ""))
+        if claims is None:
             self.answer(401, {"error": "unauthorised: " + why})
-        return sub
+            return None
+        self.token_id = str(claims.get("jti", ""))
+        return claims["sub"]
 
     def do_GET(self):
         if self.path == "/health":

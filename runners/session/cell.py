@@ -22,6 +22,9 @@ import types
 # The agent passes the descriptor it reads cell ends from as the last argument.
 DONE = int(sys.argv[-1])
 sys.path.append("/work")
+# A session holding a grant: its client (`import plimsoll_host`) is mounted here; `-I` drops PYTHONPATH.
+if os.environ.get("PLIMSOLL_HOST_API"):
+    sys.path.insert(0, "/run/plimsoll")
 namespace = {"__name__": "__main__", "__builtins__": __builtins__}
 loop = asyncio.new_event_loop()
 

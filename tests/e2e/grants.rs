@@ -47,6 +47,17 @@ impl DemoApi {
         DemoApi { child, url, lines }
     }
 
+    /// The token ID (`jti`) of each authorised call, in order.
+    pub fn seen_tokens(&self) -> Vec<String> {
+        self.lines
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .filter_map(|v| v["jti"].as_str().filter(|j| !j.is_empty()).map(str::to_string))
+            .collect()
+    }
+
     /// What the API answered so far: (method, path, subject, status).
     pub fn seen(&self) -> Vec<(String, String, String, u64)> {
         self.lines
@@ -776,4 +787,114 @@ fn the_broker_demo_runs_at_two_tiers() {
         assert!(stdout.contains("[container] Python on docker: looked up 8 items one by one"), "{stdout}");
         assert!(out.join("report.html").exists());
     }
+}
+
+/// A docker session opened with a grant profile: every cell reaches the broker
+/// (Python through the mounted `plimsoll_host`, JavaScript through the preloaded
+/// client), each call has its own trace and advice, the profile's call budget
+/// counts across the session's calls (refused per call past it, the session lives
+/// on), the credential is minted once per session or per call as the profile
+/// says, and a session opened without a grant reaches nothing.
+fn session_grant_at_container_tier(runtime: &str) {
+    use plimsoll_client::{Client, Options, Session, SessionOptions};
+    let Some(fx) = super::docker::fixture(runtime) else { return };
+    let api = DemoApi::start(&[]);
+    let dir = scratch(&format!("session-grants-{runtime}"));
+    let (plugin, key) = super::docker::signed_plugin(&fx, &dir);
+    let (clients, tokens) = callers(&dir, &["alice"]);
+    let grants = profiles(&dir, &api.url);
+    let mut file: serde_json::Value = serde_json::from_slice(&std::fs::read(&grants).expect("read")).expect("json");
+    let jwt =
+        serde_json::json!({"type": "jwt", "secret_env": "DEMO_JWT_SECRET", "audience": "inventory", "ttl_sec": 900});
+    file["profiles"]["inventory-session"] = serde_json::json!({
+        "base_url": api.url, "allow": ["GET /items", "GET /items/*"], "allowed_callers": ["alice"],
+        "allow_in_sessions": true, "max_calls": 9, "session_credential": "session", "token": jwt,
+        "batch_of": {"GET /items": ["GET /items/*"]}, "advice": "caller", "advice_retention": "detailed"
+    });
+    file["profiles"]["inventory-per-call"] = serde_json::json!({
+        "base_url": api.url, "allow": ["GET /items/*"], "allowed_callers": ["alice"],
+        "allow_in_sessions": true, "token": jwt
+    });
+    std::fs::write(&grants, file.to_string()).expect("write");
+    let mut env = super::docker::docker_env(&fx, &plugin, &key, runtime);
+    env.push(("PLIMSOLL_CLIENTS_FILE".into(), clients.display().to_string()));
+    env.push(("PLIMSOLL_GRANTS_FILE".into(), grants.display().to_string()));
+    env.push(("DEMO_JWT_SECRET".into(), JWT_SECRET.into()));
+    env.push(("SANDBOX_MAX_SESSIONS".into(), "2".into()));
+    let d = super::docker::start(&env);
+    let c = Client::new(&d.url(), Some(tokens[0].clone())).expect("client");
+    /// A cell's stdout and stderr, and its advice.
+    async fn cell(s: &Session, language: &str, code: &str) -> (String, Vec<plimsoll_core::wire::AdviceFinding>) {
+        let r = s.run_cell(language, code, &[], &Options::default()).await.expect("answered").cell.expect("cell");
+        (String::from_utf8_lossy(&r.stdout).into_owned() + &String::from_utf8_lossy(&r.stderr), r.advice)
+    }
+    let jtis = |from: usize| {
+        let mut ids: Vec<String> = api.seen_tokens().into_iter().skip(from).collect();
+        ids.dedup();
+        ids
+    };
+    super::rt().block_on(async {
+        let granted = SessionOptions { grant_profile: Some("inventory-session".into()), ..SessionOptions::default() };
+        let s = c.open_session(&granted).await.expect("open with a grant");
+        let (out, advice) =
+            cell(&s, "python", "import plimsoll_host as host\nhost.get('/items')['items'][0]['name']").await;
+        assert_eq!((out.as_str(), advice.len()), ("'bolt'\n", 0));
+        let (out, advice) = cell(&s, "python", "[host.get('/items/*', [i])['name'] for i in range(1, 7)]").await;
+        assert_eq!(out, "['bolt', 'nut', 'washer', 'gear', 'spring', 'pin']\n");
+        let found: Vec<_> = advice.iter().map(|f| (f.pattern.as_str(), f.suggested_route.as_str())).collect();
+        assert_eq!(found, [("fan_out", "/items")], "the cell's own calls are advised on");
+        let (out, _) = cell(&s, "javascript", "host.get('/items/*', [2]).then((i) => i.name)").await;
+        assert_eq!(out, "'nut'\n", "JavaScript reaches the broker through the preloaded client");
+        let (out, _) = cell(&s, "python", "host.get('/items')['items'][1]['name']").await;
+        assert_eq!(out, "'nut'\n", "the ninth call of the session's budget");
+        let (out, _) = cell(
+            &s,
+            "python",
+            "try:\n    host.get('/items')\nexcept host.HostApiError as e:\n    print(e.status, e.body['error'])",
+        )
+        .await;
+        assert_eq!(out, "429 host api call budget for this session is exhausted (9 calls)\n");
+        let (out, _) = cell(&s, "javascript", "host.get('/items').catch((e) => e.status)").await;
+        assert_eq!(out, "429\n", "refused per call in every language");
+        assert_eq!(cell(&s, "python", "1 + 1").await.0, "2\n", "the session lives on");
+        assert_eq!(jtis(0).len(), 1, "one credential for the whole session: {:?}", api.seen_tokens());
+        s.close().await.expect("close");
+
+        let before = api.seen_tokens().len();
+        let per_call = SessionOptions { grant_profile: Some("inventory-per-call".into()), ..SessionOptions::default() };
+        let s = c.open_session(&per_call).await.expect("open with a per-call grant");
+        for _ in 0..2 {
+            let (out, _) = cell(&s, "python", "import plimsoll_host as host\nhost.get('/items/*', [3])['name']").await;
+            assert_eq!(out, "'washer'\n");
+        }
+        assert_eq!(jtis(before).len(), 2, "a credential per call: {:?}", api.seen_tokens());
+        s.close().await.expect("close");
+
+        let s = c.open_session(&SessionOptions::default()).await.expect("open without");
+        let (out, _) = cell(&s, "python", "import os\nos.path.exists('/run/plimsoll')").await;
+        assert_eq!(out, "False\n", "a session without a grant reaches nothing");
+        s.close().await.expect("close");
+    });
+    let seen = api.seen();
+    assert!(seen.iter().all(|x| x.2 == "alice" && x.3 != 401), "{seen:?}");
+
+    // Each call's trace is its own line in the daemon's log.
+    let (_, log) = d.terminate();
+    let fan_out = log
+        .iter()
+        .find(|l| l.contains(r#""op":"SessionRun""#) && l.contains("advice_findings"))
+        .expect("the fan-out cell's line");
+    let v: serde_json::Value = serde_json::from_str(fan_out).expect("json");
+    assert_eq!((v["grant_profile"].as_str(), v["host_calls"].as_u64()), (Some("inventory-session"), Some(6)), "{v}");
+    assert!(log.iter().all(|l| !l.contains(JWT_SECRET) && !l.contains("eyJ")), "no credential in the log");
+}
+
+#[test]
+fn a_docker_session_opened_with_a_grant_reaches_the_broker_from_every_cell_under_runc() {
+    session_grant_at_container_tier("runc");
+}
+
+#[test]
+fn a_docker_session_opened_with_a_grant_reaches_the_broker_from_every_cell_under_runsc() {
+    session_grant_at_container_tier("runsc");
 }

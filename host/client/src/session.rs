@@ -41,6 +41,8 @@ pub struct SessionOptions {
     pub owner: Option<String>,
     /// An opaque correlation ID for the daemon's audit line.
     pub trace_id: Option<String>,
+    /// A grant profile (one that allows sessions) every call of the session holds.
+    pub grant_profile: Option<String>,
 }
 
 /// An owner as the daemon receives it: hex(HMAC-SHA256(key = SHA-256("plimsoll
@@ -107,6 +109,7 @@ impl Client {
             trace_id: opts.trace_id.clone().unwrap_or_default(),
             software_rule: opts.software_rule.clone(),
             languages: opts.languages.clone(),
+            grant_profile: opts.grant_profile.clone().unwrap_or_default(),
             ..OpenSessionRequest::default()
         };
         if let Some(l) = opts.lifetime {

@@ -122,6 +122,70 @@ pub trait HostApi: Send + Sync {
     fn call(&self, method: &str, path: &str, body: Option<&[u8]>) -> HostAnswer;
 }
 
+/// The broker a session's sandbox reaches: the current call's, installed by the
+/// host for the call's length, and none between calls (503). A session's sandbox
+/// exists before its calls, so what it can reach is swapped, never remounted.
+#[derive(Default)]
+pub struct GrantSlot {
+    current: std::sync::Mutex<Option<std::sync::Arc<dyn HostApi>>>,
+}
+
+impl std::fmt::Debug for GrantSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GrantSlot").field("armed", &self.armed()).finish()
+    }
+}
+
+impl GrantSlot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<std::sync::Arc<dyn HostApi>>> {
+        self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Serves `api` until [`GrantSlot::clear`].
+    pub fn set(&self, api: std::sync::Arc<dyn HostApi>) {
+        *self.lock() = Some(api);
+    }
+
+    /// Serves nothing: every call is answered 503.
+    pub fn clear(&self) {
+        *self.lock() = None;
+    }
+
+    /// Whether a call's broker is installed.
+    pub fn armed(&self) -> bool {
+        self.lock().is_some()
+    }
+}
+
+impl HostApi for GrantSlot {
+    fn call(&self, method: &str, path: &str, body: Option<&[u8]>) -> HostAnswer {
+        // Cloned out, so a slow upstream never holds the lock against `clear`.
+        let api = self.lock().clone();
+        match api {
+            Some(api) => api.call(method, path, body),
+            None => HostAnswer {
+                status: 503,
+                content_type: "application/json".into(),
+                body: br#"{"error":"no granted call of this session is running"}"#.to_vec(),
+            },
+        }
+    }
+}
+
+/// A session's grant, fixed when it opens: what its sandbox's clients are told
+/// (the global, the routes, the SDK) and the slot each call's broker goes into.
+#[derive(Clone, Debug)]
+pub struct SessionGrant {
+    /// The global the JavaScript client is installed as.
+    pub global: String,
+    /// "METHOD /path" lines, for the clients' local check.
+    pub routes: Vec<String>,
+    /// Extra JavaScript evaluated after the client is installed.
+    pub preamble: String,
+    /// The current call's broker.
+    pub slot: std::sync::Arc<GrantSlot>,
+}
+
 /// A grant as a run's code sees it: the client installed as `globalThis[global]`,
 /// the routes it may call (for the client's local refusal; the broker decides),
 /// an optional SDK, and the broker behind it.
@@ -298,14 +362,22 @@ pub trait Provider: Send + Sync {
         None
     }
 
-    /// Opens a session: one sandbox kept for many calls.
+    /// Whether a session can carry a grant fixed at its open (its sandbox reaches
+    /// the slot's broker during each call).
+    fn session_grants(&self) -> bool {
+        false
+    }
+
+    /// Opens a session: one sandbox kept for many calls, reaching `grant`'s slot
+    /// when it has one.
     ///
     /// # Errors
     ///
-    /// Refused `unsupported` unless the provider keeps sessions; refused when the
-    /// floor is above its boundary; may-have-run when the sandbox was made and lost.
-    fn open_session(&self, floor: Option<Floor>) -> Result<Opened, RunError> {
-        let _ = floor;
+    /// Refused `unsupported` unless the provider keeps sessions (and, with a grant,
+    /// carries session grants); refused when the floor is above its boundary;
+    /// may-have-run when the sandbox was made and lost.
+    fn open_session(&self, floor: Option<Floor>, grant: Option<&SessionGrant>) -> Result<Opened, RunError> {
+        let _ = (floor, grant);
         Err(unsupported_kind(&self.describe().name, "sessions").into())
     }
 
@@ -327,6 +399,32 @@ mod tests {
             max_timeout: Duration::from_secs(30),
             languages: vec![Language::JavaScript],
         }
+    }
+
+    struct Answers(u16);
+
+    impl HostApi for Answers {
+        fn call(&self, _: &str, path: &str, _: Option<&[u8]>) -> HostAnswer {
+            HostAnswer { status: self.0, content_type: "text/plain".into(), body: path.as_bytes().to_vec() }
+        }
+    }
+
+    #[test]
+    fn a_grant_slot_serves_the_current_calls_broker_and_nothing_between_calls() {
+        let slot = GrantSlot::default();
+        let idle = slot.call("GET", "/items", None);
+        assert_eq!(idle.status, 503);
+        assert_eq!(idle.body, br#"{"error":"no granted call of this session is running"}"#);
+        slot.set(std::sync::Arc::new(Answers(200)));
+        assert!(slot.armed());
+        assert_eq!(
+            slot.call("GET", "/items", None),
+            HostAnswer { status: 200, content_type: "text/plain".into(), body: b"/items".to_vec() }
+        );
+        slot.set(std::sync::Arc::new(Answers(201)));
+        assert_eq!(slot.call("POST", "/x", None).status, 201, "the next call's broker replaces the last");
+        slot.clear();
+        assert_eq!(slot.call("GET", "/items", None).status, 503);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use plimsoll_core::provider::Grant;
 use plimsoll_core::wire::AdviceFinding;
 use plimsoll_core::{Reason, Refusal};
 use plimsoll_grants::advice::{self, Finding, Routes};
-use plimsoll_grants::profile::{AdviceAudience, Retention, not_available};
+use plimsoll_grants::profile::{AdviceAudience, Retention, SessionCredential, not_available};
 use plimsoll_grants::route::Route;
 use plimsoll_grants::token::{Credential, MintError, MintScope, Minter, PluginBroker, Secret, Shaped, Shaper};
 use plimsoll_runtime::plugin::broker::BrokerPlugin;
@@ -96,6 +96,32 @@ impl DaemonGrants {
     /// A `permission` refusal when no credential could be minted (nothing ran).
     pub fn open(&self, profile: Arc<Profile>, caller: &str, budget: Duration) -> Result<Opened, Refusal> {
         let run = self.broker.open(profile.clone(), caller, budget)?;
+        let grant = Grant {
+            global: profile.global.clone(),
+            routes: profile.route_lines(),
+            preamble: profile.preamble.clone(),
+            api: run.clone(),
+        };
+        Ok(Opened { grant, run })
+    }
+
+    /// Opens one call's grant of a session opened with `profile`, charged to the
+    /// session's `spent` budget; the credential is the session's `held` one when
+    /// the profile mints per session, else minted for the call.
+    ///
+    /// # Errors
+    ///
+    /// As [`DaemonGrants::open`].
+    pub fn open_in_session(
+        &self,
+        profile: Arc<Profile>,
+        caller: &str,
+        budget: Duration,
+        spent: plimsoll_grants::Spent,
+        held: &plimsoll_grants::HeldCredential,
+    ) -> Result<Opened, Refusal> {
+        let held = (profile.session_credential == SessionCredential::Session).then_some(held);
+        let run = self.broker.open_counting(profile.clone(), caller, budget, spent, held)?;
         let grant = Grant {
             global: profile.global.clone(),
             routes: profile.route_lines(),

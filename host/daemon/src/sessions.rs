@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use plimsoll_core::Reason;
 use plimsoll_core::dispatch::{self, CallFailure, Link, SessionFacts, Started};
-use plimsoll_core::provider::{KindSupport, Provider, RunError, check_floor};
+use plimsoll_core::provider::{GrantSlot, KindSupport, Provider, RunError, SessionGrant, check_floor};
 use plimsoll_core::record;
 use plimsoll_core::session::{Ending, Session};
 use plimsoll_core::validate::{self, Language};
@@ -58,6 +58,17 @@ struct State {
     suspended: bool,
 }
 
+/// A grant every call of a session holds, fixed at its open.
+struct HeldGrant {
+    profile: Arc<plimsoll_grants::Profile>,
+    /// What the session's sandbox reaches: each call's broker, none between calls.
+    slot: Arc<GrantSlot>,
+    /// The profile's call budget, counted across the session's calls.
+    spent: plimsoll_grants::Spent,
+    /// The session's credential, when the profile mints one per session.
+    credential: plimsoll_grants::HeldCredential,
+}
+
 /// One session, live or ended.
 struct Entry {
     caller: String,
@@ -70,6 +81,8 @@ struct Entry {
     turn: Arc<TurnLock<State>>,
     last_used: Mutex<Instant>,
     end: Mutex<Option<(Ending, Instant, u64, String)>>,
+    /// The grant its calls hold, when it was opened with one.
+    grant: Option<Arc<HeldGrant>>,
 }
 
 impl Entry {
@@ -300,6 +313,14 @@ impl Sessions {
             .map_err(|m| refused(Code::InvalidArgument, Reason::Request, m))?;
         check_floor(self.provider.tier(), floor).map_err(RpcError::from_refusal)?;
         self.check_rule(rule.as_ref(), &self.support.software_identity)?;
+        let lifetime = Duration::from_millis(times.lifetime_ms);
+        let held = self.held_grant(&req.grant_profile, &caller.id, lifetime)?;
+        let session_grant = held.as_ref().map(|h| SessionGrant {
+            global: h.profile.global.clone(),
+            routes: h.profile.route_lines(),
+            preamble: h.profile.preamble.clone(),
+            slot: h.slot.clone(),
+        });
 
         let (opening, victims) = self.admit(caller, owner.as_deref())?;
         for victim in victims {
@@ -310,7 +331,7 @@ impl Sessions {
         let limiter_permit = admit(&self.limiter, &self.metrics, &caller.id)?;
         let provider = Arc::clone(&self.provider);
         let opened = tokio::task::spawn_blocking(move || {
-            let out = provider.open_session(floor);
+            let out = provider.open_session(floor, session_grant.as_ref());
             drop(limiter_permit);
             out
         })
@@ -340,7 +361,6 @@ impl Sessions {
             }
         };
         let fingerprint = record::session_fingerprint(&id);
-        let lifetime = Duration::from_millis(times.lifetime_ms);
         let idle =
             if self.settings.idle.is_zero() { Duration::ZERO } else { Duration::from_millis(times.idle_ms.into()) };
         let resp = OpenSessionResponse {
@@ -376,6 +396,7 @@ impl Sessions {
             })),
             last_used: Mutex::new(Instant::now()),
             end: Mutex::new(None),
+            grant: held.map(Arc::new),
         });
         let bytes =
             serde_json::to_vec(&resp).map_err(|e| self.internal(&format!("encoding OpenSessionResponse: {e}")))?;
@@ -394,6 +415,38 @@ impl Sessions {
         }
         self.log.info("session opened", &audit);
         Ok(bytes)
+    }
+
+    /// The grant a session's open names, checked: a profile this caller may use
+    /// that allows sessions, on a provider whose sessions carry one.
+    fn held_grant(&self, name: &str, caller: &str, lifetime: Duration) -> Result<Option<HeldGrant>, RpcError> {
+        if name.is_empty() {
+            return Ok(None);
+        }
+        if name.len() > 128 {
+            return Err(refused(
+                Code::InvalidArgument,
+                Reason::Request,
+                "invalid request: grant_profile exceeds 128 bytes",
+            ));
+        }
+        let profile = match &self.grants {
+            Some(g) => g.for_session(name, caller),
+            None => Err(grants::no_profiles(name)),
+        }
+        .map_err(RpcError::from_refusal)?;
+        if !self.provider.session_grants() {
+            return Err(RpcError::from_refusal(plimsoll_core::Refusal::unsupported(format!(
+                "the {} provider's sessions cannot carry a grant from their open; name grant_profile in a Run call",
+                self.name
+            ))));
+        }
+        Ok(Some(HeldGrant {
+            profile,
+            slot: Arc::new(GrantSlot::default()),
+            spent: plimsoll_grants::Spent::fresh("session"),
+            credential: plimsoll_grants::HeldCredential::new(lifetime),
+        }))
     }
 
     fn check_rule(&self, rule: Option<&plimsoll_core::wire::SoftwareRule>, identity: &str) -> Result<(), RpcError> {
@@ -533,21 +586,43 @@ impl Sessions {
         let tier = self.provider.tier();
         let grants = self.grants.clone();
         let subject = caller.id.clone();
+        let held = entry.grant.clone();
         let ran = tokio::task::spawn_blocking(move || {
-            let opened = match (profile, &grants) {
-                (Some(p), Some(g)) => match g.open(p, &subject, prepared.timeout) {
+            let opened = match (profile, &grants, &held) {
+                (Some(p), Some(g), _) => match g.open(p, &subject, prepared.timeout) {
                     Ok(o) => Some(o),
                     Err(r) => return (state, Err(CallFailure::Refused(r)), None),
                 },
+                // The session's own grant: minted for this call, charged to the session.
+                (None, Some(g), Some(h)) => {
+                    match g.open_in_session(
+                        h.profile.clone(),
+                        &subject,
+                        prepared.timeout,
+                        h.spent.clone(),
+                        &h.credential,
+                    ) {
+                        Ok(o) => Some(o),
+                        Err(r) => return (state, Err(CallFailure::Refused(r)), None),
+                    }
+                }
                 _ => None,
             };
-            let grant = opened.as_ref().map(|o| &o.grant);
+            // A session grant reaches the sandbox through its slot, not the call.
+            let through_slot = held.is_some() && prepared.grant_profile().is_empty();
+            let grant = opened.as_ref().filter(|_| !through_slot).map(|o| &o.grant);
+            if let (true, Some(h), Some(o)) = (through_slot, &held, &opened) {
+                h.slot.set(o.run.clone());
+            }
             let out = match state.sandbox.as_mut() {
                 Some(sandbox) => {
                     dispatch::execute_call(sandbox.as_mut(), &facts, tier, &prepared, grant, link, &started)
                 }
                 None => Err(CallFailure::Ended(Ending::new(SessionEnd::NotFound, "the session's sandbox is gone"))),
             };
+            if let Some(h) = &held {
+                h.slot.clear();
+            }
             // The grant ends with the call's code, so the trace is complete.
             let closed = opened.as_ref().map(grants::close);
             drop(permit);
@@ -581,8 +656,15 @@ impl Sessions {
         }
         let reply = match out {
             Ok((mut resp, ended)) => {
-                if let (Some(c), Some(js)) = (&closed, resp.javascript.as_mut()) {
-                    js.advice = c.for_caller();
+                if let Some(c) = &closed {
+                    let advice = c.for_caller();
+                    if let Some(js) = resp.javascript.as_mut() {
+                        js.advice = advice;
+                    } else if let Some(p) = resp.project.as_mut() {
+                        p.advice = advice;
+                    } else if let Some(cell) = resp.cell.as_mut() {
+                        cell.advice = advice;
+                    }
                 }
                 entry.touch();
                 state.calls += 1;
@@ -858,7 +940,11 @@ mod tests {
                 languages: vec![Language::JavaScript, Language::Python],
             })
         }
-        fn open_session(&self, floor: Option<plimsoll_core::Floor>) -> Result<Opened, RunError> {
+        fn open_session(
+            &self,
+            floor: Option<plimsoll_core::Floor>,
+            _grant: Option<&plimsoll_core::provider::SessionGrant>,
+        ) -> Result<Opened, RunError> {
             check_floor(Tier::Container, floor)?;
             Ok(Opened { session: Box::new(FakeSession(Arc::clone(&self.0))), evidence: evidence() })
         }
@@ -959,6 +1045,35 @@ mod tests {
         let who = who(d, caller);
         let bytes = d.handle(p, &who, body.to_string().as_bytes()).await?;
         Ok(serde_json::from_slice(&bytes).expect("JSON"))
+    }
+
+    #[tokio::test]
+    async fn an_open_naming_a_grant_is_refused_by_name_unless_the_profile_and_provider_allow_it() {
+        let d = granted_daemon(&Arc::default());
+        let open_with = |profile: String| {
+            let d = d.clone();
+            async move {
+                let body = json!({"protocol": 4, "grantProfile": profile});
+                rpc(&d, "alice", Procedure::OpenSession, body).await.expect_err("refused")
+            }
+        };
+        for (profile, reason, message) in [
+            ("x".repeat(129), Reason::Request, "invalid request: grant_profile exceeds 128 bytes".to_string()),
+            ("nope".into(), Reason::Permission, "grant_profile \"nope\" is not available to this caller".into()),
+            (
+                "runs-only".into(),
+                Reason::Permission,
+                "grant_profile \"runs-only\" does not allow sessions; use it in a Run call, or set allow_in_sessions in the profile".into(),
+            ),
+            (
+                "sessions".into(),
+                Reason::Unsupported,
+                "the fake provider's sessions cannot carry a grant from their open; name grant_profile in a Run call".into(),
+            ),
+        ] {
+            let e = open_with(profile.clone()).await;
+            assert_eq!((e.reason(), e.body.message.as_str()), (Some(reason), message.as_str()), "{profile}");
+        }
     }
 
     async fn open(d: &Arc<Daemon>, caller: &str, extra: Value) -> String {

@@ -340,6 +340,7 @@ pub(crate) fn cell_result(ended: Ended, started: bool) -> CellResult {
         stderr_truncated: ended.stderr.truncated,
         interpreter_started: started,
         interpreter_ended: ended.trapped,
+        advice: Vec::new(),
     }
 }
 

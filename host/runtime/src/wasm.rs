@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use plimsoll_core::limits::OUTPUT_CAP_BYTES;
 use plimsoll_core::provider::{
-    self, Description, Evidence, Grant, GrantSupport, HostApi, KindSupport, Provider, Ran, RunError, Snippet,
+    self, Description, Evidence, Grant, GrantSupport, HostApi, KindSupport, Provider, Ran, RunError, SessionGrant,
+    Snippet,
 };
 use plimsoll_core::session::{Answered, Call, CallError, Opened, Output, Session};
 use plimsoll_core::validate::Language;
@@ -543,6 +544,7 @@ impl WasmSession {
             stderr_truncated: r.stderr_truncated,
             interpreter_started: started,
             interpreter_ended: ended,
+            advice: Vec::new(),
         })
     }
 
@@ -679,7 +681,12 @@ impl Provider for WasmProvider {
         Some(support)
     }
 
-    fn open_session(&self, floor: Option<Floor>) -> Result<Opened, RunError> {
+    fn open_session(&self, floor: Option<Floor>, grant: Option<&SessionGrant>) -> Result<Opened, RunError> {
+        if grant.is_some() {
+            return Err(
+                Refusal::unsupported("the wasm provider's sessions cannot carry a grant from their open yet").into()
+            );
+        }
         provider::check_floor(Tier::Process, floor)?;
         Ok(Opened { session: Box::new(self.session()), evidence: self.evidence() })
     }

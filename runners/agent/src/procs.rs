@@ -11,8 +11,19 @@ use std::time::{Duration, Instant};
 /// How many times the sweep looks again for processes that outlived a kill.
 const SWEEP_ROUNDS: usize = 50;
 
-/// The environment every child gets; nothing of the agent's own.
+/// The environment every child gets; nothing of the agent's own but [`GRANT_ENV`].
 pub const ENV: [(&str, &str); 3] = [("PATH", "/usr/local/bin:/usr/bin:/bin"), ("HOME", "/tmp"), ("LANG", "C.UTF-8")];
+
+/// What the host sets on a container whose session holds a grant (its broker
+/// socket, token, client and routes); passed on to every child when present.
+pub const GRANT_ENV: [&str; 6] = [
+    "PLIMSOLL_HOST_API",
+    "PLIMSOLL_HOST_TOKEN",
+    "PLIMSOLL_HOST_GLOBAL",
+    "PLIMSOLL_HOST_ROUTES",
+    "NODE_OPTIONS",
+    "PYTHONPATH",
+];
 
 /// The work directory every child starts in.
 pub const WORK: &str = "/work";
@@ -183,7 +194,14 @@ pub fn exit_status(s: std::process::ExitStatus) -> i32 {
 pub fn spawn(argv: &[&str], stderr: Stdio, done: Option<&OwnedFd>) -> io::Result<Child> {
     let (program, args) = argv.split_first().ok_or_else(|| io::Error::other("an empty command"))?;
     let mut cmd = Command::new(program);
-    cmd.args(args).current_dir(WORK).env_clear().envs(ENV).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(stderr);
+    cmd.args(args)
+        .current_dir(WORK)
+        .env_clear()
+        .envs(ENV)
+        .envs(GRANT_ENV.iter().filter_map(|k| std::env::var(k).ok().map(|v| (*k, v))))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(stderr);
     let done: Option<RawFd> = done.map(AsRawFd::as_raw_fd);
     // SAFETY: the closure runs in the child between fork and exec and calls only
     // async-signal-safe functions (setsid, dup2, fcntl) on descriptors it owns.

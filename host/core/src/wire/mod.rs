@@ -784,6 +784,10 @@ pub struct CellResult {
     /// The interpreter ended during this cell.
     #[serde(default, alias = "interpreter_ended", deserialize_with = "de_bool", skip_serializing_if = "is_zero")]
     pub interpreter_ended: bool,
+    /// Efficiency findings over the cell's calls through its session's grant
+    /// (never part of the record). plimsoll's extension of protocol 4.
+    #[serde(default, deserialize_with = "de_vec", skip_serializing_if = "Vec::is_empty")]
+    pub advice: Vec<AdviceFinding>,
 }
 
 /// `RunRecord`: the daemon's statement of one run, as digests a harness recomputes.

@@ -138,6 +138,16 @@ pub struct OpenSessionRequest {
     /// The caller's end user, as a keyed digest; feeds the per-owner cap.
     #[serde(default, deserialize_with = "de_string", skip_serializing_if = "String::is_empty")]
     pub owner: String,
+    /// A grant profile (one that allows sessions) every call of the session holds:
+    /// its sandbox reaches the profile's broker during each call and nothing
+    /// between calls. plimsoll's extension of protocol 4; empty, none.
+    #[serde(
+        default,
+        alias = "grant_profile",
+        deserialize_with = "de_string",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub grant_profile: String,
 }
 
 /// `OpenSessionResponse`.

@@ -5,7 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use plimsoll_core::provider::{
-    self, Description, Evidence, Figure, Grant, GrantSupport, KindSupport, Provider, Ran, RunError, Snippet,
+    self, Description, Evidence, Figure, Grant, GrantSupport, KindSupport, Provider, Ran, RunError, SessionGrant,
+    Snippet,
 };
 use plimsoll_core::session::Opened;
 use plimsoll_core::validate::Language;
@@ -508,12 +509,29 @@ impl Provider for PluginProvider {
         if self.sessions { self.description.snippet.clone() } else { None }
     }
 
-    fn open_session(&self, floor: Option<Floor>) -> Result<Opened, RunError> {
+    fn session_grants(&self) -> bool {
+        self.sessions && self.carries_grants()
+    }
+
+    fn open_session(&self, floor: Option<Floor>, grant: Option<&SessionGrant>) -> Result<Opened, RunError> {
         if !self.sessions {
             return Err(provider::unsupported_kind(&self.name, "sessions").into());
         }
         provider::check_floor(self.tier(), floor)?;
-        super::session::PluginSession::open(self, &self.pre, floor)
+        // The session's socket serves its slot: each call's broker, none between calls.
+        let socket = match grant {
+            None => None,
+            Some(g) => {
+                let as_grant = Grant {
+                    global: g.global.clone(),
+                    routes: g.routes.clone(),
+                    preamble: g.preamble.clone(),
+                    api: g.slot.clone(),
+                };
+                self.socket(Some(&as_grant), "sessions")?
+            }
+        };
+        super::session::PluginSession::open(self, &self.pre, floor, socket)
     }
 }
 

@@ -30,6 +30,7 @@ use super::host::{PluginState, Used, Wall};
 use super::provider::{
     PluginLimits, PluginProvider, after_run_floor, evidence_of, project_result, reason, snippet_result, wit_files,
 };
+use super::socket::BrokerSocket;
 use crate::engine::Engine;
 
 /// What the plugin's own code may take beyond a call's budget (the agent's start,
@@ -68,6 +69,8 @@ pub(super) struct PluginSession {
     claimed: t::Evidence,
     /// Set once the instance can no longer be trusted (it trapped).
     broken: Option<Ending>,
+    /// The session's broker socket, mounted at open, when it carries a grant.
+    _socket: Option<BrokerSocket>,
 }
 
 fn trap(detail: String) -> Ending {
@@ -94,6 +97,7 @@ fn cell_result(r: t::CellResult) -> CellResult {
         stderr_truncated: r.stderr.truncated,
         interpreter_started: r.interpreter_started,
         interpreter_ended: r.interpreter_ended,
+        advice: Vec::new(),
     }
 }
 
@@ -129,6 +133,7 @@ impl PluginSession {
         provider: &PluginProvider,
         pre: &ProviderPluginPre<PluginState>,
         floor: Option<Floor>,
+        socket: Option<BrokerSocket>,
     ) -> Result<Opened, RunError> {
         let Some(wall) = provider.wall.clone() else {
             return Err(Refusal::new(Reason::Environment, "no container engine is configured on this host").into());
@@ -136,6 +141,8 @@ impl PluginSession {
         let facts =
             Facts { name: provider.name.clone(), wall, max_tier: provider.max_tier, limits: provider.limits.clone() };
         let mut store = provider.store(OPEN_BUDGET, SESSION_COLLECT_CAP);
+        // Every container the open creates gets the session's socket and variables.
+        store.data_mut().broker = socket.as_ref().map(BrokerSocket::mount);
         let plugin = pre.instantiate(&mut store).map_err(|e| {
             RunError::Refused(Refusal::new(Reason::Environment, format!("nothing ran: the plugin failed: {e:#}")))
         })?;
@@ -175,8 +182,18 @@ impl PluginSession {
                 }
             }
         }
-        let mut session =
-            PluginSession { facts, store, plugin, handle: Some(handle), opened, stamps, used, claimed, broken: None };
+        let mut session = PluginSession {
+            facts,
+            store,
+            plugin,
+            handle: Some(handle),
+            opened,
+            stamps,
+            used,
+            claimed,
+            broken: None,
+            _socket: socket,
+        };
         let evidence = session.evidence();
         if let Err(e) = after_run_floor(evidence.tier, floor) {
             session.close();
