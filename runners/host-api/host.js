@@ -11,13 +11,27 @@
   const fs = require('fs');
   const socketPath = process.env.PLIMSOLL_HOST_API;
   const token = process.env.PLIMSOLL_HOST_TOKEN || '';
-  const name = process.env.PLIMSOLL_HOST_GLOBAL || 'host';
-  if (!socketPath || Object.prototype.hasOwnProperty.call(globalThis, name)) return;
+  // A session whose calls name their own grants describes the current call's in
+  // grant.json; otherwise the container's environment describes the run's grant,
+  // and with neither there is no client to install.
+  let described = null;
+  try {
+    described = JSON.parse(fs.readFileSync(require('path').join(__dirname, 'grant.json'), 'utf8'));
+  } catch (_) {
+    // no call's grant is described
+  }
+  const routeLines = described
+    ? described.routes
+    : process.env.PLIMSOLL_HOST_ROUTES === undefined
+      ? null
+      : process.env.PLIMSOLL_HOST_ROUTES.split('\n').filter(Boolean);
+  const name = (described ? described.global : process.env.PLIMSOLL_HOST_GLOBAL) || 'host';
+  if (!socketPath || !Array.isArray(routeLines) || Object.prototype.hasOwnProperty.call(globalThis, name)) return;
   const { permitter, fill, client } = require('vm').runInThisContext(
     fs.readFileSync(require('path').join(__dirname, 'routes.js'), 'utf8'),
     { filename: 'routes.js' },
   );
-  const permitted = permitter((process.env.PLIMSOLL_HOST_ROUTES || '').split('\n').filter(Boolean));
+  const permitted = permitter(routeLines);
   const request = (method, route, body, params) =>
     new Promise((resolve, reject) => {
       const path = fill(route, params);

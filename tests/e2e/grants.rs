@@ -422,7 +422,7 @@ time.sleep(4)
 const DOCKER_SCRIPT: &str = r#"
 import json, os
 from plimsoll_client import Client
-from plimsoll_client.errors import UnsupportedError
+from plimsoll_client.errors import PlimsollError
 alice = Client(os.environ["URL"], token=os.environ["ALICE"])
 info = alice.describe()
 assert info.supports_javascript_grants and info.supports_project_grants, info
@@ -438,12 +438,22 @@ r = alice.run_javascript(js, grant_profile="inventory")
 assert r.exit_code == 0 and r.isolation == os.environ["TIER"], r
 assert r.stdout == b"bolt,nut,washer,gear,spring,pin\nalice\n", r.stdout
 assert [(f.pattern, f.suggested_route) for f in r.advice] == [("fan_out", "/items")], r.advice
-s = alice.open_session()
+# The original's way: a session snippet names its grant; the session's socket
+# serves it for that call only, and nothing else in the session holds a client.
+s = alice.open_session(minimum_isolation=os.environ["TIER"])
+r = s.run_javascript('host.get("/items").then((r) => console.log(r.items[0].name))', grant_profile="inventory-sessions")
+assert (r.stdout, r.exit_code, r.isolation) == (b"bolt\n", 0, os.environ["TIER"]), r
+r = s.run_javascript('console.log(typeof host)')
+assert r.stdout == b"undefined\n", r
+c = s.run_cell("typeof host", "javascript")
+assert c.stdout == b"'undefined'\n", c
 try:
-    s.run_javascript("1", grant_profile="inventory-sessions")
-    raise AssertionError("a docker session carried a grant")
-except UnsupportedError as e:
-    assert str(e).endswith("the docker provider's sessions cannot carry a grant; use grant_profile in a Run call"), e
+    s.run_javascript("1", grant_profile="inventory")
+    raise AssertionError("a profile without allow_in_sessions ran in a session")
+except PlimsollError as e:
+    assert e.not_dispatched == "permission" and str(e).endswith('grant_profile "inventory" does not allow sessions; use it in a Run call, or set allow_in_sessions in the profile'), e
+r = s.run_javascript('host.get("/items").then((r) => console.log(r.items.length > 0))', grant_profile="inventory-sessions")
+assert r.stdout == b"true\n", r
 s.close()
 r = alice.run_project({"main.py": os.environ["PROJECT"]}, ["python3 main.py"], grant_profile="inventory-vendor")
 assert r.outcome == "completed" and r.isolation == os.environ["TIER"], r
@@ -870,9 +880,18 @@ fn session_grant_at_container_tier(runtime: &str) {
         assert_eq!(jtis(before).len(), 2, "a credential per call: {:?}", api.seen_tokens());
         s.close().await.expect("close");
 
+        // Opened without one, by a caller who may name a session profile in its
+        // snippets: the socket is there from the open, but no client is installed
+        // and between granted calls it serves nothing.
         let s = c.open_session(&SessionOptions::default()).await.expect("open without");
-        let (out, _) = cell(&s, "python", "import os\nos.path.exists('/run/plimsoll')").await;
-        assert_eq!(out, "False\n", "a session without a grant reaches nothing");
+        assert_eq!(cell(&s, "javascript", "typeof host").await.0, "'undefined'\n");
+        let (out, _) = cell(
+            &s,
+            "python",
+            "import plimsoll_host\nstatus, _, body = plimsoll_host._over_socket('GET', '/items', None)\nprint(status, body.decode())",
+        )
+        .await;
+        assert_eq!(out, "503 {\"error\":\"no granted call of this session is running\"}\n");
         s.close().await.expect("close");
     });
     let seen = api.seen();

@@ -186,6 +186,18 @@ pub struct SessionGrant {
     pub slot: std::sync::Arc<GrantSlot>,
 }
 
+/// What a session's sandbox may reach, fixed when it opens: a running sandbox
+/// cannot gain a way out later.
+#[derive(Clone, Copy, Debug)]
+pub enum SessionReach<'a> {
+    /// Nothing: none of its calls may name a grant.
+    Nothing,
+    /// One grant every call holds, through its slot.
+    Held(&'a SessionGrant),
+    /// The grant a call names, during that call only (the original's way).
+    PerCall,
+}
+
 /// A grant as a run's code sees it: the client installed as `globalThis[global]`,
 /// the routes it may call (for the client's local refusal; the broker decides),
 /// an optional SDK, and the broker behind it.
@@ -362,22 +374,24 @@ pub trait Provider: Send + Sync {
         None
     }
 
-    /// Whether a session can carry a grant fixed at its open (its sandbox reaches
-    /// the slot's broker during each call).
+    /// Whether a session's sandbox can be given a way to the broker at its open
+    /// ([`SessionReach::Held`] and [`SessionReach::PerCall`]). A provider whose
+    /// session calls carry a grant without one (the wasm provider's snippets)
+    /// says false.
     fn session_grants(&self) -> bool {
         false
     }
 
-    /// Opens a session: one sandbox kept for many calls, reaching `grant`'s slot
-    /// when it has one.
+    /// Opens a session: one sandbox kept for many calls, reaching what `reach`
+    /// says.
     ///
     /// # Errors
     ///
-    /// Refused `unsupported` unless the provider keeps sessions (and, with a grant,
-    /// carries session grants); refused when the floor is above its boundary;
-    /// may-have-run when the sandbox was made and lost.
-    fn open_session(&self, floor: Option<Floor>, grant: Option<&SessionGrant>) -> Result<Opened, RunError> {
-        let _ = (floor, grant);
+    /// Refused `unsupported` unless the provider keeps sessions (and, for a held
+    /// grant, carries session grants); refused when the floor is above its
+    /// boundary; may-have-run when the sandbox was made and lost.
+    fn open_session(&self, floor: Option<Floor>, reach: SessionReach<'_>) -> Result<Opened, RunError> {
+        let _ = (floor, reach);
         Err(unsupported_kind(&self.describe().name, "sessions").into())
     }
 

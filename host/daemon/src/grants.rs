@@ -131,6 +131,12 @@ impl DaemonGrants {
         Ok(Opened { grant, run })
     }
 
+    /// Whether `caller` may name some profile in a session's calls, so its
+    /// sessions need a way to the broker from their open.
+    pub fn sessions_possible(&self, caller: &str) -> bool {
+        self.profiles.iter().any(|p| p.allow_in_sessions && p.admits(caller))
+    }
+
     /// The profile a session call names: sessions with a grant are refused unless
     /// the profile allows them (the original's rule).
     ///

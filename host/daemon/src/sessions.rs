@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use plimsoll_core::Reason;
 use plimsoll_core::dispatch::{self, CallFailure, Link, SessionFacts, Started};
-use plimsoll_core::provider::{GrantSlot, KindSupport, Provider, RunError, SessionGrant, check_floor};
+use plimsoll_core::provider::{GrantSlot, KindSupport, Provider, RunError, SessionGrant, SessionReach, check_floor};
 use plimsoll_core::record;
 use plimsoll_core::session::{Ending, Session};
 use plimsoll_core::validate::{self, Language};
@@ -321,6 +321,9 @@ impl Sessions {
             preamble: h.profile.preamble.clone(),
             slot: h.slot.clone(),
         });
+        // Calls may name their own grants only if the sandbox has a socket from its open.
+        let per_call =
+            self.provider.session_grants() && self.grants.as_ref().is_some_and(|g| g.sessions_possible(&caller.id));
 
         let (opening, victims) = self.admit(caller, owner.as_deref())?;
         for victim in victims {
@@ -331,7 +334,12 @@ impl Sessions {
         let limiter_permit = admit(&self.limiter, &self.metrics, &caller.id)?;
         let provider = Arc::clone(&self.provider);
         let opened = tokio::task::spawn_blocking(move || {
-            let out = provider.open_session(floor, session_grant.as_ref());
+            let reach = match &session_grant {
+                Some(g) => SessionReach::Held(g),
+                None if per_call => SessionReach::PerCall,
+                None => SessionReach::Nothing,
+            };
+            let out = provider.open_session(floor, reach);
             drop(limiter_permit);
             out
         })
@@ -556,9 +564,19 @@ impl Sessions {
         let prepared =
             dispatch::prepare_call(&entry.facts, self.provider.tier(), &req, &|n| session_profile(n).map(|_| ()))
                 .map_err(RpcError::from_refusal)?;
-        let profile = match prepared.grant_profile() {
-            "" => None,
-            name => Some(session_profile(name).map_err(RpcError::from_refusal)?),
+        let profile = match (prepared.grant_profile(), &entry.grant) {
+            ("", _) => None,
+            (name, Some(h)) => {
+                return Err(refused(
+                    Code::InvalidArgument,
+                    Reason::Request,
+                    format!(
+                        "this session holds grant_profile {:?} for every call; send its calls without grant_profile (naming {name:?} here is refused)",
+                        h.profile.name
+                    ),
+                ));
+            }
+            (name, None) => Some(session_profile(name).map_err(RpcError::from_refusal)?),
         };
         let before = entry.queue.fetch_add(1, Ordering::AcqRel);
         let place = Place(&entry.queue);
@@ -608,8 +626,8 @@ impl Sessions {
                 }
                 _ => None,
             };
-            // A session grant reaches the sandbox through its slot, not the call.
-            let through_slot = held.is_some() && prepared.grant_profile().is_empty();
+            // A held grant reaches the sandbox through its slot, not the call.
+            let through_slot = held.is_some();
             let grant = opened.as_ref().filter(|_| !through_slot).map(|o| &o.grant);
             if let (true, Some(h), Some(o)) = (through_slot, &held, &opened) {
                 h.slot.set(o.run.clone());
@@ -834,6 +852,7 @@ mod tests {
     use std::sync::mpsc;
 
     use plimsoll_core::Tier;
+    use plimsoll_core::provider::HostApi as _;
     use plimsoll_core::provider::{Description, Evidence, Ran, Snippet};
     use plimsoll_core::session::{Answered, Call, CallError, Opened, Output};
     use plimsoll_core::wire::{CellResult, JavaScriptResult, RunRecord};
@@ -851,6 +870,12 @@ mod tests {
         /// While set, a `hold` cell waits for a message here.
         hold: Mutex<Option<mpsc::Receiver<()>>>,
         started: Mutex<Option<mpsc::Sender<()>>>,
+        /// Whether the provider gives sessions a way to the broker.
+        grants: AtomicBool,
+        /// What each open was given to reach.
+        reach: Mutex<Vec<&'static str>>,
+        /// The last held grant's slot.
+        slot: Mutex<Option<Arc<GrantSlot>>>,
     }
 
     struct FakeSession(Arc<Seen>);
@@ -890,6 +915,13 @@ mod tests {
                     )));
                 }
                 "lost" => return Err(CallError::MayHaveRun { detail: "the relay vanished".into(), ended: None }),
+                "api" => {
+                    // What the sandbox would reach through its socket during this call.
+                    let status = lock(&self.0.slot).as_ref().map(|s| s.call("GET", "/a", None).status);
+                    let stdout = format!("{status:?}").into_bytes();
+                    let output = Output::Cell(CellResult { stdout, ..CellResult::default() });
+                    return Ok(Answered { output, evidence: evidence(), ended: None });
+                }
                 _ => {}
             }
             Ok(Answered {
@@ -931,6 +963,9 @@ mod tests {
         fn run_snippet(&self, _: &Snippet<'_>) -> Result<Ran<JavaScriptResult>, RunError> {
             Err(plimsoll_core::Refusal::unsupported("sessions only").into())
         }
+        fn session_grants(&self) -> bool {
+            self.0.grants.load(Ordering::SeqCst)
+        }
         fn session_support(&self) -> Option<KindSupport> {
             Some(KindSupport {
                 identity: "fake-image:sha256:ab".into(),
@@ -943,9 +978,18 @@ mod tests {
         fn open_session(
             &self,
             floor: Option<plimsoll_core::Floor>,
-            _grant: Option<&plimsoll_core::provider::SessionGrant>,
+            reach: SessionReach<'_>,
         ) -> Result<Opened, RunError> {
             check_floor(Tier::Container, floor)?;
+            let kind = match reach {
+                SessionReach::Nothing => "nothing",
+                SessionReach::Held(g) => {
+                    *lock(&self.0.slot) = Some(g.slot.clone());
+                    "held"
+                }
+                SessionReach::PerCall => "per-call",
+            };
+            lock(&self.0.reach).push(kind);
             Ok(Opened { session: Box::new(FakeSession(Arc::clone(&self.0))), evidence: evidence() })
         }
     }
@@ -986,7 +1030,7 @@ mod tests {
     }
 
     /// A daemon over the fake provider with two profiles for alice: `sessions`
-    /// (allowed in sessions) and `runs-only`.
+    /// (allowed in sessions) and `runs-only`; bob may use neither.
     fn granted_daemon(seen: &Arc<Seen>) -> Arc<Daemon> {
         let text = r#"{"profiles": {
             "sessions": {"base_url": "http://127.0.0.1:9", "allowed_callers": ["alice"], "allow": ["GET /a"], "allow_in_sessions": true},
@@ -998,7 +1042,7 @@ mod tests {
         )
         .expect("profiles");
         let grants = Arc::new(crate::grants::DaemonGrants::new(profiles).expect("grants"));
-        Arc::new(daemon_for(seen, &["alice"]).with_grants(grants).with_sessions(settings()))
+        Arc::new(daemon_for(seen, &["alice", "bob"]).with_grants(grants).with_sessions(settings()))
     }
 
     #[tokio::test]
@@ -1035,6 +1079,39 @@ mod tests {
         );
         // Refusals ran nothing and broke nothing: the session goes on.
         assert!(cell(&d, "alice", &id, "1").await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_held_grant_is_served_during_each_call_only_and_its_calls_name_no_other() {
+        let seen = Arc::new(Seen::default());
+        seen.grants.store(true, Ordering::SeqCst);
+        let d = granted_daemon(&seen);
+        let held = open(&d, "alice", json!({"grantProfile": "sessions"})).await;
+        let _plain = open(&d, "alice", json!({})).await;
+        let _bobs = open(&d, "bob", json!({})).await;
+        assert_eq!(
+            *lock(&seen.reach),
+            ["held", "per-call", "nothing"],
+            "only a caller who may name a profile gets a socket"
+        );
+        let slot = lock(&seen.slot).clone().expect("the held grant's slot");
+        assert_eq!(slot.call("GET", "/a", None).status, 503, "nothing is served before a call");
+        // During the call the profile's broker answers (its upstream at port 9 refuses: 502).
+        let out = cell(&d, "alice", &held, "api").await.expect("answered");
+        let stdout = out["run"]["cell"]["stdout"].as_str().unwrap_or_default();
+        use base64::Engine as _;
+        assert_eq!(base64::engine::general_purpose::STANDARD.decode(stdout).expect("base64"), b"Some(502)");
+        assert_eq!(slot.call("GET", "/a", None).status, 503, "nor after it");
+        let body = json!({"protocol": 4, "sessionId": held, "javascript": {"code": "1", "grantProfile": "sessions"}});
+        let e = rpc(&d, "alice", Procedure::SessionRun, body).await.expect_err("refused");
+        assert_eq!(
+            (e.reason(), e.body.message.as_str()),
+            (
+                Some(Reason::Request),
+                "this session holds grant_profile \"sessions\" for every call; send its calls without grant_profile (naming \"sessions\" here is refused)"
+            )
+        );
+        assert!(cell(&d, "alice", &held, "1").await.is_ok(), "the refusal ran nothing and the session goes on");
     }
 
     fn who(d: &Daemon, id: &str) -> Principal {

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use plimsoll_core::limits::OUTPUT_CAP_BYTES;
 use plimsoll_core::provider::{
-    self, Description, Evidence, Grant, GrantSupport, HostApi, KindSupport, Provider, Ran, RunError, SessionGrant,
+    self, Description, Evidence, Grant, GrantSupport, HostApi, KindSupport, Provider, Ran, RunError, SessionReach,
     Snippet,
 };
 use plimsoll_core::session::{Answered, Call, CallError, Opened, Output, Session};
@@ -681,11 +681,13 @@ impl Provider for WasmProvider {
         Some(support)
     }
 
-    fn open_session(&self, floor: Option<Floor>, grant: Option<&SessionGrant>) -> Result<Opened, RunError> {
-        if grant.is_some() {
-            return Err(
-                Refusal::unsupported("the wasm provider's sessions cannot carry a grant from their open yet").into()
-            );
+    fn open_session(&self, floor: Option<Floor>, reach: SessionReach<'_>) -> Result<Opened, RunError> {
+        // A snippet's grant reaches its own engine through the call; no session-wide way out exists.
+        if let SessionReach::Held(_) = reach {
+            return Err(Refusal::unsupported(
+                "the wasm provider's sessions cannot hold a grant from their open; name grant_profile in each snippet call",
+            )
+            .into());
         }
         provider::check_floor(Tier::Process, floor)?;
         Ok(Opened { session: Box::new(self.session()), evidence: self.evidence() })

@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use plimsoll_core::provider::{
-    self, Description, Evidence, Figure, Grant, GrantSupport, KindSupport, Provider, Ran, RunError, SessionGrant,
-    Snippet,
+    self, Description, Evidence, Figure, Grant, GrantSlot, GrantSupport, KindSupport, Provider, Ran, RunError,
+    SessionReach, Snippet,
 };
 use plimsoll_core::session::Opened;
 use plimsoll_core::validate::Language;
@@ -361,6 +361,15 @@ impl PluginProvider {
     }
 }
 
+/// A session's way to the broker, mounted when it opens.
+#[derive(Debug)]
+pub(super) struct SessionSocket {
+    pub(super) socket: BrokerSocket,
+    /// The slot the session arms around each call that names a grant; none when
+    /// the session holds one grant (the daemon arms that slot).
+    pub(super) per_call: Option<Arc<GrantSlot>>,
+}
+
 impl Provider for PluginProvider {
     fn describe(&self) -> Description {
         self.description.clone()
@@ -513,22 +522,37 @@ impl Provider for PluginProvider {
         self.sessions && self.carries_grants()
     }
 
-    fn open_session(&self, floor: Option<Floor>, grant: Option<&SessionGrant>) -> Result<Opened, RunError> {
+    fn open_session(&self, floor: Option<Floor>, reach: SessionReach<'_>) -> Result<Opened, RunError> {
         if !self.sessions {
             return Err(provider::unsupported_kind(&self.name, "sessions").into());
         }
         provider::check_floor(self.tier(), floor)?;
-        // The session's socket serves its slot: each call's broker, none between calls.
-        let socket = match grant {
-            None => None,
-            Some(g) => {
+        let made = |e: std::io::Error| {
+            Refusal::new(Reason::Environment, format!("the session's broker socket could not be made: {e}"))
+        };
+        // A running container cannot gain a mount: the socket is there from the open.
+        let socket = match reach {
+            SessionReach::Nothing => None,
+            SessionReach::Held(g) => {
                 let as_grant = Grant {
                     global: g.global.clone(),
                     routes: g.routes.clone(),
                     preamble: g.preamble.clone(),
                     api: g.slot.clone(),
                 };
-                self.socket(Some(&as_grant), "sessions")?
+                let socket =
+                    self.socket(Some(&as_grant), "sessions")?.ok_or_else(|| no_grants(&self.name, "sessions"))?;
+                Some(SessionSocket { socket, per_call: None })
+            }
+            SessionReach::PerCall => {
+                let wall = self
+                    .wall
+                    .as_ref()
+                    .filter(|_| self.carries_grants())
+                    .ok_or_else(|| no_grants(&self.name, "sessions"))?;
+                let slot = Arc::new(GrantSlot::default());
+                let socket = BrokerSocket::open_undescribed(slot.clone(), &wall.handle()).map_err(made)?;
+                Some(SessionSocket { socket, per_call: Some(slot) })
             }
         };
         super::session::PluginSession::open(self, &self.pre, floor, socket)

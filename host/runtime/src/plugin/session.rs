@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use plimsoll_containers::{Inspection, Stamp};
-use plimsoll_core::provider::{self, Evidence, RunError};
+use plimsoll_core::provider::{self, Evidence, Grant, GrantSlot, RunError};
 use plimsoll_core::session::{Answered, Call, CallError, Ending, Opened, Output, Session};
 use plimsoll_core::wire::{CellResult, SessionEnd};
 use plimsoll_core::{Floor, Reason, Refusal, Tier};
@@ -28,9 +28,9 @@ use super::host::bindings::plimsoll::types::types as t;
 use super::host::bindings::{ProviderPlugin, ProviderPluginPre};
 use super::host::{PluginState, Used, Wall};
 use super::provider::{
-    PluginLimits, PluginProvider, after_run_floor, evidence_of, project_result, reason, snippet_result, wit_files,
+    PluginLimits, PluginProvider, SessionSocket, after_run_floor, evidence_of, project_result, reason, snippet_result,
+    wit_files,
 };
-use super::socket::BrokerSocket;
 use crate::engine::Engine;
 
 /// What the plugin's own code may take beyond a call's budget (the agent's start,
@@ -69,8 +69,8 @@ pub(super) struct PluginSession {
     claimed: t::Evidence,
     /// Set once the instance can no longer be trusted (it trapped).
     broken: Option<Ending>,
-    /// The session's broker socket, mounted at open, when it carries a grant.
-    _socket: Option<BrokerSocket>,
+    /// The session's broker socket, mounted at open, when its calls may reach one.
+    socket: Option<SessionSocket>,
 }
 
 fn trap(detail: String) -> Ending {
@@ -133,7 +133,7 @@ impl PluginSession {
         provider: &PluginProvider,
         pre: &ProviderPluginPre<PluginState>,
         floor: Option<Floor>,
-        socket: Option<BrokerSocket>,
+        socket: Option<SessionSocket>,
     ) -> Result<Opened, RunError> {
         let Some(wall) = provider.wall.clone() else {
             return Err(Refusal::new(Reason::Environment, "no container engine is configured on this host").into());
@@ -142,7 +142,7 @@ impl PluginSession {
             Facts { name: provider.name.clone(), wall, max_tier: provider.max_tier, limits: provider.limits.clone() };
         let mut store = provider.store(OPEN_BUDGET, SESSION_COLLECT_CAP);
         // Every container the open creates gets the session's socket and variables.
-        store.data_mut().broker = socket.as_ref().map(BrokerSocket::mount);
+        store.data_mut().broker = socket.as_ref().map(|s| s.socket.mount());
         let plugin = pre.instantiate(&mut store).map_err(|e| {
             RunError::Refused(Refusal::new(Reason::Environment, format!("nothing ran: the plugin failed: {e:#}")))
         })?;
@@ -192,7 +192,7 @@ impl PluginSession {
             used,
             claimed,
             broken: None,
-            _socket: socket,
+            socket,
         };
         let evidence = session.evidence();
         if let Err(e) = after_run_floor(evidence.tier, floor) {
@@ -309,6 +309,42 @@ impl PluginSession {
     }
 }
 
+impl PluginSession {
+    /// Serves `grant` through the session's socket for one call: the slot holds
+    /// its broker and the socket describes its client to processes that start.
+    fn arm(&self, grant: &Grant) -> Result<Arc<GrantSlot>, CallError> {
+        let Some(SessionSocket { socket, per_call: Some(slot) }) = &self.socket else {
+            // Made without a socket (or holding one grant for every call): nothing can reach a broker.
+            return Err(Refusal::unsupported(format!(
+                "this {} session was opened without a way to the broker, so its calls cannot name a grant; open it while a profile that allows sessions is available to the caller",
+                self.facts.name
+            ))
+            .into());
+        };
+        socket.describe(grant).map_err(|e| {
+            Refusal::new(Reason::Environment, format!("the call's grant could not be described to the session: {e}"))
+        })?;
+        slot.set(grant.api.clone());
+        Ok(slot.clone())
+    }
+
+    /// Ends the call's grant: the slot answers 503 again and no client is described.
+    fn disarm(&self, slot: Arc<GrantSlot>) -> Result<(), CallError> {
+        slot.clear();
+        match &self.socket {
+            Some(s) => s.socket.undescribe().map_err(|e| {
+                // A description left behind would install the grant's client in later processes.
+                let ending = Ending::new(
+                    SessionEnd::BoundaryFailed,
+                    format!("the call's grant description could not be removed: {e}"),
+                );
+                CallError::Ended(ending)
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
 impl Session for PluginSession {
     fn call(&mut self, call: Call<'_>) -> Result<Answered, CallError> {
         if let Some(end) = &self.broken {
@@ -332,19 +368,19 @@ impl Session for PluginSession {
                 })?
             }
             Call::Snippet(s) => {
-                if s.grant.is_some() {
-                    // The session's container was made without the run's broker socket.
-                    return Err(Refusal::unsupported(format!(
-                        "the {} provider's sessions cannot carry a grant; use grant_profile in a Run call",
-                        self.facts.name
-                    ))
-                    .into());
-                }
+                let armed = match s.grant {
+                    None => None,
+                    Some(g) => Some(self.arm(g)?),
+                };
                 let limits = self.limits(s.timeout);
                 let language = s.language.as_str();
-                self.dispatch(s.timeout, |store, plugin, h| {
+                let answer = self.dispatch(s.timeout, |store, plugin, h| {
                     plugin.plimsoll_provider_provider().session().call_snippet(store, h, language, s.code, limits)
-                })?
+                });
+                if let Some(armed) = armed {
+                    self.disarm(armed)?;
+                }
+                answer?
             }
             Call::Project { project, timeout, .. } => {
                 let files = wit_files(&project.files);

@@ -107,6 +107,27 @@ async fn serve_one(api: Arc<dyn HostApi>, token: Arc<str>, req: Request<Incoming
     }
 }
 
+/// The client description `host.js` reads before its environment.
+const DESCRIPTION: &str = "grant.json";
+/// Extra JavaScript `host.js` evaluates after installing the client.
+const PREAMBLE: &str = "preamble.js";
+
+/// Writes `text` to `dir/name` readable by the container's user; whole or not at
+/// all (renamed into place), so a process starting meanwhile never reads half.
+fn write_public(dir: &std::path::Path, name: &str, text: &str) -> std::io::Result<()> {
+    let staged = dir.join(format!(".{name}.new"));
+    std::fs::write(&staged, text)?;
+    std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o644))?;
+    std::fs::rename(&staged, dir.join(name))
+}
+
+fn remove_if_there(path: &std::path::Path) -> std::io::Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
 impl BrokerSocket {
     /// Opens a run's directory and socket for `grant`, served on `rt`.
     ///
@@ -114,6 +135,26 @@ impl BrokerSocket {
     ///
     /// The directory or socket could not be made.
     pub fn open(grant: &Grant, rt: &tokio::runtime::Handle) -> std::io::Result<BrokerSocket> {
+        BrokerSocket::start(grant.api.clone(), Some(grant), rt)
+    }
+
+    /// Opens a directory and socket serving `api` that describe no client: no
+    /// process installs one (and `plimsoll_host` knows no routes) until
+    /// [`BrokerSocket::describe`] names a call's grant. For a session whose calls
+    /// name their own grants.
+    ///
+    /// # Errors
+    ///
+    /// The directory or socket could not be made.
+    pub fn open_undescribed(api: Arc<dyn HostApi>, rt: &tokio::runtime::Handle) -> std::io::Result<BrokerSocket> {
+        BrokerSocket::start(api, None, rt)
+    }
+
+    fn start(
+        api: Arc<dyn HostApi>,
+        described: Option<&Grant>,
+        rt: &tokio::runtime::Handle,
+    ) -> std::io::Result<BrokerSocket> {
         let root = broker_root();
         std::fs::create_dir_all(&root)?;
         let mut id = [0u8; 12];
@@ -124,15 +165,11 @@ impl BrokerSocket {
         let dir = root.join(format!("run-{}", hex::encode(id)));
         std::fs::create_dir(&dir)?;
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755))?;
-        let write = |name: &str, text: &str| -> std::io::Result<()> {
-            std::fs::write(dir.join(name), text)?;
-            std::fs::set_permissions(dir.join(name), std::fs::Permissions::from_mode(0o644))
-        };
-        write("host.js", NODE_CLIENT)?;
-        write("routes.js", ROUTE_CHECKS)?;
-        write("plimsoll_host.py", PYTHON_CLIENT)?;
-        if !grant.preamble.is_empty() {
-            write("preamble.js", &grant.preamble)?;
+        write_public(&dir, "host.js", NODE_CLIENT)?;
+        write_public(&dir, "routes.js", ROUTE_CHECKS)?;
+        write_public(&dir, "plimsoll_host.py", PYTHON_CLIENT)?;
+        if let Some(grant) = described.filter(|g| !g.preamble.is_empty()) {
+            write_public(&dir, PREAMBLE, &grant.preamble)?;
         }
         let path = dir.join("host-api.sock");
         let std_listener = std::os::unix::net::UnixListener::bind(&path)?;
@@ -144,7 +181,6 @@ impl BrokerSocket {
             tokio::net::UnixListener::from_std(std_listener)?
         };
         let token: Arc<str> = hex::encode(token).into();
-        let api = grant.api.clone();
         let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
         let serve_token = token.clone();
         let task = rt.spawn(async move {
@@ -168,15 +204,43 @@ impl BrokerSocket {
             }
         });
         let target = |name: &str| format!("{BROKER_TARGET}/{name}");
-        let env = vec![
+        let mut env = vec![
             ("PLIMSOLL_HOST_API".to_string(), target("host-api.sock")),
             ("PLIMSOLL_HOST_TOKEN".to_string(), token.to_string()),
-            ("PLIMSOLL_HOST_GLOBAL".to_string(), grant.global.clone()),
-            ("PLIMSOLL_HOST_ROUTES".to_string(), grant.routes.join("\n")),
             ("NODE_OPTIONS".to_string(), format!("--require={}", target("host.js"))),
             ("PYTHONPATH".to_string(), BROKER_TARGET.to_string()),
         ];
+        if let Some(grant) = described {
+            env.push(("PLIMSOLL_HOST_GLOBAL".to_string(), grant.global.clone()));
+            env.push(("PLIMSOLL_HOST_ROUTES".to_string(), grant.routes.join("\n")));
+        }
         Ok(BrokerSocket { mount: BrokerMount { dir: dir.clone(), env }, dir, task })
+    }
+
+    /// Describes `grant`'s client (its global, routes and preamble) to the
+    /// processes that start from now on, until [`BrokerSocket::undescribe`].
+    ///
+    /// # Errors
+    ///
+    /// A file could not be written.
+    pub fn describe(&self, grant: &Grant) -> std::io::Result<()> {
+        let description = serde_json::json!({ "global": grant.global, "routes": grant.routes });
+        if grant.preamble.is_empty() {
+            remove_if_there(&self.dir.join(PREAMBLE))?;
+        } else {
+            write_public(&self.dir, PREAMBLE, &grant.preamble)?;
+        }
+        write_public(&self.dir, DESCRIPTION, &description.to_string())
+    }
+
+    /// Describes no client again.
+    ///
+    /// # Errors
+    ///
+    /// A file could not be removed.
+    pub fn undescribe(&self) -> std::io::Result<()> {
+        remove_if_there(&self.dir.join(DESCRIPTION))?;
+        remove_if_there(&self.dir.join(PREAMBLE))
     }
 
     /// The bind and variables a container of this run gets.
@@ -249,5 +313,32 @@ mod tests {
         let dir = mount.dir.clone();
         drop(socket);
         assert!(!dir.exists(), "the run's directory is removed with its socket");
+    }
+
+    #[test]
+    fn an_undescribed_socket_names_no_client_until_a_call_describes_its_grant() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
+        let echo = Arc::new(Echo(Mutex::default()));
+        let socket = BrokerSocket::open_undescribed(echo.clone(), rt.handle()).expect("opened");
+        let mount = socket.mount();
+        let names: Vec<&str> = mount.env.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, ["PLIMSOLL_HOST_API", "PLIMSOLL_HOST_TOKEN", "NODE_OPTIONS", "PYTHONPATH"]);
+        assert!(!mount.dir.join("grant.json").exists() && !mount.dir.join("preamble.js").exists());
+        let grant = Grant {
+            global: "inventory".into(),
+            routes: vec!["GET /items".into()],
+            preamble: "globalThis.sdk = 1;".into(),
+            api: echo,
+        };
+        socket.describe(&grant).expect("described");
+        let read = |name: &str| std::fs::read_to_string(mount.dir.join(name)).expect(name);
+        assert_eq!(read("grant.json"), r#"{"global":"inventory","routes":["GET /items"]}"#);
+        assert_eq!(read("preamble.js"), "globalThis.sdk = 1;");
+        socket.describe(&Grant { preamble: String::new(), ..grant }).expect("described again");
+        assert!(!mount.dir.join("preamble.js").exists(), "a grant without a preamble leaves none behind");
+        socket.undescribe().expect("undescribed");
+        socket.undescribe().expect("twice is harmless");
+        let left: Vec<_> = std::fs::read_dir(&mount.dir).expect("dir").flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left.len(), 4, "the clients and the socket stay, nothing else: {left:?}");
     }
 }
