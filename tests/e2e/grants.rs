@@ -799,40 +799,36 @@ fn the_broker_demo_runs_at_two_tiers() {
     }
 }
 
-/// A docker session opened with a grant profile: every cell reaches the broker
-/// (Python through the mounted `plimsoll_host`, JavaScript through the preloaded
-/// client), each call has its own trace and advice, the profile's call budget
-/// counts across the session's calls (refused per call past it, the session lives
-/// on), the credential is minted once per session or per call as the profile
-/// says, and a session opened without a grant reaches nothing.
-fn session_grant_at_container_tier(runtime: &str) {
-    use plimsoll_client::{Client, Options, Session, SessionOptions};
-    let Some(fx) = super::docker::fixture(runtime) else { return };
-    let api = DemoApi::start(&[]);
-    let dir = scratch(&format!("session-grants-{runtime}"));
-    let (plugin, key) = super::docker::signed_plugin(&fx, &dir);
-    let (clients, tokens) = callers(&dir, &["alice"]);
-    let grants = profiles(&dir, &api.url);
+/// The session profiles for alice: `inventory-session` (one credential for the
+/// session, nine calls, advice to the caller) and `inventory-per-call`.
+fn session_profiles(dir: &std::path::Path, api: &str) -> std::path::PathBuf {
+    let grants = profiles(dir, api);
     let mut file: serde_json::Value = serde_json::from_slice(&std::fs::read(&grants).expect("read")).expect("json");
     let jwt =
         serde_json::json!({"type": "jwt", "secret_env": "DEMO_JWT_SECRET", "audience": "inventory", "ttl_sec": 900});
     file["profiles"]["inventory-session"] = serde_json::json!({
-        "base_url": api.url, "allow": ["GET /items", "GET /items/*"], "allowed_callers": ["alice"],
+        "base_url": api, "allow": ["GET /items", "GET /items/*"], "allowed_callers": ["alice"],
         "allow_in_sessions": true, "max_calls": 9, "session_credential": "session", "token": jwt,
         "batch_of": {"GET /items": ["GET /items/*"]}, "advice": "caller", "advice_retention": "detailed"
     });
     file["profiles"]["inventory-per-call"] = serde_json::json!({
-        "base_url": api.url, "allow": ["GET /items/*"], "allowed_callers": ["alice"],
+        "base_url": api, "allow": ["GET /items/*"], "allowed_callers": ["alice"],
         "allow_in_sessions": true, "token": jwt
     });
     std::fs::write(&grants, file.to_string()).expect("write");
-    let mut env = super::docker::docker_env(&fx, &plugin, &key, runtime);
-    env.push(("PLIMSOLL_CLIENTS_FILE".into(), clients.display().to_string()));
-    env.push(("PLIMSOLL_GRANTS_FILE".into(), grants.display().to_string()));
-    env.push(("DEMO_JWT_SECRET".into(), JWT_SECRET.into()));
-    env.push(("SANDBOX_MAX_SESSIONS".into(), "2".into()));
-    let d = super::docker::start(&env);
-    let c = Client::new(&d.url(), Some(tokens[0].clone())).expect("client");
+    grants
+}
+
+/// A session opened with a grant profile, on the daemon `d` serves: every cell
+/// reaches the broker (Python through `plimsoll_host`, JavaScript through the
+/// client installed in its interpreter), each call has its own trace and advice,
+/// the profile's call budget counts across the session's calls (refused per call
+/// past it, the session lives on), the credential is minted once per session or
+/// per call as the profile says, and a session opened without a grant installs
+/// no client. `container`: the daemon runs docker, whose socket is checked too.
+fn session_grants_on(d: Daemon, api: &DemoApi, token: &str, container: bool) {
+    use plimsoll_client::{Client, Options, Session, SessionOptions};
+    let c = Client::new(&d.url(), Some(token.to_string())).expect("client");
     /// A cell's stdout and stderr, and its advice.
     async fn cell(s: &Session, language: &str, code: &str) -> (String, Vec<plimsoll_core::wire::AdviceFinding>) {
         let r = s.run_cell(language, code, &[], &Options::default()).await.expect("answered").cell.expect("cell");
@@ -855,8 +851,9 @@ fn session_grant_at_container_tier(runtime: &str) {
         assert_eq!(found, [("fan_out", "/items")], "the cell's own calls are advised on");
         let (out, _) = cell(&s, "javascript", "host.get('/items/*', [2]).then((i) => i.name)").await;
         assert_eq!(out, "'nut'\n", "JavaScript reaches the broker through the preloaded client");
-        let (out, _) = cell(&s, "python", "host.get('/items')['items'][1]['name']").await;
-        assert_eq!(out, "'nut'\n", "the ninth call of the session's budget");
+        let snippet = "host.get('/items/*', [4]).then((i) => console.log(i.name))";
+        let r = s.run_javascript(snippet, &Options::default()).await.expect("answered").javascript.expect("js");
+        assert_eq!(r.stdout, b"gear\n", "a snippet holds the grant too (the budget's ninth call)");
         let (out, _) = cell(
             &s,
             "python",
@@ -880,18 +877,27 @@ fn session_grant_at_container_tier(runtime: &str) {
         assert_eq!(jtis(before).len(), 2, "a credential per call: {:?}", api.seen_tokens());
         s.close().await.expect("close");
 
-        // Opened without one, by a caller who may name a session profile in its
-        // snippets: the socket is there from the open, but no client is installed
-        // and between granted calls it serves nothing.
+        // Opened without one: no client is installed. On docker, where a caller
+        // who may name a session profile in its snippets gets the socket from the
+        // open, the socket serves nothing between granted calls.
         let s = c.open_session(&SessionOptions::default()).await.expect("open without");
         assert_eq!(cell(&s, "javascript", "typeof host").await.0, "'undefined'\n");
         let (out, _) = cell(
             &s,
             "python",
-            "import plimsoll_host\nstatus, _, body = plimsoll_host._over_socket('GET', '/items', None)\nprint(status, body.decode())",
+            "import plimsoll_host\ntry:\n    plimsoll_host.get('/items')\nexcept PermissionError as e:\n    print(e)",
         )
         .await;
-        assert_eq!(out, "503 {\"error\":\"no granted call of this session is running\"}\n");
+        assert_eq!(out, "host api call not permitted by sandbox capability: GET /items\n");
+        if container {
+            let (out, _) = cell(
+                &s,
+                "python",
+                "status, _, body = plimsoll_host._over_socket('GET', '/items', None)\nprint(status, body.decode())",
+            )
+            .await;
+            assert_eq!(out, "503 {\"error\":\"no granted call of this session is running\"}\n");
+        }
         s.close().await.expect("close");
     });
     let seen = api.seen();
@@ -906,6 +912,37 @@ fn session_grant_at_container_tier(runtime: &str) {
     let v: serde_json::Value = serde_json::from_str(fan_out).expect("json");
     assert_eq!((v["grant_profile"].as_str(), v["host_calls"].as_u64()), (Some("inventory-session"), Some(6)), "{v}");
     assert!(log.iter().all(|l| !l.contains(JWT_SECRET) && !l.contains("eyJ")), "no credential in the log");
+}
+
+fn session_grant_at_container_tier(runtime: &str) {
+    let Some(fx) = super::docker::fixture(runtime) else { return };
+    let api = DemoApi::start(&[]);
+    let dir = scratch(&format!("session-grants-{runtime}"));
+    let (plugin, key) = super::docker::signed_plugin(&fx, &dir);
+    let (clients, tokens) = callers(&dir, &["alice"]);
+    let grants = session_profiles(&dir, &api.url);
+    let mut env = super::docker::docker_env(&fx, &plugin, &key, runtime);
+    env.push(("PLIMSOLL_CLIENTS_FILE".into(), clients.display().to_string()));
+    env.push(("PLIMSOLL_GRANTS_FILE".into(), grants.display().to_string()));
+    env.push(("DEMO_JWT_SECRET".into(), JWT_SECRET.into()));
+    env.push(("SANDBOX_MAX_SESSIONS".into(), "2".into()));
+    session_grants_on(super::docker::start(&env), &api, &tokens[0], true);
+}
+
+#[test]
+fn a_wasm_session_opened_with_a_grant_reaches_the_broker_from_every_cell() {
+    let api = DemoApi::start(&[]);
+    let dir = scratch("session-grants-wasm");
+    let (clients, tokens) = callers(&dir, &["alice"]);
+    let grants = session_profiles(&dir, &api.url);
+    let d = Daemon::start(&[
+        ("SANDBOX_PROVIDER", "wasm"),
+        ("PLIMSOLL_CLIENTS_FILE", &clients.display().to_string()),
+        ("PLIMSOLL_GRANTS_FILE", &grants.display().to_string()),
+        ("DEMO_JWT_SECRET", JWT_SECRET),
+        ("SANDBOX_MAX_SESSIONS", "2"),
+    ]);
+    session_grants_on(d, &api, &tokens[0], false);
 }
 
 #[test]

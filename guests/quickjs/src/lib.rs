@@ -137,6 +137,22 @@ impl Js {
         helpers.get(name)
     }
 
+    /// Installs a grant's client (and its preamble); false, with the error on
+    /// stderr, when that threw.
+    fn install_host(&self, ctx: &Ctx<'_>, grant: Grant) -> bool {
+        let installed = self
+            .helper(ctx, "installHost")
+            .and_then(|install| install.call::<_, ()>((grant.global, grant.routes, grant.preamble)))
+            .catch(ctx);
+        match installed {
+            Ok(()) => true,
+            Err(err) => {
+                self.report(ctx, err, false);
+                false
+            }
+        }
+    }
+
     /// Writes an uncaught error to stderr, as Node would before exiting 1.
     fn report<'js>(&self, ctx: &Ctx<'js>, err: CaughtError<'js>, in_promise: bool) {
         let thrown = match err {
@@ -255,15 +271,10 @@ impl Guest for Engine {
             Err(e) => return fatal(&e),
         };
         let ran = js.ctx.with(|ctx| {
-            if let Some(grant) = grant {
-                let installed = js
-                    .helper(&ctx, "installHost")
-                    .and_then(|install| install.call::<_, ()>((grant.global, grant.routes, grant.preamble)))
-                    .catch(&ctx);
-                if let Err(err) = installed {
-                    js.report(&ctx, err, false);
-                    return false;
-                }
+            if let Some(grant) = grant
+                && !js.install_host(&ctx, grant)
+            {
+                return false;
             }
             match ctx.eval_with_options::<Value, _>(code, options("<snippet>", false)).catch(&ctx) {
                 Ok(_) => true,
@@ -306,6 +317,13 @@ impl GuestInterpreter for Interpreter {
         self.files.borrow_mut().insert(path, content);
     }
 
+    fn grant(&self, grant: Grant) -> Status {
+        if !self.js.ctx.with(|ctx| self.js.install_host(&ctx, grant)) {
+            return Status::Raised;
+        }
+        self.js.settle()
+    }
+
     fn cell(&self, code: String, number: u32) -> Status {
         let js = &self.js;
         let name = format!("<cell {number}>");
@@ -331,6 +349,17 @@ impl GuestInterpreter for Interpreter {
             match promise.result::<Value>() {
                 Some(Ok(done)) => {
                     let value = done.as_object().and_then(|o| o.get::<_, Value>("value").ok()).unwrap_or(done);
+                    // A trailing promise shows as what it settled to, as a container
+                    // session's cell shows it; one still pending shows as itself.
+                    let value = match value.as_promise().and_then(|p| p.result::<Value>()) {
+                        Some(Ok(settled)) => settled,
+                        Some(Err(_)) => {
+                            let err = ctx.catch();
+                            js.report(&ctx, CaughtError::Value(err), false);
+                            return Status::Raised;
+                        }
+                        None => value,
+                    };
                     if !value.is_undefined() {
                         let text = js
                             .helper(&ctx, "display")

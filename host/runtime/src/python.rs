@@ -264,7 +264,7 @@ pub fn python_steps(steps: &[String]) -> Result<Vec<PythonStep>, Refusal> {
 impl LivePython {
     /// Arms the run's grant: the host import answers through its broker, and
     /// `plimsoll_host` checks calls against its routes first.
-    fn grant(&mut self, grant: &Grant) -> Result<(), Refusal> {
+    pub(crate) fn grant(&mut self, grant: &Grant) -> Result<(), Refusal> {
         self.store.data_mut().host_api = Some(grant.api.clone());
         let api = self.instance.plimsoll_engine_plimsoll_python().interpreter();
         api.call_grant(&mut self.store, self.interpreter, Some(&grant.routes))

@@ -456,7 +456,21 @@ impl WasmProvider {
     /// A session: one kept QuickJS interpreter for JavaScript cells, and the
     /// session's files, which the host keeps so a fresh interpreter gets them too.
     pub fn session(&self) -> WasmSession {
-        WasmSession { provider: self.clone(), live: None, py: None, files: BTreeMap::new(), file_bytes: 0, cells: 0 }
+        self.session_holding(None)
+    }
+
+    /// A session whose interpreters get `held`'s client when they start: a grant
+    /// every call holds (its API, a slot, serves only while a call runs).
+    fn session_holding(&self, held: Option<Grant>) -> WasmSession {
+        WasmSession {
+            provider: self.clone(),
+            live: None,
+            py: None,
+            files: BTreeMap::new(),
+            file_bytes: 0,
+            cells: 0,
+            held,
+        }
     }
 }
 
@@ -483,6 +497,8 @@ pub struct WasmSession {
     files: BTreeMap<String, Vec<u8>>,
     file_bytes: usize,
     cells: u32,
+    /// The grant every call holds, installed in each interpreter as it starts.
+    held: Option<Grant>,
 }
 
 impl std::fmt::Debug for WasmSession {
@@ -492,6 +508,7 @@ impl std::fmt::Debug for WasmSession {
             .field("python", &self.py.is_some())
             .field("files", &self.files.len())
             .field("cells", &self.cells)
+            .field("held", &self.held.as_ref().map(|g| &g.global))
             .finish()
     }
 }
@@ -569,7 +586,11 @@ impl WasmSession {
         let started = self.py.is_none();
         if started {
             let mut all = self.files.iter().map(|(p, c)| (p.as_str(), c.as_slice()));
-            self.py = Some(guest.start(&self.provider.engine, &self.provider.config, &mut all, INTERPRETER_START)?);
+            let mut py = guest.start(&self.provider.engine, &self.provider.config, &mut all, INTERPRETER_START)?;
+            if let Some(g) = &self.held {
+                py.grant(g)?;
+            }
+            self.py = Some(py);
         }
         let Some(py) = self.py.as_mut() else {
             return Err(Refusal::new(Reason::Environment, "the session's Python interpreter could not be started"));
@@ -627,6 +648,21 @@ impl WasmSession {
         for (path, content) in &self.files {
             evaluate.interpreter().call_write_file(&mut store, interpreter, path, content).map_err(fail)?;
         }
+        if let Some(g) = &self.held {
+            store.data_mut().host_api = Some(g.api.clone());
+            let client = generated::exports::plimsoll::engine::evaluate::Grant {
+                global: g.global.clone(),
+                routes: g.routes.clone(),
+                preamble: g.preamble.clone(),
+            };
+            if evaluate.interpreter().call_grant(&mut store, interpreter, &client).map_err(fail)? == Status::Raised {
+                let said = String::from_utf8_lossy(&store.data().stderr.bytes).into_owned();
+                return Err(Refusal::new(
+                    Reason::Environment,
+                    format!("the session's grant client did not install: {}", said.trim_end()),
+                ));
+            }
+        }
         Ok(Live { store, instance, interpreter, guest_stderr })
     }
 }
@@ -652,7 +688,8 @@ impl Session for WasmSession {
             // shares nothing with the cells (their files live in the interpreter).
             Call::Snippet(s) => Output::JavaScript(
                 self.provider
-                    .run_snippet(&s)
+                    // A held grant is every call's, snippets' too.
+                    .run_snippet(&Snippet { grant: s.grant.or(self.held.as_ref()), ..s })
                     .map_err(|e| match e {
                         RunError::Refused(r) => CallError::Refused(r),
                         RunError::MayHaveRun(detail) => CallError::MayHaveRun { detail, ended: None },
@@ -681,16 +718,24 @@ impl Provider for WasmProvider {
         Some(support)
     }
 
+    fn session_grants(&self) -> bool {
+        true
+    }
+
     fn open_session(&self, floor: Option<Floor>, reach: SessionReach<'_>) -> Result<Opened, RunError> {
-        // A snippet's grant reaches its own engine through the call; no session-wide way out exists.
-        if let SessionReach::Held(_) = reach {
-            return Err(Refusal::unsupported(
-                "the wasm provider's sessions cannot hold a grant from their open; name grant_profile in each snippet call",
-            )
-            .into());
-        }
         provider::check_floor(Tier::Process, floor)?;
-        Ok(Opened { session: Box::new(self.session()), evidence: self.evidence() })
+        // A snippet's grant reaches its own engine through the call, so only a held
+        // grant changes the session: its interpreters get the client over the slot.
+        let held = match reach {
+            SessionReach::Held(g) => Some(Grant {
+                global: g.global.clone(),
+                routes: g.routes.clone(),
+                preamble: g.preamble.clone(),
+                api: g.slot.clone(),
+            }),
+            SessionReach::Nothing | SessionReach::PerCall => None,
+        };
+        Ok(Opened { session: Box::new(self.session_holding(held)), evidence: self.evidence() })
     }
 
     fn describe(&self) -> Description {

@@ -6,9 +6,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use plimsoll_core::provider::{Grant, HostAnswer, HostApi, Provider, Snippet};
+use plimsoll_core::provider::{Grant, GrantSlot, HostAnswer, HostApi, Provider, SessionGrant, SessionReach, Snippet};
+use plimsoll_core::session::{Call, Cell, Output, Session};
 use plimsoll_core::validate::Language;
-use plimsoll_core::wire::JavaScriptResult;
+use plimsoll_core::wire::{CellResult, JavaScriptResult};
 
 use super::{text, wasm};
 
@@ -144,4 +145,56 @@ fn a_preamble_runs_after_the_client_and_can_wrap_it() {
 fn without_a_grant_there_is_no_client() {
     let r = super::run(r#"console.log(typeof host)"#, Duration::from_secs(5));
     assert_eq!(text(&r.stdout), "undefined\n");
+}
+
+/// A cell's stdout and stderr through the session's own `call`.
+fn session_cell(s: &mut dyn Session, language: Language, code: &str, timeout: Duration) -> CellResult {
+    let call = Call::Cell(Cell { language, code, files: &[], timeout, floor: None });
+    match s.call(call).expect("answered").output {
+        Output::Cell(c) => c,
+        other => panic!("not a cell: {other:?}"),
+    }
+}
+
+#[test]
+fn a_session_holding_a_grant_gives_each_interpreter_its_client_served_only_while_a_call_runs() {
+    let slot = Arc::new(GrantSlot::default());
+    let held = SessionGrant {
+        global: "inventory".into(),
+        routes: ROUTES.iter().map(|r| r.to_string()).collect(),
+        preamble: "globalThis.sdk = 'ready';".into(),
+        slot: slot.clone(),
+    };
+    let calls: Calls = Arc::default();
+    let mut s = super::python::py().open_session(None, SessionReach::Held(&held)).expect("opened").session;
+    let (js, py, budget) = (Language::JavaScript, Language::Python, Duration::from_secs(10));
+    let show = |c: &CellResult| text(&c.stdout) + &text(&c.stderr);
+
+    // The daemon arms the slot only for a call; outside one the API answers 503.
+    let r = session_cell(s.as_mut(), js, "await inventory.get('/items/*', [42]).catch((e) => e.status)", budget);
+    assert_eq!(show(&r), "503\n");
+    slot.set(Arc::new(Recorder { calls: calls.clone() }));
+    let r = session_cell(s.as_mut(), js, "[(await inventory.get('/items/*', [42])).name, sdk]", budget);
+    assert_eq!(show(&r), "[ 'bolt', 'ready' ]\n");
+    let r = session_cell(s.as_mut(), py, "import plimsoll_host as h\nh.get('/items/*', [42])['name']", budget);
+    assert_eq!(show(&r), "'bolt'\n");
+    let r =
+        session_cell(s.as_mut(), py, "try:\n    h.get('/admin')\nexcept PermissionError as e:\n    print(e)", budget);
+    assert_eq!(show(&r), "host api call not permitted by sandbox capability: GET /admin\n", "its routes are checked");
+
+    // A restarted interpreter gets the client again.
+    let r = session_cell(s.as_mut(), js, "while (true) {}", Duration::from_millis(200));
+    assert!(r.interpreter_ended, "{}", show(&r));
+    let r = session_cell(s.as_mut(), js, "typeof inventory.get", budget);
+    assert_eq!((show(&r).as_str(), r.interpreter_started), ("'function'\n", true));
+    slot.clear();
+    let r = session_cell(
+        s.as_mut(),
+        py,
+        "try:\n    h.get('/items/*', [42])\nexcept h.HostApiError as e:\n    print(e.status)",
+        budget,
+    );
+    assert_eq!(show(&r), "503\n");
+    let reached: Vec<String> = calls.lock().expect("calls").iter().map(|(m, p, _)| format!("{m} {p}")).collect();
+    assert_eq!(reached, ["GET /items/42", "GET /items/42"]);
 }

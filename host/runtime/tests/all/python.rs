@@ -16,7 +16,7 @@ use super::text;
 const BUDGET: Duration = Duration::from_secs(10);
 
 /// One provider with the CPython guest for the whole suite.
-fn py() -> &'static WasmProvider {
+pub(super) fn py() -> &'static WasmProvider {
     static P: OnceLock<WasmProvider> = OnceLock::new();
     P.get_or_init(|| {
         let path = plimsoll_runtime::python::component_path(None)

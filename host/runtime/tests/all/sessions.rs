@@ -109,3 +109,13 @@ fn top_level_let_const_and_class_may_be_declared_again() {
     assert_eq!(r.exit_code, 1);
     assert!(text(&r.stderr).contains("SyntaxError"), "{}", text(&r.stderr));
 }
+
+#[test]
+fn a_trailing_promise_is_shown_as_what_it_settled_to() {
+    let mut s = wasm().session();
+    assert_eq!(text(&cell(&mut s, "Promise.resolve(6).then((n) => n * 7)").stdout), "42\n");
+    let r = cell(&mut s, "Promise.reject(new Error('refused'))");
+    assert_eq!(r.exit_code, 1);
+    assert!(text(&r.stderr).contains("refused"), "{}", text(&r.stderr));
+    assert_eq!(text(&cell(&mut s, "new Promise(() => {})").stdout), "Promise { <pending> }\n");
+}
