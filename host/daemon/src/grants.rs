@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use plimsoll_core::provider::Grant;
-use plimsoll_core::wire::AdviceFinding;
+use plimsoll_core::wire::{AdviceFinding, RunResponse};
 use plimsoll_core::{Reason, Refusal};
 use plimsoll_grants::advice::{self, Finding, Routes};
 use plimsoll_grants::profile::{AdviceAudience, Retention, SessionCredential, not_available};
@@ -36,6 +36,19 @@ pub struct Opened {
     pub grant: Grant,
     /// The broker session, kept to close it and read its trace.
     pub run: Arc<RunGrant>,
+}
+
+impl Opened {
+    /// The grant of `profile` whose calls go to `run`.
+    fn over(profile: &Profile, run: Arc<RunGrant>) -> Opened {
+        let grant = Grant {
+            global: profile.global.clone(),
+            routes: profile.route_lines(),
+            preamble: profile.preamble.clone(),
+            api: run.clone(),
+        };
+        Opened { grant, run }
+    }
 }
 
 /// What a granted run left: its trace and the findings over it.
@@ -96,13 +109,7 @@ impl DaemonGrants {
     /// A `permission` refusal when no credential could be minted (nothing ran).
     pub fn open(&self, profile: Arc<Profile>, caller: &str, budget: Duration) -> Result<Opened, Refusal> {
         let run = self.broker.open(profile.clone(), caller, budget)?;
-        let grant = Grant {
-            global: profile.global.clone(),
-            routes: profile.route_lines(),
-            preamble: profile.preamble.clone(),
-            api: run.clone(),
-        };
-        Ok(Opened { grant, run })
+        Ok(Opened::over(&profile, run))
     }
 
     /// Opens one call's grant of a session opened with `profile`, charged to the
@@ -122,13 +129,7 @@ impl DaemonGrants {
     ) -> Result<Opened, Refusal> {
         let held = (profile.session_credential == SessionCredential::Session).then_some(held);
         let run = self.broker.open_counting(profile.clone(), caller, budget, spent, held)?;
-        let grant = Grant {
-            global: profile.global.clone(),
-            routes: profile.route_lines(),
-            preamble: profile.preamble.clone(),
-            api: run.clone(),
-        };
-        Ok(Opened { grant, run })
+        Ok(Opened::over(&profile, run))
     }
 
     /// Whether `caller` may name some profile in a session's calls, so its
@@ -183,6 +184,18 @@ impl Closed {
             return Vec::new();
         }
         self.findings.iter().map(Finding::to_wire).collect()
+    }
+
+    /// Puts the caller's findings on the result `resp` holds, whichever kind.
+    pub fn advise(&self, resp: &mut RunResponse) {
+        let advice = self.for_caller();
+        if let Some(js) = resp.javascript.as_mut() {
+            js.advice = advice;
+        } else if let Some(p) = resp.project.as_mut() {
+            p.advice = advice;
+        } else if let Some(cell) = resp.cell.as_mut() {
+            cell.advice = advice;
+        }
     }
 
     /// The run's log fields: call counts always, findings as the profile retains them.

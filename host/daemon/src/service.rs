@@ -455,12 +455,7 @@ impl Daemon {
         let resp = match outcome {
             Ok(Ok(mut resp)) => {
                 if let Some(c) = &closed {
-                    let advice = c.for_caller();
-                    if let Some(js) = resp.javascript.as_mut() {
-                        js.advice = advice;
-                    } else if let Some(p) = resp.project.as_mut() {
-                        p.advice = advice;
-                    }
+                    c.advise(&mut resp);
                 }
                 resp
             }

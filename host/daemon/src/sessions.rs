@@ -675,14 +675,7 @@ impl Sessions {
         let reply = match out {
             Ok((mut resp, ended)) => {
                 if let Some(c) = &closed {
-                    let advice = c.for_caller();
-                    if let Some(js) = resp.javascript.as_mut() {
-                        js.advice = advice;
-                    } else if let Some(p) = resp.project.as_mut() {
-                        p.advice = advice;
-                    } else if let Some(cell) = resp.cell.as_mut() {
-                        cell.advice = advice;
-                    }
+                    c.advise(&mut resp);
                 }
                 entry.touch();
                 state.calls += 1;
