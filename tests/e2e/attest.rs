@@ -283,3 +283,113 @@ fn a_failed_append_cuts_the_bundle_back_and_keeps_the_signed_entry_aside() {
     use std::os::unix::fs::PermissionsExt as _;
     assert_eq!(aside[0].metadata().expect("meta").permissions().mode() & 0o777, 0o600);
 }
+
+/// Validates the BOM at `BOM` against the vendored CycloneDX 1.6 schema (draft-07,
+/// format checks on), resolving its two references from the vendored folder only.
+const SCHEMA_CHECK: &str = r#"
+import json, os, pathlib, sys
+from urllib.parse import urljoin
+import jsonschema
+from referencing import Registry
+from referencing.jsonschema import DRAFT7
+here = pathlib.Path(os.environ["SCHEMAS"])
+def load(name):
+    return json.loads((here / name).read_text())
+schema = load("bom-1.6.SNAPSHOT.schema.json")
+# The references resolve against the schema's own $id; nothing is fetched.
+registry = Registry().with_resources(
+    (urljoin(schema["$id"], name), DRAFT7.create_resource(load(name)))
+    for name in ("spdx.SNAPSHOT.schema.json", "jsf-0.82.SNAPSHOT.schema.json")
+)
+validator = jsonschema.Draft7Validator(schema, registry=registry, format_checker=jsonschema.Draft7Validator.FORMAT_CHECKER)
+errors = sorted(validator.iter_errors(json.loads(pathlib.Path(os.environ["BOM"]).read_text())), key=lambda e: list(e.path))
+for e in errors[:5]:
+    print("/".join(map(str, e.path)), e.message[:200])
+sys.exit(1 if errors else 0)
+"#;
+
+fn schema_check(bom: &Path) -> Output {
+    let schemas = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/cyclonedx-1.6");
+    std::process::Command::new(super::python::python())
+        .arg("-c")
+        .arg(SCHEMA_CHECK)
+        .env("SCHEMAS", schemas)
+        .env("BOM", bom)
+        .output()
+        .expect("python")
+}
+
+#[test]
+fn signed_runs_become_a_bom_the_official_schema_accepts_and_check_refuses_any_change() {
+    let dir = scratch("attest-bom");
+    let d = Daemon::start(&[
+        ("SANDBOX_PROVIDER", "wasm"),
+        ("PLIMSOLL_TOKEN", TOKEN),
+        ("SANDBOX_RATE_PER_MIN", "0"),
+        ("SANDBOX_MAX_SESSIONS", "2"),
+    ]);
+    let url = d.url();
+    ok(&attest(&dir, &["keygen", "--out", "k"]));
+    std::fs::write(dir.join("req.json"), r#"{"javascript":{"code":"console.log(6*7)"}}"#).expect("request");
+    ok(&attest(&dir, &["run", "--daemon", &url, "--key", "k", "--bundle", "b.jsonl", "req.json"]));
+    let calls =
+        r#"[{"cell":{"language":"javascript","code":"let x = 41"}},{"cell":{"language":"javascript","code":"x + 1"}}]"#;
+    std::fs::write(dir.join("calls.json"), calls).expect("calls");
+    ok(&attest(&dir, &["session", "--daemon", &url, "--key", "k", "--bundle", "b.jsonl", "calls.json"]));
+
+    ok(&attest(&dir, &["bom", "--pub", "k.pub", "b.jsonl", "-o", "bom.json"]));
+    let bom: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.join("bom.json")).expect("bom")).expect("json");
+    assert_eq!(bom["formulation"].as_array().map(Vec::len), Some(3), "one run and two session calls");
+    let tiers: Vec<&str> = bom["formulation"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f["workflows"][0]["properties"].as_array())
+        .flat_map(|p| p.iter().filter(|x| x["name"] == "plimsoll:isolation").filter_map(|x| x["value"].as_str()))
+        .collect();
+    assert_eq!(tiers, ["process"; 3]);
+    let o = schema_check(&dir.join("bom.json"));
+    assert!(
+        o.status.success(),
+        "the schema refused the BOM:\n{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let checked = ok(&attest(&dir, &["bom", "--pub", "k.pub", "--check", "b.jsonl", "bom.json"]));
+    assert_eq!(checked, "bom.json is the bill of materials of b.jsonl: 3 signed runs\n");
+
+    // The validator refuses what the schema does (so its pass above means something).
+    let mut wrong = bom.clone();
+    wrong["formulation"][0]["components"][0]["type"] = serde_json::json!("sandbox");
+    std::fs::write(dir.join("wrong.json"), wrong.to_string()).expect("write");
+    let o = schema_check(&dir.join("wrong.json"));
+    assert!(
+        !o.status.success() && String::from_utf8_lossy(&o.stdout).contains("formulation/0/components/0/type"),
+        "{o:?}"
+    );
+
+    // A BOM whose attached record was tampered with.
+    let place = "/formulation/1/workflows/0/outputs/1/data/content";
+    let mut tampered = bom.clone();
+    let content = tampered.pointer_mut(place).expect("attached record");
+    let flipped: String = content.as_str().expect("b64").chars().rev().collect();
+    *content = serde_json::Value::String(flipped);
+    std::fs::write(dir.join("tampered.json"), tampered.to_string()).expect("write");
+    let o = attest(&dir, &["bom", "--pub", "k.pub", "--check", "b.jsonl", "tampered.json"]);
+    assert_eq!(o.status.code(), Some(1));
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        said.contains(&format!("bill of materials: the BOM differs from what its bundle gives at {place}")),
+        "{said}"
+    );
+
+    // A bundle that lost a line gives no BOM.
+    let text = std::fs::read_to_string(dir.join("b.jsonl")).expect("bundle");
+    let kept: Vec<&str> = text.lines().enumerate().filter(|(i, _)| *i != 1).map(|(_, l)| l).collect();
+    std::fs::write(dir.join("cut.jsonl"), kept.join("\n") + "\n").expect("write");
+    let o = attest(&dir, &["bom", "--pub", "k.pub", "cut.jsonl", "-o", "cut.json"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("broken bundle chain"), "{o:?}");
+    assert!(!dir.join("cut.json").exists(), "nothing is written from a bundle that does not verify");
+}

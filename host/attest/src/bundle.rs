@@ -404,6 +404,34 @@ pub fn replayable(bytes: &[u8], key: &VerifyingKey) -> Result<Vec<Replayable>, A
     Ok(out)
 }
 
+/// A verified run of a bundle, single or a session's call, as a BOM states it.
+#[derive(Clone, Debug)]
+pub struct SignedRun {
+    /// Its line.
+    pub line: usize,
+    /// The signed record.
+    pub record: RunRecord,
+    /// The line's signed statement, as the bundle holds it.
+    pub envelope: Envelope,
+}
+
+/// Every run of a bundle that verifies whole under `key`, in bundle order, and
+/// the bundle's report; nothing from a bundle that does not.
+///
+/// # Errors
+///
+/// The bundle does not verify.
+pub fn signed_runs(bytes: &[u8], key: &VerifyingKey) -> Result<(Report, Vec<SignedRun>), AttestError> {
+    let (report, lines, statements) = verified(bytes, key, Completeness::Whole)?;
+    let mut runs = Vec::new();
+    for (i, (line, checked)) in lines.into_iter().zip(statements).enumerate() {
+        if let (Some(Checked::Call(record)), Some(envelope)) = (checked, line.entry.envelope) {
+            runs.push(SignedRun { line: i + 1, record: *record, envelope });
+        }
+    }
+    Ok((report, runs))
+}
+
 /// What a line's statement established.
 enum Checked {
     Call(Box<RunRecord>),

@@ -6,9 +6,11 @@
 //! - [`statement`]: in-toto Statement v1 for run records, session closes, bundle
 //!   links, and statements of a caller's own predicate type.
 //! - [`signer`]: who signs (a key file; any [`signer::Signer`]).
+//! - [`bom`]: a verified bundle's runs as a CycloneDX bill of materials, and its check.
 //! - [`bundle`]: the JSON Lines bundle, its canonical lines, links and checkpoints,
 //!   verification, and appending under a lock with truncate-back on failure.
 
+pub mod bom;
 pub mod bundle;
 pub mod dsse;
 pub mod signer;
@@ -51,6 +53,9 @@ pub enum AttestError {
     /// A line is not canonical.
     #[error("non-canonical line: {0}")]
     Line(String),
+    /// A bill of materials is not what its bundle gives.
+    #[error("bill of materials: {0}")]
+    Bom(String),
     /// A key could not be read.
     #[error(transparent)]
     Key(#[from] plimsoll_keys::KeyError),

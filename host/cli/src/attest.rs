@@ -76,6 +76,24 @@ pub enum Command {
         /// The bundle.
         bundle: PathBuf,
     },
+    /// Write each signed run of a bundle that verifies as a CycloneDX 1.6 bill of
+    /// materials; with --check, rebuild it and refuse any difference from BOM.
+    Bom {
+        /// The signer's public key (SPKI PEM).
+        #[arg(long = "pub")]
+        public: PathBuf,
+        /// Check BOM against the bundle instead of writing one.
+        #[arg(long, requires = "bom", conflicts_with = "out")]
+        check: bool,
+        /// Where to write the BOM (stdout without it).
+        #[arg(short = 'o', long)]
+        out: Option<PathBuf>,
+        /// The bundle.
+        bundle: PathBuf,
+        /// The BOM to check (with --check).
+        #[arg(requires = "check")]
+        bom: Option<PathBuf>,
+    },
     /// Verify a bundle, then send its single runs again and compare result digests.
     Replay {
         /// The daemon's base URL.
@@ -129,6 +147,23 @@ pub fn main(cmd: Command) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Replay { daemon, public, bundle } => replay(&daemon, &public, &bundle),
+        Command::Bom { public, check, out, bundle, bom } => {
+            let key = public_key(&public)?;
+            let bytes = read(&bundle)?;
+            if let (true, Some(bom)) = (check, bom) {
+                let runs = plimsoll_attest::bom::check(&bytes, &read(&bom)?, &key)?;
+                println!("{} is the bill of materials of {}: {runs} signed runs", bom.display(), bundle.display());
+                return Ok(ExitCode::SUCCESS);
+            }
+            let mut text = serde_json::to_string_pretty(&plimsoll_attest::bom::build(&bytes, &key)?)?;
+            text.push('\n');
+            match out {
+                Some(path) => std::fs::write(&path, text)
+                    .map_err(|e| anyhow::anyhow!("writing the BOM to {}: {e}", path.display()))?,
+                None => print!("{text}"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
