@@ -10,6 +10,7 @@ mod docker_sessions;
 mod grants;
 mod mcp;
 mod mcp_tour;
+mod pr_receipt;
 mod python;
 mod raw;
 mod session_suite;
