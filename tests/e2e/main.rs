@@ -16,6 +16,7 @@ mod raw;
 mod session_suite;
 mod sessions;
 mod sims;
+mod spec;
 mod warm_pool;
 
 use std::io::{BufRead as _, BufReader};

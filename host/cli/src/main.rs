@@ -17,6 +17,7 @@ mod record;
 mod run;
 mod serve;
 mod sim;
+mod spec;
 
 use std::process::ExitCode;
 
@@ -70,6 +71,9 @@ enum Command {
     /// Simulation runs: judge a controller against a plant, and replay pages.
     #[command(subcommand)]
     Sim(sim::Command),
+    /// Grant profiles and in-sandbox clients from an OpenAPI 3.x document.
+    #[command(subcommand)]
+    Spec(spec::Command),
 }
 
 /// `plimsoll-host mcp`: the configuration comes from the environment an AI
@@ -94,6 +98,7 @@ fn main() -> ExitCode {
         Command::Advise(args) => advise::main(args),
         Command::Bench(args) => bench::main(args),
         Command::Sim(cmd) => sim::main(cmd),
+        Command::Spec(cmd) => spec::main(cmd),
     };
     match outcome {
         Ok(code) => code,
