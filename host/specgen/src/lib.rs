@@ -8,8 +8,8 @@
 //! guessed at: HEAD, OPTIONS and TRACE; `$ref` path items and parameters (resolve
 //! references first); a segment that mixes text and a parameter; an operation with
 //! a required query, header or cookie parameter (the broker carries none); an
-//! operation ID that is not a plain identifier, is a keyword, is one of
-//! `Object.prototype`'s names, or is shared. Text from the
+//! operation ID that is not a plain identifier, is a keyword, is one of the grant
+//! client's methods or `Object.prototype`'s names, or is shared. Text from the
 //! document reaches generated code only as JSON string literals, so no title,
 //! summary or name can break out of them.
 
@@ -97,6 +97,10 @@ pub struct Import {
     /// What was kept with a loss (an optional query parameter dropped, ...).
     pub warnings: Vec<String>,
 }
+
+/// The grant client's own methods: a generated method of the same name would read
+/// as the raw call.
+const CLIENT_METHODS: [&str; 6] = ["get", "put", "post", "patch", "del", "call"];
 
 /// `Object.prototype`'s names: an operation ID equal to one would shadow what
 /// every JavaScript object has.
@@ -365,6 +369,12 @@ fn identifier(id: &str) -> Result<(), String> {
     let shown: String = id.chars().filter(|c| !c.is_control()).take(64).collect();
     if id.len() > 64 || !identifier_chars(id) || !id.starts_with(|c: char| c.is_ascii_alphabetic()) {
         return Err(format!("operationId {shown:?} is not a plain identifier (a letter, then letters, digits or _)"));
+    }
+    if CLIENT_METHODS.contains(&id) {
+        return Err(format!(
+            "operationId {shown:?} is one of the grant client's own methods ({})",
+            CLIENT_METHODS.join(", ")
+        ));
     }
     if RESERVED.contains(&id) {
         return Err(format!("operationId {shown:?} is a name every JavaScript object already has"));

@@ -69,6 +69,7 @@ fn what_a_grant_cannot_carry_is_skipped_with_its_reason() {
         "  /e:\n    get: {operationId: get_item}\n",
         "  /f:\n    get: {operationId: twice}\n",
         "  /g:\n    get: {operationId: twice}\n",
+        "  /h:\n    post: {operationId: call}\n",
         "  /items/{a}:\n    delete: {operationId: dropItem}\n",
         "  /items/{b}:\n    delete: {operationId: dropOther}\n",
     )))
@@ -93,6 +94,7 @@ fn what_a_grant_cannot_carry_is_skipped_with_its_reason() {
         ("GET /a/{id}", "operationId \"toString\" is a name every JavaScript object already has"),
         ("GET /b", "operationId \"x'); evil(); //\" is not a plain identifier (a letter, then letters, digits or _)"),
         ("GET /c", "operationId \"import\" is a Python keyword"),
+        ("POST /h", "operationId \"call\" is one of the grant client's own methods (get, put, post, patch, del, call)"),
         ("DELETE /items/{b}", "the same route (DELETE /items/*) as DELETE /items/{a}"),
         ("GET /d", "operationId \"getItem\" collides with another operation's"),
         ("GET /e", "operationId \"get_item\" collides with another operation's"),
