@@ -333,12 +333,11 @@ impl PluginSession {
         slot.clear();
         match &self.socket {
             Some(s) => s.socket.undescribe().map_err(|e| {
-                // A description left behind would install the grant's client in later processes.
-                let ending = Ending::new(
-                    SessionEnd::BoundaryFailed,
-                    format!("the call's grant description could not be removed: {e}"),
-                );
-                CallError::Ended(ending)
+                // A description left behind would install the grant's client in later
+                // processes, so the session ends; the snippet ran, its answer is lost.
+                let detail = format!("the call's grant description could not be removed: {e}");
+                let ending = Ending::new(SessionEnd::BoundaryFailed, detail.clone());
+                CallError::MayHaveRun { detail, ended: Some(ending) }
             }),
             None => Ok(()),
         }
