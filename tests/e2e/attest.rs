@@ -14,6 +14,16 @@ fn attest(dir: &Path, args: &[&str]) -> Output {
     host().current_dir(dir).arg("attest").args(args).env("PLIMSOLL_CALLER_TOKEN", TOKEN).output().expect("attest")
 }
 
+/// A wasm daemon with sessions, no rate limit, and the suite's token.
+fn wasm_daemon() -> Daemon {
+    Daemon::start(&[
+        ("SANDBOX_PROVIDER", "wasm"),
+        ("PLIMSOLL_TOKEN", TOKEN),
+        ("SANDBOX_RATE_PER_MIN", "0"),
+        ("SANDBOX_MAX_SESSIONS", "2"),
+    ])
+}
+
 fn ok(o: &Output) -> String {
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{}", String::from_utf8_lossy(&o.stderr));
@@ -46,12 +56,7 @@ print(f"{n} envelopes verified")
 #[test]
 fn runs_are_signed_verified_replayed_and_tampering_is_refused() {
     let dir = scratch("attest");
-    let d = Daemon::start(&[
-        ("SANDBOX_PROVIDER", "wasm"),
-        ("PLIMSOLL_TOKEN", TOKEN),
-        ("SANDBOX_RATE_PER_MIN", "0"),
-        ("SANDBOX_MAX_SESSIONS", "2"),
-    ]);
+    let d = wasm_daemon();
     let url = d.url();
     let keygen = ok(&attest(&dir, &["keygen", "--out", "harness.key"]));
     assert!(keygen.contains("key ID       "), "{keygen}");
@@ -322,12 +327,7 @@ fn schema_check(bom: &Path) -> Output {
 #[test]
 fn signed_runs_become_a_bom_the_official_schema_accepts_and_check_refuses_any_change() {
     let dir = scratch("attest-bom");
-    let d = Daemon::start(&[
-        ("SANDBOX_PROVIDER", "wasm"),
-        ("PLIMSOLL_TOKEN", TOKEN),
-        ("SANDBOX_RATE_PER_MIN", "0"),
-        ("SANDBOX_MAX_SESSIONS", "2"),
-    ]);
+    let d = wasm_daemon();
     let url = d.url();
     ok(&attest(&dir, &["keygen", "--out", "k"]));
     std::fs::write(dir.join("req.json"), r#"{"javascript":{"code":"console.log(6*7)"}}"#).expect("request");

@@ -125,6 +125,24 @@ fn param_names(op: &Operation) -> Vec<String> {
     out
 }
 
+/// One operation's parameters and its call over `client`: GET and DELETE (named
+/// `delete` in this client) take the path parameters, the others `body` after them.
+fn call_of(op: &Operation, client: &str, delete: &str, body: &str) -> (Vec<String>, String) {
+    let names = param_names(op);
+    let list = if names.is_empty() { String::new() } else { format!(", [{}]", names.join(", ")) };
+    let route = literal(op.route.template());
+    let mut args = names;
+    let call = match op.route.method() {
+        Method::Get => format!("{client}.get({route}{list})"),
+        Method::Delete => format!("{client}.{delete}({route}{list})"),
+        m => {
+            args.push(body.to_string());
+            format!("{client}.{}({route}, body{list})", m.as_str().to_ascii_lowercase())
+        }
+    };
+    (args, call)
+}
+
 fn header(import: &Import) -> String {
     format!("{} {}", import.title, import.version)
 }
@@ -188,19 +206,7 @@ fn javascript(import: &Import, global: &str, sdk: &str) -> String {
         "    Object.defineProperty(sdk, name, { value: Object.assign(fn, { summary }), enumerable: true });\n",
     );
     for op in &import.operations {
-        let names = param_names(op);
-        let mut args = names.clone();
-        let list = if names.is_empty() { String::new() } else { format!(", [{}]", names.join(", ")) };
-        let route = literal(op.route.template());
-        let call = match op.route.method() {
-            Method::Get => format!("client.get({route}{list})"),
-            Method::Delete => format!("client.del({route}{list})"),
-            m => {
-                args.push("body".into());
-                let verb = m.as_str().to_ascii_lowercase();
-                format!("client.{verb}({route}, body{list})")
-            }
-        };
+        let (args, call) = call_of(op, "client", "del", "body");
         out.push_str(&format!(
             "  define({}, {}, ({}) => {call});\n",
             literal(&op.id),
@@ -226,19 +232,7 @@ fn python(import: &Import) -> String {
     out.push_str("import plimsoll_host as _host\n\n");
     out.push_str(&format!("TITLE = {}\n", literal(&header(import))));
     for op in &import.operations {
-        let names = param_names(op);
-        let list = if names.is_empty() { String::new() } else { format!(", [{}]", names.join(", ")) };
-        let route = literal(op.route.template());
-        let mut args = names.clone();
-        let call = match op.route.method() {
-            Method::Get => format!("_host.get({route}{list})"),
-            Method::Delete => format!("_host.delete({route}{list})"),
-            m => {
-                args.push("body=None".into());
-                let verb = m.as_str().to_ascii_lowercase();
-                format!("_host.{verb}({route}, body{list})")
-            }
-        };
+        let (args, call) = call_of(op, "_host", "delete", "body=None");
         let name = snake_case(&op.id);
         out.push_str(&format!(
             "\n\ndef {name}({}):\n    return {call}\n\n\n{name}.__doc__ = {}\n",
@@ -255,10 +249,7 @@ pub fn tool(import: &Import, sdk: &str, module: &str) -> String {
         format!("The {} API, through `{sdk}` (JavaScript, a global) or `import {module}` (Python).\n", header(import));
     out.push_str("The host's broker holds the credential and decides every call; nothing else is reachable.\n");
     for op in &import.operations {
-        let mut args = param_names(op);
-        if !matches!(op.route.method(), Method::Get | Method::Delete) {
-            args.push("body".into());
-        }
+        let (args, _) = call_of(op, "", "", "body");
         let summary = if op.summary.is_empty() { String::new() } else { format!(": {}", op.summary) };
         out.push_str(&format!(
             "- {sdk}.{}({}) / {module}.{}({}) -> {} {}{summary}\n",
