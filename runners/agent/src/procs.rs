@@ -90,9 +90,10 @@ pub fn sweep(keep: &HashSet<Identity>, children: &HashSet<i32>) -> u32 {
                 continue;
             }
             let Some(s) = stat(pid) else {
-                // Unreadable but still listed (gVisor can fail a read mid-exec): not
-                // one of ours to keep, so it dies too. A gone one drops off the list.
-                if !children.contains(&pid) && std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                // Unreadable but listed (gVisor can fail a read, and even a lookup of
+                // /proc/PID, mid-exec): not one of ours to keep, so it is sent the kill
+                // too; only the kill's ESRCH says it is gone.
+                if !children.contains(&pid) {
                     left.push(pid);
                 }
                 continue;
@@ -108,16 +109,19 @@ pub fn sweep(keep: &HashSet<Identity>, children: &HashSet<i32>) -> u32 {
             }
             left.push(pid);
         }
+        // SAFETY: kill has no memory preconditions; a pid gone since is ESRCH.
+        left.retain(|&pid| unsafe { libc::kill(pid, libc::SIGKILL) } == 0 || !gone_since());
         if left.is_empty() {
             return 0;
-        }
-        for &pid in &left {
-            // SAFETY: kill has no memory preconditions; a pid gone since is ESRCH.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
         }
         std::thread::sleep(Duration::from_millis(2));
     }
     u32::try_from(left.len()).unwrap_or(u32::MAX)
+}
+
+/// Whether the last failed call's error was ESRCH: no such process.
+fn gone_since() -> bool {
+    std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
 /// The kernel's flag on a task that has begun to exit (`PF_EXITING`).
