@@ -172,28 +172,15 @@ impl HostApi for GrantSlot {
     }
 }
 
-/// A session's grant, fixed when it opens: what its sandbox's clients are told
-/// (the global, the routes, the SDK) and the slot each call's broker goes into.
-#[derive(Clone, Debug)]
-pub struct SessionGrant {
-    /// The global the JavaScript client is installed as.
-    pub global: String,
-    /// "METHOD /path" lines, for the clients' local check.
-    pub routes: Vec<String>,
-    /// Extra JavaScript evaluated after the client is installed.
-    pub preamble: String,
-    /// The current call's broker.
-    pub slot: std::sync::Arc<GrantSlot>,
-}
-
 /// What a session's sandbox may reach, fixed when it opens: a running sandbox
 /// cannot gain a way out later.
 #[derive(Clone, Copy, Debug)]
 pub enum SessionReach<'a> {
     /// Nothing: none of its calls may name a grant.
     Nothing,
-    /// One grant every call holds, through its slot.
-    Held(&'a SessionGrant),
+    /// One grant every call holds: its client for every interpreter, its `api`
+    /// a [`GrantSlot`] the host fills for each call's length.
+    Held(&'a Grant),
     /// The grant a call names, during that call only (the original's way).
     PerCall,
 }
@@ -375,9 +362,8 @@ pub trait Provider: Send + Sync {
     }
 
     /// Whether a session's sandbox can be given a way to the broker at its open
-    /// ([`SessionReach::Held`] and [`SessionReach::PerCall`]). A provider whose
-    /// session calls carry a grant without one (the wasm provider's snippets)
-    /// says false.
+    /// ([`SessionReach::Held`] and [`SessionReach::PerCall`]); without it, a
+    /// session open naming a grant is refused.
     fn session_grants(&self) -> bool {
         false
     }

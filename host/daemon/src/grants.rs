@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use plimsoll_core::provider::Grant;
+use plimsoll_core::provider::{Grant, HostApi};
 use plimsoll_core::wire::{AdviceFinding, RunResponse};
 use plimsoll_core::{Reason, Refusal};
 use plimsoll_grants::advice::{self, Finding, Routes};
@@ -41,14 +41,13 @@ pub struct Opened {
 impl Opened {
     /// The grant of `profile` whose calls go to `run`.
     fn over(profile: &Profile, run: Arc<RunGrant>) -> Opened {
-        let grant = Grant {
-            global: profile.global.clone(),
-            routes: profile.route_lines(),
-            preamble: profile.preamble.clone(),
-            api: run.clone(),
-        };
-        Opened { grant, run }
+        Opened { grant: client(profile, run.clone()), run }
     }
+}
+
+/// `profile`'s client (its global, routes and SDK) over `api`.
+pub fn client(profile: &Profile, api: Arc<dyn HostApi>) -> Grant {
+    Grant { global: profile.global.clone(), routes: profile.route_lines(), preamble: profile.preamble.clone(), api }
 }
 
 /// What a granted run left: its trace and the findings over it.

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use plimsoll_core::Reason;
 use plimsoll_core::dispatch::{self, CallFailure, Link, SessionFacts, Started};
-use plimsoll_core::provider::{GrantSlot, KindSupport, Provider, RunError, SessionGrant, SessionReach, check_floor};
+use plimsoll_core::provider::{GrantSlot, KindSupport, Provider, RunError, SessionReach, check_floor};
 use plimsoll_core::record;
 use plimsoll_core::session::{Ending, Session};
 use plimsoll_core::validate::{self, Language};
@@ -315,12 +315,7 @@ impl Sessions {
         self.check_rule(rule.as_ref(), &self.support.software_identity)?;
         let lifetime = Duration::from_millis(times.lifetime_ms);
         let held = self.held_grant(&req.grant_profile, &caller.id, lifetime)?;
-        let session_grant = held.as_ref().map(|h| SessionGrant {
-            global: h.profile.global.clone(),
-            routes: h.profile.route_lines(),
-            preamble: h.profile.preamble.clone(),
-            slot: h.slot.clone(),
-        });
+        let session_grant = held.as_ref().map(|h| grants::client(&h.profile, h.slot.clone()));
         // Calls may name their own grants only if the sandbox has a socket from its open.
         let per_call =
             self.provider.session_grants() && self.grants.as_ref().is_some_and(|g| g.sessions_possible(&caller.id));
@@ -845,7 +840,7 @@ mod tests {
     use std::sync::mpsc;
 
     use plimsoll_core::Tier;
-    use plimsoll_core::provider::HostApi as _;
+    use plimsoll_core::provider::HostApi;
     use plimsoll_core::provider::{Description, Evidence, Ran, Snippet};
     use plimsoll_core::session::{Answered, Call, CallError, Opened, Output};
     use plimsoll_core::wire::{CellResult, JavaScriptResult, RunRecord};
@@ -867,8 +862,8 @@ mod tests {
         grants: AtomicBool,
         /// What each open was given to reach.
         reach: Mutex<Vec<&'static str>>,
-        /// The last held grant's slot.
-        slot: Mutex<Option<Arc<GrantSlot>>>,
+        /// The last held grant's broker (the daemon's slot).
+        slot: Mutex<Option<Arc<dyn HostApi>>>,
     }
 
     struct FakeSession(Arc<Seen>);
@@ -977,7 +972,7 @@ mod tests {
             let kind = match reach {
                 SessionReach::Nothing => "nothing",
                 SessionReach::Held(g) => {
-                    *lock(&self.0.slot) = Some(g.slot.clone());
+                    *lock(&self.0.slot) = Some(g.api.clone());
                     "held"
                 }
                 SessionReach::PerCall => "per-call",

@@ -274,7 +274,10 @@ impl RunGrant {
                 ),
             ));
         }
-        if self.spent.attempts.fetch_add(1, Ordering::AcqRel) >= self.profile.max_calls {
+        // Saturating: a session's refused calls keep counting and must never wrap to zero.
+        let before =
+            self.spent.attempts.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| Some(n.saturating_add(1)));
+        if before.unwrap_or(u32::MAX) >= self.profile.max_calls {
             self.state().trace.denied += 1;
             return Err(json_error(
                 429,

@@ -727,12 +727,7 @@ impl Provider for WasmProvider {
         // A snippet's grant reaches its own engine through the call, so only a held
         // grant changes the session: its interpreters get the client over the slot.
         let held = match reach {
-            SessionReach::Held(g) => Some(Grant {
-                global: g.global.clone(),
-                routes: g.routes.clone(),
-                preamble: g.preamble.clone(),
-                api: g.slot.clone(),
-            }),
+            SessionReach::Held(g) => Some(g.clone()),
             SessionReach::Nothing | SessionReach::PerCall => None,
         };
         Ok(Opened { session: Box::new(self.session_holding(held)), evidence: self.evidence() })

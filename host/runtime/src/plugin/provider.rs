@@ -351,11 +351,16 @@ impl PluginProvider {
         self.wall.is_some() && self.approved.contains(&Capability::Containers)
     }
 
+    /// The wall whose runtime serves broker sockets, when this provider carries
+    /// grants for `kind`.
+    fn grant_wall(&self, kind: &str) -> Result<&Arc<Wall>, Refusal> {
+        self.wall.as_ref().filter(|_| self.carries_grants()).ok_or_else(|| no_grants(&self.name, kind))
+    }
+
     /// Opens the run's broker socket when it holds a grant.
     fn socket(&self, grant: Option<&Grant>, kind: &str) -> Result<Option<BrokerSocket>, Refusal> {
         let Some(grant) = grant else { return Ok(None) };
-        let wall = self.wall.as_ref().filter(|_| self.carries_grants()).ok_or_else(|| no_grants(&self.name, kind))?;
-        BrokerSocket::open(grant, &wall.handle())
+        BrokerSocket::open(grant, &self.grant_wall(kind)?.handle())
             .map(Some)
             .map_err(|e| Refusal::new(Reason::Environment, format!("the run's broker socket could not be made: {e}")))
     }
@@ -534,23 +539,12 @@ impl Provider for PluginProvider {
         let socket = match reach {
             SessionReach::Nothing => None,
             SessionReach::Held(g) => {
-                let as_grant = Grant {
-                    global: g.global.clone(),
-                    routes: g.routes.clone(),
-                    preamble: g.preamble.clone(),
-                    api: g.slot.clone(),
-                };
-                let socket =
-                    self.socket(Some(&as_grant), "sessions")?.ok_or_else(|| no_grants(&self.name, "sessions"))?;
+                let socket = BrokerSocket::open(g, &self.grant_wall("sessions")?.handle()).map_err(made)?;
                 Some(SessionSocket { socket, per_call: None })
             }
             SessionReach::PerCall => {
-                let wall = self
-                    .wall
-                    .as_ref()
-                    .filter(|_| self.carries_grants())
-                    .ok_or_else(|| no_grants(&self.name, "sessions"))?;
                 let slot = Arc::new(GrantSlot::default());
+                let wall = self.grant_wall("sessions")?;
                 let socket = BrokerSocket::open_undescribed(slot.clone(), &wall.handle()).map_err(made)?;
                 Some(SessionSocket { socket, per_call: Some(slot) })
             }

@@ -6,7 +6,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use plimsoll_core::provider::{Grant, GrantSlot, HostAnswer, HostApi, Provider, SessionGrant, SessionReach, Snippet};
+use plimsoll_core::provider::{Grant, GrantSlot, HostAnswer, HostApi, Provider, SessionReach, Snippet};
 use plimsoll_core::session::{Call, Cell, Output, Session};
 use plimsoll_core::validate::Language;
 use plimsoll_core::wire::{CellResult, JavaScriptResult};
@@ -159,11 +159,11 @@ fn session_cell(s: &mut dyn Session, language: Language, code: &str, timeout: Du
 #[test]
 fn a_session_holding_a_grant_gives_each_interpreter_its_client_served_only_while_a_call_runs() {
     let slot = Arc::new(GrantSlot::default());
-    let held = SessionGrant {
+    let held = Grant {
         global: "inventory".into(),
         routes: ROUTES.iter().map(|r| r.to_string()).collect(),
         preamble: "globalThis.sdk = 'ready';".into(),
-        slot: slot.clone(),
+        api: slot.clone(),
     };
     let calls: Calls = Arc::default();
     let mut s = super::python::py().open_session(None, SessionReach::Held(&held)).expect("opened").session;
