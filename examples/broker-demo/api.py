@@ -97,15 +97,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def answer(self, status, body, subject=""):
         data = json.dumps(body).encode()
+        # The token's ID (never the token) tells one credential's calls from another's.
+        # Logged before the answer, so a caller that has its answer finds the line.
+        line = {"method": self.command, "path": self.path, "subject": subject, "status": status,
+                "jti": getattr(self, "token_id", "")}
+        print(json.dumps(line), file=sys.stderr, flush=True)
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
-        # The token's ID (never the token) tells one credential's calls from another's.
-        line = {"method": self.command, "path": self.path, "subject": subject, "status": status,
-                "jti": getattr(self, "token_id", "")}
-        print(json.dumps(line), file=sys.stderr, flush=True)
 
     def body(self):
         n = int(self.headers.get("Content-Length") or 0)

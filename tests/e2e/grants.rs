@@ -47,7 +47,33 @@ impl DemoApi {
         DemoApi { child, url, lines }
     }
 
-    /// The token ID (`jti`) of each authorised call, in order.
+    /// `read(self)` once it holds at least `n` entries, or after 30 s if it never
+    /// does. The API logs each call before answering it, but the thread that
+    /// reads its log may still be behind a caller that has its answer.
+    fn settled<T>(&self, n: usize, read: impl Fn(&DemoApi) -> Vec<T>) -> Vec<T> {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let seen = read(self);
+            if seen.len() >= n || std::time::Instant::now() > deadline {
+                return seen;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// The token ID (`jti`) of each authorised call, in order, once there are `n`.
+    pub fn await_tokens(&self, n: usize) -> Vec<String> {
+        self.settled(n, DemoApi::seen_tokens)
+    }
+
+    /// What the API answered, once it has answered `n` calls to a path under `prefix`.
+    pub fn await_seen(&self, n: usize, prefix: &str) -> Vec<(String, String, String, u64)> {
+        let under = |api: &DemoApi| api.seen().into_iter().filter(|s| s.1.starts_with(prefix)).collect::<Vec<_>>();
+        self.settled(n, under);
+        self.seen()
+    }
+
+    /// The token ID (`jti`) of each authorised call so far, in order.
     pub fn seen_tokens(&self) -> Vec<String> {
         self.lines
             .lock()
@@ -201,7 +227,7 @@ fn code_calls_the_demo_api_through_the_broker_and_never_holds_the_credential() {
     assert_eq!(out, "granted run ok\nrefusals ok\nprobe ok\n");
 
     // The API verified the host's JWT on every call and saw alice as the subject.
-    let seen = api.seen();
+    let seen = api.await_seen(10, "/items");
     let items: Vec<_> = seen.iter().filter(|s| s.1.starts_with("/items")).collect();
     assert_eq!(items.len(), 10, "{seen:?}");
     assert!(items.iter().all(|s| s.2 == "alice"), "{seen:?}");
@@ -302,7 +328,7 @@ fn python_on_wasm_calls_the_api_through_the_broker() {
     let (api, d, tokens, _) = granted_wasm("grants-python", &["alice"]);
     let out = run_script(PYTHON_SCRIPT, &[("URL", &d.url()), ("ALICE", &tokens[0])]);
     assert_eq!(out, "python grants ok\n");
-    let seen = api.seen();
+    let seen = api.await_seen(4, "/items");
     let items: Vec<_> = seen.iter().filter(|s| s.1.starts_with("/items")).collect();
     assert_eq!(items.len(), 4, "{seen:?}");
     assert!(items.iter().all(|s| s.2 == "alice" && s.3 != 401), "the host's JWT on every call: {seen:?}");
@@ -734,7 +760,7 @@ fn a_signed_broker_plugin_mints_through_the_vendors_token_endpoint() {
     let d = Daemon::start(&pairs);
     assert_eq!(run_script(VENDOR_SCRIPT, &[("URL", &d.url()), ("ALICE", &tokens[0])]), "vendor ok\n");
     // One token request per run, then the calls with the token it returned.
-    let seen = api.seen();
+    let seen = api.await_seen(3, "/");
     assert_eq!(
         seen.iter().map(|s| (s.0.as_str(), s.1.as_str(), s.2.as_str(), s.3)).collect::<Vec<_>>(),
         [("POST", "/oauth/token", "", 200), ("GET", "/items/3", "alice", 200), ("POST", "/items", "alice", 201)]
@@ -834,8 +860,9 @@ fn session_grants_on(d: Daemon, api: &DemoApi, token: &str, container: bool) {
         let r = s.run_cell(language, code, &[], &Options::default()).await.expect("answered").cell.expect("cell");
         (String::from_utf8_lossy(&r.stdout).into_owned() + &String::from_utf8_lossy(&r.stderr), r.advice)
     }
-    let jtis = |from: usize| {
-        let mut ids: Vec<String> = api.seen_tokens().into_iter().skip(from).collect();
+    // `calls`: how many authorised calls the API has answered by now.
+    let jtis = |from: usize, calls: usize| {
+        let mut ids: Vec<String> = api.await_tokens(from + calls).into_iter().skip(from).collect();
         ids.dedup();
         ids
     };
@@ -864,7 +891,7 @@ fn session_grants_on(d: Daemon, api: &DemoApi, token: &str, container: bool) {
         let (out, _) = cell(&s, "javascript", "host.get('/items').catch((e) => e.status)").await;
         assert_eq!(out, "429\n", "refused per call in every language");
         assert_eq!(cell(&s, "python", "1 + 1").await.0, "2\n", "the session lives on");
-        assert_eq!(jtis(0).len(), 1, "one credential for the whole session: {:?}", api.seen_tokens());
+        assert_eq!(jtis(0, 9).len(), 1, "one credential for the whole session: {:?}", api.seen_tokens());
         s.close().await.expect("close");
 
         let before = api.seen_tokens().len();
@@ -874,7 +901,7 @@ fn session_grants_on(d: Daemon, api: &DemoApi, token: &str, container: bool) {
             let (out, _) = cell(&s, "python", "import plimsoll_host as host\nhost.get('/items/*', [3])['name']").await;
             assert_eq!(out, "'washer'\n");
         }
-        assert_eq!(jtis(before).len(), 2, "a credential per call: {:?}", api.seen_tokens());
+        assert_eq!(jtis(before, 2).len(), 2, "a credential per call: {:?}", api.seen_tokens());
         s.close().await.expect("close");
 
         // Opened without one: no client is installed. On docker, where a caller
