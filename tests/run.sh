@@ -21,9 +21,13 @@ step "format (host workspace, guests, plugins)"
 cargo fmt --all --check
 cargo fmt --all --check --manifest-path guests/Cargo.toml
 cargo fmt --all --check --manifest-path plugins/Cargo.toml
+cargo fmt --all --check --manifest-path tests/fuzz/Cargo.toml
 
 step "clippy (host workspace)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "clippy (the fuzz targets, tests/fuzz)"
+cargo clippy --locked --all-targets --manifest-path tests/fuzz/Cargo.toml -- -D warnings
 
 step "clippy (guests, wasm32-wasip2)"
 (
@@ -57,3 +61,6 @@ plugins/build.sh
 
 step "tests"
 cargo test --workspace --locked
+
+step "fuzz targets, briefly (tests/fuzz/run.sh; each for 20 s from its committed corpus)"
+tests/fuzz/run.sh 20

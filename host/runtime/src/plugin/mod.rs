@@ -7,8 +7,7 @@
 //! every container spec against the lockdown ([`plimsoll_containers::Lockdown`]),
 //! and removes every container a call created when the call ends.
 
-pub mod manifest;
-pub mod signature;
+pub use plimsoll_plugin_trust::{manifest, signature};
 
 pub mod broker;
 mod host;
