@@ -26,6 +26,7 @@ import hashlib
 import hmac
 import json
 import os
+import selectors
 import subprocess
 import sys
 import time
@@ -81,8 +82,211 @@ def step_env(plan):
     return env
 
 
+class Capped:
+    """One output stream of a step: keeps at most `cap` bytes and counts the rest,
+    so a step that floods its output never grows the runner's memory."""
+
+    def __init__(self, cap):
+        self.cap, self.data, self.cut = cap, bytearray(), False
+
+    def take(self, chunk):
+        room = self.cap - len(self.data)
+        if len(chunk) > room:
+            self.cut = True
+        self.data += chunk[:max(room, 0)]
+
+
+PAGE = os.sysconf("SC_PAGE_SIZE")
+# Where a run's files live in memory: tmpfs pages count against the sandbox's limit.
+MEMORY_MOUNTS = ("/work", "/tmp", "/dev/shm")
+
+
+def private_bytes():
+    """Every process's private resident memory (resident less file-backed pages)."""
+    total = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/" + name + "/statm", "rb") as f:
+                fields = f.read().split()
+            total += max(int(fields[1]) - int(fields[2]), 0) * PAGE
+        except (OSError, ValueError, IndexError):
+            pass
+    return total
+
+
+def tmpfs_mounts():
+    try:
+        with open("/proc/self/mounts") as f:
+            found = {parts[1] for parts in (line.split() for line in f) if len(parts) > 2 and parts[2] == "tmpfs"}
+    except OSError:
+        return []
+    return [m for m in MEMORY_MOUNTS if m in found]
+
+
+def tmpfs_bytes(mounts):
+    total = 0
+    for m in mounts:
+        try:
+            st = os.statvfs(m)
+            total += (st.f_blocks - st.f_bfree) * st.f_frsize
+        except OSError:
+            pass
+    return total
+
+
+def oom_kills():
+    """The sandbox's OOM-kill count, where the cgroup shows it (v2, then v1)."""
+    for path, key in (("/sys/fs/cgroup/memory.events", "oom_kill"),
+                      ("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill")):
+        try:
+            with open(path) as f:
+                for line in f:
+                    name, _, value = line.partition(" ")
+                    if name == key:
+                        return int(value)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+class Memory:
+    """The step's memory wall inside the sandbox. The sandbox's own limit ends the
+    whole sandbox under gVisor (the runner with it, and no report), so the runner
+    keeps every process's private memory and the tmpfs files below that limit less a
+    reserve (the sandbox kernel, the runner, and growth between two samples), and
+    ends the step itself first. Samples come faster as the headroom shrinks."""
+
+    # The fastest growth to expect between samples (bytes per second) under gVisor,
+    # for a few processes allocating at once.
+    RATE = 2 << 30
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.budget = limit - max(48 << 20, limit // 8) if limit else 0
+        self.mounts = tmpfs_mounts()
+        self.peak = 0
+
+    def used(self):
+        used = private_bytes() + tmpfs_bytes(self.mounts)
+        self.peak = max(self.peak, used)
+        return used
+
+    def next_check(self, used):
+        """Seconds until the next sample."""
+        return min(0.05, max(0.002, (self.budget - used) / self.RATE))
+
+    def note(self, used):
+        mib = 1 << 20
+        return ("\nplimsoll: the step ran out of memory: its processes and files held %d MiB, past the %d MiB a "
+                "step may use (the sandbox's limit is %d MiB); plimsoll ended it\n"
+                % (used // mib, self.budget // mib, self.limit // mib)).encode()
+
+    def unknown_kill_note(self):
+        return ("\nplimsoll: the step was killed (SIGKILL), not by plimsoll; the sandbox's memory limit is %d MiB "
+                "and this sandbox does not show whether its OOM killer acted\n" % (self.limit >> 20)).encode()
+
+    def kernel_note(self):
+        return ("\nplimsoll: the step ran out of memory: the kernel's OOM killer ended it at the sandbox's limit "
+                "of %d MiB\n" % (self.limit >> 20)).encode()
+
+
+def processes():
+    """Every process now, as (pid, start time): a pid reused later is another process."""
+    found = set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/" + name + "/stat", "rb") as f:
+                found.add((int(name), int(f.read().rsplit(b")", 1)[1].split()[19])))
+        except (OSError, ValueError, IndexError):
+            pass
+    return found
+
+
+def kill_started_since(before):
+    """SIGKILL to every process that did not exist before the step (but the runner):
+    a process the step started outside its group holds memory as well."""
+    me = os.getpid()
+    # Again while any is left: one may have forked between the listing and its kill.
+    for _ in range(3):
+        left = [pid for pid, _ in processes() - before if pid != me]
+        for pid in left:
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+        if not left:
+            break
+
+
+def run_step(command, plan, left, out, err, memory):
+    """Runs one step until its output ends and it exits, the deadline passes, or it
+    outgrows the memory wall. Returns (exit code, timed out, out of memory note)."""
+    proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=WORK, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=step_env(plan),
+                            start_new_session=True)
+    kills_before = oom_kills()
+    before = processes() if memory.budget else set()
+    deadline = time.monotonic() + left
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ, out)
+    sel.register(proc.stderr, selectors.EVENT_READ, err)
+    check_at, note, timed_out = 0.0, b"", False
+    while sel.get_map() or proc.poll() is None:
+        now = time.monotonic()
+        if now >= deadline:
+            timed_out = True
+            break
+        if memory.budget and now >= check_at:
+            used = memory.used()
+            if used > memory.budget:
+                note = memory.note(used)
+                break
+            check_at = now + memory.next_check(used)
+        wait = deadline - now
+        if memory.budget:
+            wait = min(wait, max(check_at - now, 0.0))
+        if not sel.get_map():
+            time.sleep(min(wait, 0.01))
+            continue
+        for key, _ in sel.select(timeout=wait):
+            chunk = os.read(key.fd, 1 << 16)
+            if chunk:
+                key.data.take(chunk)
+            else:
+                sel.unregister(key.fileobj)
+                key.fileobj.close()
+    stopped = timed_out or bool(note)
+    if stopped:
+        try:
+            os.killpg(proc.pid, 9)
+        except ProcessLookupError:
+            pass
+        if note:
+            kill_started_since(before)
+    for key in list(sel.get_map().values()):
+        key.fileobj.close()
+    sel.close()
+    code = proc.wait()
+    if code < 0:
+        code = 128 - code
+    if stopped:
+        code = 124 if timed_out else 137
+    elif code == 137 and memory.budget:
+        kills = oom_kills()
+        if kills_before is not None and kills is not None and kills > kills_before:
+            note = memory.kernel_note()
+        elif kills_before is None:
+            note = memory.unknown_kill_note()
+    return code, timed_out, note
+
+
 def run_steps(plan, deadline):
     per_stream = int(plan.get("maxOutput", 1 << 20))
+    memory = Memory(int(plan.get("memoryBytes", 0)))
     left_total = TOTAL_OUTPUT
     steps = []
     for command in plan.get("steps", []):
@@ -92,31 +296,17 @@ def run_steps(plan, deadline):
                           "stdout": "", "stderr": "", "stdoutTruncated": False, "stderrTruncated": False})
             break
         started = time.monotonic()
-        proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=WORK, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=step_env(plan),
-                                start_new_session=True)
-        timed_out = False
-        try:
-            out, err = proc.communicate(timeout=left)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            try:
-                os.killpg(proc.pid, 9)
-            except ProcessLookupError:
-                pass
-            out, err = proc.communicate()
-        code = 124 if timed_out else proc.returncode
-        if code < 0:
-            code = 128 - code
-        out, out_cut = capped(out, min(per_stream, left_total))
-        left_total -= len(out)
-        err, err_cut = capped(err, min(per_stream, left_total))
-        left_total -= len(err)
+        out = Capped(min(per_stream, left_total))
+        err = Capped(min(per_stream, max(left_total - out.cap, 0)))
+        code, timed_out, note = run_step(command, plan, left, out, err, memory)
+        left_total -= len(out.data) + len(err.data)
+        # The note is the runner's own words: it is kept whatever the step wrote.
+        stderr = bytes(err.data) + note
         steps.append({
             "command": command, "exitCode": code, "timedOut": timed_out,
             "durationMs": int((time.monotonic() - started) * 1000),
-            "stdout": base64.b64encode(out).decode(), "stderr": base64.b64encode(err).decode(),
-            "stdoutTruncated": out_cut, "stderrTruncated": err_cut,
+            "stdout": base64.b64encode(bytes(out.data)).decode(), "stderr": base64.b64encode(stderr).decode(),
+            "stdoutTruncated": out.cut, "stderrTruncated": err.cut,
         })
         if timed_out or code != 0:
             break

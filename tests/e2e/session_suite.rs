@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use plimsoll_client::{Client, Error, Options, Session, SessionOptions};
-use plimsoll_core::wire::{CellResult, RunResponse, SessionEnd};
+use plimsoll_core::wire::{CellResult, ProjectFile, ProjectOutcome, ProjectRun, RunRequest, RunResponse, SessionEnd};
 use plimsoll_core::{Floor, Reason};
 
 use super::raw;
@@ -111,6 +111,7 @@ pub fn run(t: &Target) {
             no_process_outlives_its_call(&c).await;
             held_output_ends_at_the_deadline(&c).await;
             killed_interpreter_is_started_again(&c).await;
+            a_memory_bomb_in_a_step_is_a_step_result(&c).await;
         }
     });
     another_caller_cannot_use_the_id(t);
@@ -356,4 +357,33 @@ fn the_cap_refuses_and_deletes_nothing(t: &Target) {
             s.close().await.expect("close");
         }
     });
+}
+
+/// A project step that allocates without end, in a session: a step result that
+/// says it ran out of memory (under gVisor the sandbox's own limit would end the
+/// whole session), and the session, its kept interpreter and its files live on.
+async fn a_memory_bomb_in_a_step_is_a_step_result(c: &Client) {
+    let s = open(c, &SessionOptions::default()).await;
+    cell(s.run_cell("python", "kept = 41", &[("kept.txt", "kept")], &Options::default()).await);
+    let mem = "a = []\nwhile True:\n    a.append(bytearray(16 << 20))\n";
+    let project = ProjectRun {
+        files: vec![ProjectFile { path: "mem.py".into(), content: mem.into() }],
+        steps: vec!["python3 mem.py".into()],
+        ..ProjectRun::default()
+    };
+    let req = RunRequest {
+        protocol: plimsoll_core::protocol::NUMBER,
+        timeout_ms: 30_000,
+        project: Some(project),
+        ..RunRequest::default()
+    };
+    let p = s.call(req).await.expect("answered").project.expect("a project result");
+    assert_eq!(p.outcome, ProjectOutcome::Completed, "{}", p.outcome_detail);
+    let err = text(&p.steps[0].stderr);
+    assert_eq!(p.steps[0].exit_code, 137, "{err}");
+    assert!(err.contains("\nplimsoll: the step ran out of memory: "), "{err}");
+    let r = run_cell(&s, "python", "print(kept + 1, open('kept.txt').read())").await;
+    assert_eq!(text(&r.stdout), "42 kept\n", "{}", text(&r.stderr));
+    assert!(!r.interpreter_started, "the kept interpreter lived through the bomb");
+    s.close().await.expect("close");
 }

@@ -374,8 +374,17 @@ fn report_key() -> Result<String, Refusal> {
     Ok(key)
 }
 
-/// The runner's plan: files, steps, artifacts, budget, and the report key (hex).
-fn plan(files: &[File], steps: &[String], artifacts: &[String], limits: &Limits, key: &str) -> serde_json::Value {
+/// The runner's plan: files, steps, artifacts, budget, the memory of the container
+/// it runs in (`memory_mb`: the runner keeps its steps below it, so the sandbox's
+/// own limit never ends the runner), and the report key (hex).
+fn plan(
+    files: &[File],
+    steps: &[String],
+    artifacts: &[String],
+    limits: &Limits,
+    memory_mb: u32,
+    key: &str,
+) -> serde_json::Value {
     serde_json::json!({
         "files": files.iter().map(|f| serde_json::json!({"path": f.path, "content": STANDARD.encode(&f.content)})).collect::<Vec<_>>(),
         "steps": steps,
@@ -383,6 +392,7 @@ fn plan(files: &[File], steps: &[String], artifacts: &[String], limits: &Limits,
         "timeoutMs": limits.timeout_ms,
         "maxOutput": or(limits.max_output_bytes, 1 << 20),
         "maxArtifactBytes": MAX_ARTIFACT_BYTES,
+        "memoryBytes": u64::from(memory_mb) << 20,
         "env": GUEST_ENV.iter().filter_map(|kv| kv.split_once('=')).collect::<std::collections::BTreeMap<_, _>>(),
         "reportKey": key,
     })
@@ -466,7 +476,7 @@ fn project(
     if end.is_empty() {
         return Err(RunError::Refused(refused(RefusalReason::Environment, "no randomness for the end marker")));
     }
-    let plan = plan(files, steps, artifacts, limits, key);
+    let plan = plan(files, steps, artifacts, limits, or(limits.memory_mb, MEMORY_MB), key);
     let work = project_work_mb(limits).map_err(RunError::Refused)?;
     // The runner may have been started ahead of this run (the host's warm pool); it
     // does nothing before its stdin, which carries this run's markers and plan.
@@ -645,7 +655,7 @@ mod tests {
     use std::io::Write as _;
     use std::process::{Command, Stdio};
 
-    use super::{GUEST_ENV, READY, waiting};
+    use super::{GUEST_ENV, Limits, READY, plan, waiting};
 
     /// An end marker without digits, so the status between two is plain to read.
     const END: &str = "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee";
@@ -774,6 +784,15 @@ mod tests {
         // `raise KeyboardInterrupt` is left out: python3 then kills itself with
         // SIGINT, which PID 1 (the interpreter, in a container) ignores and exits
         // 130, as the waiting one does; here, not PID 1, the signal ends it.
+    }
+
+    #[test]
+    fn the_plan_tells_the_runner_the_memory_its_steps_live_in() {
+        let limits =
+            Limits { timeout_ms: 5_000, memory_mb: 0, cpus_milli: 0, pids: 0, disk_mb: 0, max_output_bytes: 1024 };
+        let p = plan(&[], &["true".into()], &[], &limits, 256, "00");
+        assert_eq!(p["memoryBytes"], serde_json::json!(256u64 << 20));
+        assert_eq!((p["timeoutMs"].as_u64(), p["maxOutput"].as_u64()), (Some(5_000), Some(1024)));
     }
 
     #[test]
