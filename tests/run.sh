@@ -1,10 +1,20 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: formatting, lints, the guest components'
-# reproducibility, the plugins, and every test of the workspace. Prerequisites
-# (Debian packages, the wasm32-wasip2 target, dockerd with runsc, the sandbox image)
-# come from .ci/install; a missing one fails here with the command that installs it.
-# The docker suite skips with a note when the engine or image is missing, unless
-# CI=true (or PLIMSOLL_DOCKER_TESTS=required), where it fails instead.
+# The whole test suite: formatting, lints, the guest components' reproducibility,
+# the plugins, and every test of the workspace. CI runs it from .ci/run, which
+# first runs .ci/install and exports PLIMSOLL_DOCKER_TESTS=required and
+# CARGO_INCREMENTAL=0; this script sets neither.
+#
+# Prerequisites (Debian packages, the wasm32-wasip2 target, dockerd with runsc, the
+# sandbox image, chromium, the e2e virtualenv and bench peers) come from .ci/install.
+# The toolchain ones (clang-19, llvm-ar-19, the wasm32-wasip2 target) are checked
+# below, and a missing one stops here with the command that installs it; the rest
+# are found by the tests themselves.
+#
+# Required mode comes from the environment: CI=true or PLIMSOLL_DOCKER_TESTS=required.
+# In it, a missing docker engine, runtime, sandbox image, built plugin, chromium or
+# bench peer fails the tests that need it. Without it, such a test skips what it
+# cannot check and prints `SKIPPED <test>: <why> (...)` to stderr, which the test
+# harness does not capture, so every skip shows in the output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -84,7 +84,7 @@ fn runs_are_signed_verified_replayed_and_tampering_is_refused() {
     tampered[at] = if tampered[at] == b'A' { b'B' } else { b'A' };
     let bad = dir.join("tampered.jsonl");
     std::fs::write(&bad, &tampered).expect("write");
-    let o = std::process::Command::new(super::python::python())
+    let o = super::python::python_cmd()
         .arg("-c")
         .arg(INDEPENDENT)
         .env("PUB", &pub_path)
@@ -315,7 +315,7 @@ sys.exit(1 if errors else 0)
 
 fn schema_check(bom: &Path) -> Output {
     let schemas = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/cyclonedx-1.6");
-    std::process::Command::new(super::python::python())
+    super::python::python_cmd()
         .arg("-c")
         .arg(SCHEMA_CHECK)
         .env("SCHEMAS", schemas)

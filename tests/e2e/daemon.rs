@@ -1,10 +1,22 @@
 //! The daemon answering over the wire: results, every refusal that can occur with
 //! the wasm provider, transport refusals, bad input, concurrency, TLS, h2c, drain.
 
+use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
+use http_body_util::{BodyExt as _, Full};
+use hyper::Version;
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client as Hyper;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use plimsoll_client::{Client, Error, Options, Settings};
+use plimsoll_core::protocol::REQUEST_ID_HEADER;
+use plimsoll_core::wire::{JavaScriptRun, RunRequest, RunResponse, from_json};
 use plimsoll_core::{Floor, Reason};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject as _;
 
 use super::raw::{self, Reply};
 use super::{Daemon, rt, scratch};
@@ -334,6 +346,54 @@ fn h2c_prior_knowledge_is_served() {
     assert_eq!(resp.javascript.expect("js").stdout, b"h2\n");
 }
 
+/// One `Run` of `code` over TLS, trusting only `ca`, with ALPN offering only
+/// `offered` (HTTP/1.1 or HTTP/2): the version the answer came back in, and the
+/// answer checked exactly as the Rust client checks every answer (record included).
+fn run_over_tls(url: &str, ca: &Path, token: &str, offered: Version, code: &str) -> (Version, RunResponse) {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(CertificateDer::from_pem_file(ca).expect("CA file")).expect("a root");
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .expect("TLS versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let mut tcp = HttpConnector::new();
+    // The TLS layer wraps it, so the URLs it sees are https.
+    tcp.enforce_http(false);
+    let https = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_only();
+    // The builder sets ALPN from the versions enabled: exactly one here, so the
+    // server cannot pick the other.
+    let https = if offered == Version::HTTP_2 {
+        https.enable_http2().wrap_connector(tcp)
+    } else {
+        assert_eq!(offered, Version::HTTP_11);
+        https.enable_http1().wrap_connector(tcp)
+    };
+    let http: Hyper<_, Full<Bytes>> = Hyper::builder(TokioExecutor::new()).build(https);
+    let req = RunRequest {
+        protocol: 4,
+        javascript: Some(JavaScriptRun { code: code.into(), grant_profile: String::new() }),
+        ..RunRequest::default()
+    };
+    let call = hyper::Request::post(format!("{url}/plimsoll.v1.SandboxService/Run"))
+        .header("content-type", "application/json")
+        .header("connect-protocol-version", "1")
+        .header("authorization", format!("Bearer {token}"))
+        .header(REQUEST_ID_HEADER, ID)
+        .body(Full::from(serde_json::to_vec(&req).expect("request JSON")))
+        .expect("request");
+    rt().block_on(async {
+        let resp = http.request(call).await.expect("an answer over TLS");
+        let (status, version) = (resp.status(), resp.version());
+        let ids: Vec<_> = resp.headers().get_all(REQUEST_ID_HEADER).iter().cloned().collect();
+        let body = resp.into_body().collect().await.expect("the body").to_bytes();
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        assert_eq!(ids, [ID], "the answer is bound to the request");
+        let answer = from_json::<RunResponse>(&body).expect("a RunResponse");
+        (version, plimsoll_client::check_exchange(&req, answer, false).expect("an answer that checks"))
+    })
+}
+
 #[test]
 fn tls_serves_http1_and_h2_with_a_checked_record() {
     let dir = scratch("tls");
@@ -344,6 +404,15 @@ fn tls_serves_http1_and_h2_with_a_checked_record() {
     let (cert_s, key_s) = (cert_path.display().to_string(), key_path.display().to_string());
     let (d, token) = wasm_daemon("tls-daemon", &[("PLIMSOLL_TLS_CERT", &cert_s), ("PLIMSOLL_TLS_KEY", &key_s)]);
     let url = format!("https://localhost:{}", d.addr.rsplit(':').next().expect("port"));
+    // Each version forced by ALPN, and answered in that version with a record that checks.
+    for offered in [Version::HTTP_11, Version::HTTP_2] {
+        let (version, resp) = run_over_tls(&url, &cert_path, &token, offered, "console.log('tls')");
+        assert_eq!(version, offered);
+        assert_eq!(resp.javascript.as_ref().map(|j| j.stdout.as_slice()), Some(&b"tls\n"[..]), "{offered:?}");
+        let rec = resp.record.expect("record");
+        assert_eq!((rec.provider.as_str(), rec.isolation.as_str()), ("wasm", "process"), "{offered:?}");
+    }
+    // The Rust client itself, trusting the certificate through its settings.
     let client = Client::with_settings(
         &url,
         Some(token.clone()),
@@ -355,7 +424,12 @@ fn tls_serves_http1_and_h2_with_a_checked_record() {
     // Without trusting the certificate, nothing is sent.
     let untrusting = Client::new(&url, Some(token)).expect("client");
     let err = rt().block_on(untrusting.run_javascript("1", &Options::default())).expect_err("untrusted");
-    assert!(matches!(err, Error::Transport { .. }), "{err}");
+    // The reason is the certificate, not only the stage that failed.
+    assert!(matches!(&err, Error::Transport { sent: false, .. }), "{err}");
+    assert_eq!(
+        err.to_string(),
+        "transport: client error (Connect): invalid peer certificate: UnknownIssuer (nothing was sent)"
+    );
 }
 
 #[test]

@@ -3,8 +3,9 @@
 //! (container tier) and runsc (kernel tier), plugin loading refusals, and bad input.
 //!
 //! Needs dockerd, the sandbox image (`images/build.sh`) and the built plugin
-//! (`plugins/build.sh`). Outside CI a missing piece skips these tests with a note;
-//! with `CI=true` (or `PLIMSOLL_DOCKER_TESTS=required`) it fails them.
+//! (`plugins/build.sh`). Outside required mode a missing piece skips these tests,
+//! each printing a `SKIPPED` line to stderr that the harness does not swallow; with
+//! `CI=true` (or `PLIMSOLL_DOCKER_TESTS=required`) it fails them.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -31,11 +32,26 @@ pub(super) struct Fixture {
     plugin: PathBuf,
 }
 
-/// The fixture, or None (with a note) when something is missing outside required mode.
+/// Says that the calling test skipped `what` and why, on the process's own stderr:
+/// the test harness captures `eprintln!` and shows it only for a failing test, so a
+/// skipped test that passes would otherwise say nothing in any mode.
+pub(super) fn skipped(what: &str) {
+    use std::io::Write as _;
+    let current = std::thread::current();
+    // The harness names each test's thread after the test.
+    let test = current.name().unwrap_or("a docker test");
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "\nSKIPPED {test}: {what} (set CI=true or PLIMSOLL_DOCKER_TESTS=required to fail instead)"
+    );
+}
+
+/// The fixture, or None (with a [`skipped`] line) when something is missing outside
+/// required mode.
 pub(super) fn fixture(runtime: &str) -> Option<Fixture> {
     let missing = |what: String| {
         assert!(!required(), "required mode: {what}");
-        eprintln!("skipping the docker suite: {what} (CI=true makes this a failure)");
+        skipped(&what);
         None
     };
     let info =
@@ -320,7 +336,7 @@ fn suite(d: &Daemon, runtime: &str) {
     assert!(err.may_have_run(), "{err}");
 
     // The published Python client, which recomputes every record and checks every tier.
-    let o = Command::new(super::python::python())
+    let o = super::python::python_cmd()
         .args(["-c", PY_SCRIPT])
         .env("URL", d.url())
         .env("TOKEN", TOKEN)
@@ -428,8 +444,20 @@ fn unsigned_tampered_and_unapproved_plugins_do_not_load() {
     std::fs::remove_file(tampered.join("plugin.sig")).expect("rm");
     refuses(&with("SANDBOX_DOCKER_PLUGIN", &tampered.display().to_string()), "unsigned (no plugin.sig)");
 
-    // A tag instead of a proven image, and a remote engine.
-    refuses(&with("SANDBOX_DOCKER_IMAGE", "no-such-image:latest"), "SANDBOX_DOCKER_IMAGE=\"no-such-image:latest\"");
+    // A reference the engine cannot resolve to an image ID. (A tag that resolves is
+    // accepted: startup pins the ID it names then, and only that ID ever runs.)
+    // The engine's 404 is the reason; the words between vary with its version.
+    let missing = with("SANDBOX_DOCKER_IMAGE", "no-such-image:latest");
+    let pairs: Vec<(&str, &str)> = missing.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let (code, err) = refused_start(&pairs);
+    assert_ne!(code, Some(0));
+    let (what, why) = (
+        "building the docker provider: SANDBOX_DOCKER_IMAGE=\"no-such-image:latest\": docker engine: \
+         Docker responded with status code 404: ",
+        "No such image: no-such-image:latest (build it with images/build.sh and use the ID it prints)",
+    );
+    assert!(err.contains(what) && err.contains(why), "{err}");
+    // A remote engine.
     let mut remote = env.clone();
     remote.push(("DOCKER_HOST".into(), "tcp://127.0.0.1:2375".into()));
     let pairs: Vec<(&str, &str)> = remote.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();

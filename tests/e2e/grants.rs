@@ -7,7 +7,7 @@ use std::io::{BufRead as _, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
-use super::python::{python, run_script};
+use super::python::{python_cmd, run_script};
 use super::{Daemon, callers, scratch};
 
 /// The JWT secret the API verifies with and the daemon signs with.
@@ -25,7 +25,7 @@ impl DemoApi {
     /// Starts the API with `env` added.
     pub fn start(env: &[(&str, &str)]) -> DemoApi {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/broker-demo/api.py");
-        let mut child = Command::new(python())
+        let mut child = python_cmd()
             .arg(script)
             .env("DEMO_JWT_SECRET", JWT_SECRET)
             .envs(env.iter().copied())
@@ -807,7 +807,7 @@ fn a_broker_plugin_with_a_bad_signature_or_an_untrusted_key_does_not_load() {
 fn the_broker_demo_runs_at_two_tiers() {
     let docker = super::docker::fixture("runc").is_some();
     let out = scratch("broker-demo");
-    let mut cmd = Command::new(python());
+    let mut cmd = python_cmd();
     cmd.arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/broker-demo/demo.py"))
         .args(["--host", env!("CARGO_BIN_EXE_plimsoll-host"), "--out"])
         .arg(&out);

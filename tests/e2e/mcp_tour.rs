@@ -5,13 +5,13 @@
 //! recording changed after the fact is caught by the page.
 //!
 //! Needs what the docker suite needs plus `chromium` (`.ci/install` installs it);
-//! outside required mode a missing piece skips with a note.
+//! outside required mode a missing piece skips with a `SKIPPED` line on stderr.
 
 use std::path::Path;
 use std::process::Command;
 
 use super::docker::{docker_env, fixture, signed_plugin, start};
-use super::python::python;
+use super::python::python_cmd;
 use super::{callers, scratch};
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/mcp-tour");
@@ -70,7 +70,7 @@ fn the_tour_plays_checks_and_replays_in_a_browser() {
     let chromium = Command::new("chromium").arg("--version").output().is_ok_and(|o| o.status.success());
     if !chromium {
         assert!(!super::docker::required(), "required mode: no chromium (.ci/install installs it)");
-        eprintln!("skipping the tour: no chromium");
+        super::docker::skipped("the tour: no chromium (.ci/install installs it)");
         return;
     }
     let dir = scratch("mcp-tour");
@@ -83,7 +83,7 @@ fn the_tour_plays_checks_and_replays_in_a_browser() {
     let d = start(&env);
 
     let out = dir.join("tour");
-    let o = Command::new(python())
+    let o = python_cmd()
         .arg(Path::new(EXAMPLE).join("tour.py"))
         .args(["--host", env!("CARGO_BIN_EXE_plimsoll-host"), "--out"])
         .arg(&out)

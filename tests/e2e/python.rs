@@ -20,10 +20,26 @@ pub fn python() -> String {
     venv.to_string()
 }
 
+/// Takes `PYTHONOPTIMIZE` out of `cmd`'s environment. Set (in the shell that runs
+/// the tests, say), it strips every `assert` statement, and a script whose checks
+/// are asserts would pass without checking anything.
+pub fn keep_asserts(cmd: &mut Command) -> &mut Command {
+    cmd.env_remove("PYTHONOPTIMIZE")
+}
+
+/// The published client's interpreter as a command whose asserts always run
+/// ([`keep_asserts`]).
+pub fn python_cmd() -> Command {
+    let mut cmd = Command::new(python());
+    keep_asserts(&mut cmd);
+    cmd
+}
+
 /// Runs `script` with the published client's interpreter and `env`, and returns its
-/// stdout; a failing script fails the test with both streams.
+/// stdout; a failing script fails the test with both streams. Its asserts always run.
 pub fn run_script(script: &str, env: &[(&str, &str)]) -> String {
-    let o = Command::new(python()).arg("-c").arg(script).envs(env.iter().copied()).output().expect("python");
+    let o =
+        keep_asserts(Command::new(python()).arg("-c").arg(script).envs(env.iter().copied())).output().expect("python");
     let out = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(o.status.success(), "stdout:\n{out}\nstderr:\n{}", String::from_utf8_lossy(&o.stderr));
     out
@@ -132,4 +148,22 @@ fn the_published_client_runs_python_projects_and_cells_on_wasm() {
     let (d, token) = wasm_daemon("python-wasm", &[("SANDBOX_MAX_SESSIONS", "2")]);
     let out = run_script(PYTHON_ON_WASM, &[("URL", &d.url()), ("TOKEN", &token)]);
     assert_eq!(out, "python on wasm ok\n");
+}
+
+#[test]
+fn a_failed_assert_fails_the_script_even_under_pythonoptimize() {
+    // Set on the command only: the variable as a developer's shell might export it.
+    let optimized = || {
+        let mut cmd = Command::new(python());
+        cmd.args(["-c", "assert False, 'marker-9'"]).env("PYTHONOPTIMIZE", "1");
+        cmd
+    };
+    // The hazard is real: this interpreter skips the assert under the variable.
+    let o = optimized().output().expect("python");
+    assert!(o.status.success(), "PYTHONOPTIMIZE=1 kept the assert: {}", String::from_utf8_lossy(&o.stderr));
+    // With it taken out, as every script of this suite runs, the assert fails the script.
+    let o = keep_asserts(&mut optimized()).output().expect("python");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("AssertionError: marker-9"), "{err}");
 }

@@ -328,13 +328,16 @@ impl Client {
             let resp = self.http.request(req).await.map_err(|e| Error::Transport {
                 // A failed connect sent nothing; any later failure may have.
                 sent: !e.is_connect(),
-                message: e.to_string(),
+                message: with_causes(&e),
             })?;
             let (parts, body) = resp.into_parts();
             let bytes = Limited::new(body, MAX_RESPONSE_BYTES)
                 .collect()
                 .await
-                .map_err(|e| Error::Transport { sent: true, message: format!("reading the answer: {e}") })?
+                .map_err(|e| Error::Transport {
+                    sent: true,
+                    message: format!("reading the answer: {}", with_causes(&*e)),
+                })?
                 .to_bytes();
             Ok::<_, Error>((parts, bytes))
         };
@@ -470,6 +473,24 @@ pub fn check_exchange(req: &RunRequest, resp: RunResponse, in_session: bool) -> 
     let kind = req.payload().map_err(|e| Refusal::request(format!("invalid request: {e}")))?.kind();
     let digest = record::request_digest(req);
     if in_session { checked(req, kind, &digest, resp) } else { check_answer(req, kind, &digest, resp) }
+}
+
+/// `e` and the errors beneath it, joined by `: `. hyper's own text names only the
+/// stage that failed (`client error (Connect)`); why it failed (a refused
+/// connection, an untrusted certificate) is in the sources.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let next = c.to_string();
+        // Some errors already print their source; say each cause once.
+        if !text.ends_with(&next) {
+            text.push_str(": ");
+            text.push_str(&next);
+        }
+        cause = c.source();
+    }
+    text
 }
 
 fn rustls_native_roots() -> Vec<rustls_pki_types::CertificateDer<'static>> {

@@ -751,10 +751,29 @@ mod tests {
     #[test]
     fn evidence_below_the_floor_is_never_an_answer() {
         let mut fake = Fake::new(Tier::Kernel);
-        fake.evidence_tier = Tier::Container;
         let r = req(r#"{"protocol":4,"minimumIsolation":"kernel","javascript":{"code":"1"}}"#);
-        let p = prepare(&fake.describe(), fake.tier(), r.clone()).expect("prepared");
-        assert!(matches!(execute(&fake, p, None, &Started::now()), Err(Failure::MayHaveRun(_))));
+        // Current evidence below the floor: refused before dispatch, marked `isolation`.
+        let refused = prepare(&fake.describe(), Tier::Container, r.clone()).expect_err("below the floor");
+        assert_eq!(
+            refused,
+            Refusal::new(
+                Reason::Isolation,
+                "sandbox isolation requirement not met: this provider runs at container, the request requires kernel"
+            )
+        );
+        assert!(fake.asked.lock().expect("lock").is_empty(), "a refused request reached the provider");
+        // Evidence that fell during the run: the code ran, so this is no refusal (no
+        // not-dispatched reason) but a failure that may have run, naming both tiers.
+        fake.evidence_tier = Tier::Container;
+        let p = prepare(&fake.describe(), fake.tier(), r).expect("prepared");
+        assert_eq!(
+            execute(&fake, p, None, &Started::now()),
+            Err(Failure::MayHaveRun(
+                "the fake provider ran a request with floor kernel at container (its evidence fell during the run)"
+                    .into()
+            ))
+        );
+        assert_eq!(fake.asked.lock().expect("lock").len(), 1);
     }
 
     #[test]

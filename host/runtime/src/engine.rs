@@ -220,18 +220,27 @@ fn private_file(meta: &fs::Metadata) -> bool {
 }
 
 /// Creates `dir` (mode 0700) if needed, and accepts it only if it is a real
-/// directory owned by this user that nobody else may write to.
+/// directory owned by this user that nobody else may write to: whoever can write
+/// there can plant machine code this process would load.
+///
+/// # Errors
+///
+/// The first property `dir` lacks, named, or the error creating or reading it.
 fn ensure_private_dir(dir: &Path) -> std::io::Result<()> {
     if !dir.exists() {
         fs::create_dir_all(dir)?;
         fs::set_permissions(dir, fs::Permissions::from_mode(0o700))?;
     }
     let meta = fs::symlink_metadata(dir)?;
-    if !meta.file_type().is_dir() || meta.uid() != euid() || meta.mode() & 0o022 != 0 {
-        return Err(std::io::Error::other(format!(
-            "cache directory {} is not a private directory of this user",
-            dir.display()
-        )));
+    let refused = |why: String| std::io::Error::other(format!("cache directory {} is not used: {why}", dir.display()));
+    if !meta.file_type().is_dir() {
+        return Err(refused("it is not a directory (a link or a file)".into()));
+    }
+    if meta.uid() != euid() {
+        return Err(refused(format!("it is owned by uid {}, not this user (uid {})", meta.uid(), euid())));
+    }
+    if meta.mode() & 0o022 != 0 {
+        return Err(refused(format!("its mode {:o} lets group or others write to it", meta.mode() & 0o7777)));
     }
     Ok(())
 }
@@ -262,11 +271,37 @@ mod tests {
     #[test]
     fn a_shared_cache_directory_is_not_used() {
         let dir = std::env::temp_dir().join(format!("plimsoll-cache-test-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).expect("mkdir");
+        let engine = Engine::new(&EngineConfig { max_instances: 1, cache_dir: Some(dir.clone()) }).expect("engine");
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).expect("chmod");
-        assert!(ensure_private_dir(&dir).is_err());
+        let err = ensure_private_dir(&dir).expect_err("a world-writable directory");
+        assert_eq!(err.kind(), std::io::ErrorKind::Other);
+        assert_eq!(
+            err.to_string(),
+            format!("cache directory {} is not used: its mode 777 lets group or others write to it", dir.display())
+        );
+        // Not used: no cache path is offered, so nothing is read from or written there.
+        assert_eq!(engine.cache_key("c", b"bytes"), None);
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o720)).expect("chmod");
+        let err = ensure_private_dir(&dir).expect_err("a group-writable directory");
+        assert_eq!(
+            err.to_string(),
+            format!("cache directory {} is not used: its mode 720 lets group or others write to it", dir.display())
+        );
+        // A link to a private directory is not one either.
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o700)).expect("chmod");
-        assert!(ensure_private_dir(&dir).is_ok());
+        let link = dir.with_extension("link");
+        let _ = fs::remove_file(&link);
+        std::os::unix::fs::symlink(&dir, &link).expect("symlink");
+        let err = ensure_private_dir(&link).expect_err("a link");
+        assert_eq!(
+            err.to_string(),
+            format!("cache directory {} is not used: it is not a directory (a link or a file)", link.display())
+        );
+        ensure_private_dir(&dir).expect("a private directory is used");
+        assert!(engine.cache_key("c", b"bytes").is_some_and(|p| p.starts_with(&dir)));
+        let _ = fs::remove_file(&link);
         let _ = fs::remove_dir_all(&dir);
     }
 }

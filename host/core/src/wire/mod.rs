@@ -1065,14 +1065,17 @@ mod tests {
 
     #[test]
     fn arrays_in_place_of_messages_are_refused() {
-        for bad in [
-            r#"[]"#,
-            r#"{"protocol":4,"javascript":["console.log(1)"]}"#,
-            r#"{"protocol":4,"project":{"steps":["true"],"files":[["a","b"]]}}"#,
-            r#"{"protocol":4,"softwareRule":["exact",["a"]],"javascript":{"code":"1"}}"#,
-            r#""text""#,
+        // Each refusal names the message that is not an object, down to the list element.
+        for (bad, field) in [
+            (r#"[]"#, "the message"),
+            (r#"{"protocol":4,"javascript":["console.log(1)"]}"#, "javascript"),
+            (r#"{"protocol":4,"project":{"steps":["true"],"files":[["a","b"]]}}"#, "files[0]"),
+            (r#"{"protocol":4,"softwareRule":["exact",["a"]],"javascript":{"code":"1"}}"#, "softwareRule"),
+            (r#""text""#, "the message"),
         ] {
-            assert!(from_json::<RunRequest>(bad.as_bytes()).is_err(), "{bad} was accepted");
+            let err = from_json::<RunRequest>(bad.as_bytes()).expect_err(bad);
+            assert!(matches!(&err, DecodeError::NotAnObject(f) if f == field), "{bad}: {err:?}");
+            assert_eq!(err.to_string(), format!("{field} is not a JSON object"), "{bad}");
         }
         let ok = from_json::<RunRequest>(
             br#"{"protocol":4,"software_rule":{"mode":"exact","identities":["a"]},"project":{"steps":["true"],"files":[{"path":"a","content":"b"}]}}"#,
@@ -1083,16 +1086,30 @@ mod tests {
 
     #[test]
     fn unknown_fields_duplicates_and_out_of_range_are_refused() {
-        for bad in [
-            r#"{"protocol":4,"bogus":1}"#,
-            r#"{"protocol":4,"protocol":4}"#,
-            r#"{"protocol":4,"timeoutMs":2147483648}"#,
-            r#"{"protocol":-1}"#,
-            r#"{"protocol":4,"timeoutMs":1.5}"#,
-            r#"{"protocol":4,"javascript":{"code":"x","extra":true}}"#,
-            r#"{"protocol":4,"timeoutMs":5,"timeout_ms":5}"#,
+        // serde_json's own words, with the position. A scalar's range and type errors
+        // name the value and the protobuf type but not the field: the position points
+        // at it (serde passes no field name to a `deserialize_with` reader).
+        for (bad, message) in [
+            (
+                r#"{"protocol":4,"bogus":1}"#,
+                "unknown field `bogus`, expected one of `protocol`, `minimumIsolation`, `minimum_isolation`, \
+                 `traceId`, `trace_id`, `timeoutMs`, `timeout_ms`, `softwareRule`, `software_rule`, `javascript`, \
+                 `project`, `module`, `cell` at line 1 column 21",
+            ),
+            (r#"{"protocol":4,"protocol":4}"#, "duplicate field `protocol` at line 1 column 24"),
+            (r#"{"protocol":4,"timeoutMs":2147483648}"#, "2147483648 is out of range for int32 at line 1 column 37"),
+            (r#"{"protocol":-1}"#, "-1 is out of range for uint32 at line 1 column 15"),
+            (r#"{"protocol":4,"timeoutMs":1.5}"#, "1.5 is not an integer at line 1 column 30"),
+            (
+                r#"{"protocol":4,"javascript":{"code":"x","extra":true}}"#,
+                "unknown field `extra`, expected one of `code`, `grantProfile`, `grant_profile` at line 1 column 46",
+            ),
+            // The camelCase and snake_case spellings are one field.
+            (r#"{"protocol":4,"timeoutMs":5,"timeout_ms":5}"#, "duplicate field `timeoutMs` at line 1 column 40"),
         ] {
-            assert!(from_json::<RunRequest>(bad.as_bytes()).is_err(), "{bad} was accepted");
+            let err = from_json::<RunRequest>(bad.as_bytes()).expect_err(bad);
+            assert!(matches!(&err, DecodeError::Json(e) if e.is_data()), "{bad}: {err:?}");
+            assert_eq!(err.to_string(), message, "{bad}");
         }
     }
 

@@ -1,3 +1,4 @@
+use std::collections::BTreeSet;
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpListener;
 
@@ -288,12 +289,14 @@ fn a_503_window_is_probed_on_the_health_route_and_a_healthy_answer_closes_it() {
 
 #[test]
 fn concurrent_runs_with_different_grants_never_see_each_others_credential_or_calls() {
-    let (url, seen) = api(Arc::default());
+    // One upstream per grant, so each upstream's log is exactly what one run sent.
+    let (url_a, seen_a) = api(Arc::default());
+    let (url_b, seen_b) = api(Arc::default());
     let broker = Broker::new().expect("broker");
     let text = format!(
         r#"{{"profiles": {{
-            "a": {{"base_url": "{url}", "allowed_callers": ["alice"], "allow": ["GET /items/*"], "token": {{"type": "static", "env": "A"}}}},
-            "b": {{"base_url": "{url}", "allowed_callers": ["bob"], "allow": ["GET /items/*"], "token": {{"type": "static", "env": "B"}}}}}}}}"#
+            "a": {{"base_url": "{url_a}", "allowed_callers": ["alice"], "allow": ["GET /items/*"], "token": {{"type": "static", "env": "A"}}}},
+            "b": {{"base_url": "{url_b}", "allowed_callers": ["bob"], "allow": ["GET /items/*"], "token": {{"type": "static", "env": "B"}}}}}}}}"#
     );
     let env = |v: &str| match v {
         "A" => Some("token-a".to_string()),
@@ -309,19 +312,32 @@ fn concurrent_runs_with_different_grants_never_see_each_others_credential_or_cal
                 broker.open(profiles.select(name, who).expect("select"), who, Duration::from_secs(10)).expect("open");
             std::thread::spawn(move || {
                 for i in 0..20 {
-                    assert_eq!(g.call_blocking("GET", &format!("/items/{name}{i}"), None).status, 200);
+                    let a = g.call_blocking("GET", &format!("/items/{name}{i}"), None);
+                    // The answer is to this run's own call.
+                    assert_eq!((a.status, a.body.as_slice()), (200, format!("{{\"id\":\"{name}{i}\"}}").as_bytes()));
                 }
                 g.close()
             })
         })
         .collect();
     let traces: Vec<CallTrace> = runs.into_iter().map(|h| h.join().expect("run")).collect();
-    assert!(
-        traces.iter().all(|t| t.calls.len() == 20 && t.calls.iter().enumerate().all(|(i, c)| c.seq == i as u32 + 1))
-    );
-    for (_, path, auth) in seen.lock().expect("seen").iter() {
-        let want = if path.starts_with("/items/a") { "Bearer token-a" } else { "Bearer token-b" };
-        assert_eq!(auth.as_deref(), Some(want), "{path}");
+    for t in &traces {
+        let rows: Vec<(u32, &str, u16, bool)> =
+            t.calls.iter().map(|c| (c.seq, c.route.as_str(), c.status, c.delivered)).collect();
+        assert_eq!(rows, (1..=20).map(|seq| (seq, "/items/*", 200, true)).collect::<Vec<_>>());
+        assert_eq!((t.dropped, t.denied, t.shed), (0, 0, 0));
+    }
+    for (name, seen) in [("a", &seen_a), ("b", &seen_b)] {
+        let seen = seen.lock().expect("seen");
+        // Each upstream saw exactly its own run's paths, in the order the run sent them...
+        let paths: Vec<&str> = seen.iter().map(|(_, path, _)| path.as_str()).collect();
+        let want: Vec<String> = (0..20).map(|i| format!("/items/{name}{i}")).collect();
+        assert_eq!(paths, want, "upstream {name}");
+        assert!(seen.iter().all(|(method, _, _)| method == "GET"), "upstream {name}");
+        // ...and exactly one credential: its own run's.
+        let credentials: BTreeSet<Option<&str>> = seen.iter().map(|(_, _, auth)| auth.as_deref()).collect();
+        let own = format!("Bearer token-{name}");
+        assert_eq!(credentials, BTreeSet::from([Some(own.as_str())]), "upstream {name}");
     }
 }
 

@@ -292,9 +292,15 @@ mod tests {
             g.send(&["kms".into()], ask("/")).expect_err("redirect"),
             "endpoint \"kms\" answered with a redirect (302), which is not followed"
         );
+        // A wrong scheme, no scheme at all (it parses as a bare authority), and a query
+        // (the plugin's path is appended, so a query in the base would end up mid-path).
         for base in ["ftp://127.0.0.1/", "127.0.0.1:80", "http://127.0.0.1/?q=1"] {
-            let e = HttpGate::new([("x".to_string(), Endpoint { base: base.into(), headers: vec![] })].into());
-            assert!(e.is_err(), "{base}");
+            let e = HttpGate::new([("x".to_string(), Endpoint { base: base.into(), headers: vec![] })].into())
+                .expect_err(base);
+            assert_eq!(e, format!("endpoint x: {base:?} must be an absolute http or https URL without a query"));
         }
+        let e = HttpGate::new([("x".to_string(), Endpoint { base: "http://a b/".into(), headers: vec![] })].into())
+            .expect_err("not a URL");
+        assert_eq!(e, "endpoint x: \"http://a b/\" is not a URL: invalid uri character");
     }
 }

@@ -83,7 +83,9 @@ fn sessions_do_not_share_state_or_files() {
     a.cell("var mine = 1", &[("f".into(), b"x".to_vec())], BUDGET).expect("a");
     assert_eq!(text(&cell(&mut b, "typeof mine").stdout), "'undefined'\n");
     let r = cell(&mut b, "readFile('f')");
+    // Not found, rather than any failure.
     assert_eq!(r.exit_code, 1, "{}", text(&r.stdout));
+    assert!(text(&r.stderr).contains("Error: ENOENT: no such file 'f'"), "{}", text(&r.stderr));
 }
 
 #[test]
