@@ -4,6 +4,7 @@
 mod attest;
 mod bench;
 mod config;
+mod crash;
 mod daemon;
 mod docker;
 mod docker_sessions;
@@ -130,6 +131,14 @@ impl Daemon {
     /// Log lines so far.
     pub fn log(&self) -> Vec<String> {
         self.lines.lock().expect("lock").clone()
+    }
+
+    /// Sends SIGKILL, as a crash would, and waits until the process is gone.
+    pub fn kill(mut self) -> Vec<String> {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::thread::sleep(Duration::from_millis(50));
+        self.log()
     }
 
     /// Sends SIGTERM and waits for the exit status, collecting the log.

@@ -20,6 +20,7 @@ use tokio::io::AsyncWriteExt as _;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::instance::{INSTANCE_LABEL, Instance, Proc};
 use crate::lockdown::{LIFETIME_LABEL, Lockdown, Spec, Violation};
 
 /// How many times a SIGKILLed container is inspected again for a late OOM record.
@@ -302,6 +303,8 @@ enum Waited {
 pub struct Engine {
     docker: Docker,
     owner: String,
+    /// This daemon process, labelled on every container it makes.
+    instance: Option<Instance>,
 }
 
 impl Engine {
@@ -322,7 +325,7 @@ impl Engine {
         };
         let docker = Docker::connect_with_unix(&socket, 120, bollard::API_DEFAULT_VERSION)?;
         let docker = docker.negotiate_version().await?;
-        Ok(Engine { docker, owner: owner.to_string() })
+        Ok(Engine { docker, owner: owner.to_string(), instance: Proc::default().current() })
     }
 
     /// Runtimes the engine lists.
@@ -373,7 +376,11 @@ impl Engine {
     /// the engine), or the engine's error.
     pub async fn create(&self, lockdown: &Lockdown, spec: &Spec, now_unix: u64) -> Result<String, EngineError> {
         let mut body: ContainerCreateBody = lockdown.create_body(spec, now_unix)?;
-        body.labels.get_or_insert_default().insert(OWNER_LABEL.into(), self.owner.clone());
+        let labels = body.labels.get_or_insert_default();
+        labels.insert(OWNER_LABEL.into(), self.owner.clone());
+        if let Some(me) = &self.instance {
+            labels.insert(INSTANCE_LABEL.into(), me.label());
+        }
         lockdown.check_body(&body)?;
         let name = format!("plimsoll-{}", random_suffix());
         let opts = CreateContainerOptionsBuilder::default().name(&name).build();
@@ -675,40 +682,62 @@ impl Engine {
         }
     }
 
-    /// IDs of the containers plimsoll created (any daemon instance), with their expiry.
+    /// The containers plimsoll created (any daemon instance), with their expiry and maker.
     ///
     /// # Errors
     ///
     /// The engine failed.
-    pub async fn ours(&self) -> Result<Vec<(String, Option<u64>)>, EngineError> {
+    pub async fn ours(&self) -> Result<Vec<Ours>, EngineError> {
         let filters: HashMap<&str, Vec<&str>> = [("label", vec![LIFETIME_LABEL])].into();
         let opts = ListContainersOptionsBuilder::default().all(true).filters(&filters).build();
         let list = self.docker.list_containers(Some(opts)).await?;
         Ok(list
             .into_iter()
             .filter_map(|c| {
-                let expires = c.labels.as_ref().and_then(|l| l.get(LIFETIME_LABEL)).and_then(|v| v.parse().ok());
-                Some((c.id?, expires))
+                let label = |name: &str| c.labels.as_ref().and_then(|l| l.get(name)).cloned();
+                Some(Ours {
+                    expires: label(LIFETIME_LABEL).and_then(|v| v.parse().ok()),
+                    maker: label(INSTANCE_LABEL).as_deref().and_then(Instance::parse),
+                    id: c.id?,
+                })
             })
             .collect())
     }
 
     /// Removes every container of ours whose lifetime label is past (or unreadable),
-    /// so a daemon killed mid-run leaves nothing behind once another starts. Returns
-    /// the IDs removed.
+    /// or whose maker, a daemon process on this machine, has ended, so a daemon
+    /// killed mid-run leaves nothing behind once another starts. Returns the IDs
+    /// removed.
     ///
     /// # Errors
     ///
     /// The engine failed to list; a failed removal is retried on the next sweep.
     pub async fn sweep(&self, now_unix: u64) -> Result<Vec<String>, EngineError> {
+        let proc = Proc::default();
         let mut removed = Vec::new();
-        for (id, expires) in self.ours().await? {
-            if expires.is_none_or(|e| e <= now_unix) && self.remove(&id).await.is_ok() {
-                removed.push(id);
+        for c in self.ours().await? {
+            let expired = c.expires.is_none_or(|e| e <= now_unix);
+            let orphaned = match (&c.maker, &self.instance) {
+                (Some(maker), Some(me)) => proc.has_ended(maker, me),
+                _ => false,
+            };
+            if (expired || orphaned) && self.remove(&c.id).await.is_ok() {
+                removed.push(c.id);
             }
         }
         Ok(removed)
     }
+}
+
+/// One of our containers, as the sweep sees it.
+#[derive(Clone, Debug)]
+pub struct Ours {
+    /// Its ID.
+    pub id: String,
+    /// Its lifetime label (unix seconds), if readable.
+    pub expires: Option<u64>,
+    /// The daemon process that made it, if labelled.
+    pub maker: Option<Instance>,
 }
 
 /// Removes a container now; a failure is logged, and the orphan sweep retries it.

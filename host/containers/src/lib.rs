@@ -8,6 +8,7 @@
 //! [`smoke`] and [`startup`] prove the whole wall before the first run.
 
 pub mod engine;
+pub mod instance;
 pub mod lockdown;
 pub mod pool;
 pub mod resident;
@@ -21,7 +22,7 @@ pub mod watch;
 /// denial table, in `images/README.md`.
 pub const SECCOMP_PROFILE: &str = include_str!("../../../images/seccomp.json");
 
-pub use engine::{Engine, EngineError, ExecOutcome, ImageFacts, Inspection};
+pub use engine::{Engine, EngineError, ExecOutcome, ImageFacts, Inspection, Ours};
 pub use engine::{Launched, Reaper};
 pub use lockdown::{BROKER_TARGET, BrokerMount, Ceilings, Lockdown, Spec, Tmpfs, Violation, broker_root};
 pub use pool::{PoolStats, WarmPool};

@@ -9,6 +9,7 @@ use plimsoll_runtime::plugin::{self, Capability, PluginLimits, PluginProvider, W
 use plimsoll_runtime::{Engine, EngineConfig, PythonGuest, WasmConfig, WasmProvider};
 
 use crate::config::{Config, DockerConfig, ProviderKind};
+use crate::log::Log;
 
 /// The text every run on a daemon without a provider gets.
 pub const DISABLED: &str = "code execution sandbox is not configured";
@@ -52,12 +53,12 @@ pub struct BuildError {
     pub message: String,
 }
 
-/// Builds the configured provider.
+/// Builds the configured provider; `log` hears what startup cleaned up.
 ///
 /// # Errors
 ///
 /// [`BuildError`] when its engine or component cannot be made ready.
-pub fn build(config: &Config) -> Result<Arc<dyn Provider>, BuildError> {
+pub fn build(config: &Config, log: Log) -> Result<Arc<dyn Provider>, BuildError> {
     match config.provider {
         ProviderKind::Disabled => Ok(Arc::new(Disabled)),
         ProviderKind::Wasm => {
@@ -82,7 +83,7 @@ pub fn build(config: &Config) -> Result<Arc<dyn Provider>, BuildError> {
         }
         ProviderKind::Docker => {
             let docker = config.docker.as_ref().ok_or_else(|| docker_err("no docker settings".into()))?;
-            Ok(Arc::new(docker_provider(config, docker)?))
+            Ok(Arc::new(docker_provider(config, docker, log)?))
         }
     }
 }
@@ -103,7 +104,7 @@ const RECHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 /// Verifies and loads the docker plugin, proves the engine (runtime, image, guest
 /// uid, resolver, the probe), runs the plugin's own smoke test, and starts the
 /// periodic re-check. Nothing is served unless all of it passes.
-fn docker_provider(config: &Config, docker: &DockerConfig) -> Result<PluginProvider, BuildError> {
+fn docker_provider(config: &Config, docker: &DockerConfig, log: Log) -> Result<PluginProvider, BuildError> {
     let mut keys = Vec::new();
     for path in &docker.plugin.trusted_keys {
         let pem = std::fs::read_to_string(path)
@@ -178,6 +179,12 @@ fn docker_provider(config: &Config, docker: &DockerConfig) -> Result<PluginProvi
         .map_err(|e| docker_err(format!("starting the engine runtime: {e}")))?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let proven = rt.block_on(plimsoll_containers::startup::prove(&settings, now)).map_err(docker_err)?;
+    if !proven.swept.is_empty() {
+        log.info(
+            "swept the containers of daemons that ended (killed, or past their lifetime)",
+            &[("count", serde_json::json!(proven.swept.len())), ("containers", serde_json::json!(proven.swept))],
+        );
+    }
     let tier = if docker.runtime == "runsc" { Tier::Kernel } else { Tier::Container };
     let tiers = [(docker.runtime.clone(), tier)].into();
     let wall = Arc::new(Wall::new(proven.engine, proven.lockdown, tiers, rt).with_warm_pool(docker.warm_pool));

@@ -140,7 +140,7 @@ impl Server {
         let provider = {
             let config = config.clone();
             tokio::task::spawn_blocking(move || {
-                let provider = providers::build(&config)?;
+                let provider = providers::build(&config, log)?;
                 provider.preflight().map_err(|r| StartError::Preflight(r.message))?;
                 Ok::<_, StartError>(provider)
             })

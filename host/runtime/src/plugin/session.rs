@@ -225,7 +225,7 @@ impl PluginSession {
                 Ok(now) => now,
                 Err(e) => {
                     return Err(match wall.block_on(wall.engine().ours()) {
-                        Ok(ours) if !ours.iter().any(|(c, _)| c == id) => CallError::Ended(Ending::new(
+                        Ok(ours) if !ours.iter().any(|c| c.id == *id) => CallError::Ended(Ending::new(
                             SessionEnd::SandboxChanged,
                             "the session's container is gone; nothing ran",
                         )),
