@@ -17,6 +17,7 @@ mod raw;
 mod session_suite;
 mod sessions;
 mod sims;
+mod soak;
 mod spec;
 mod warm_pool;
 

@@ -53,6 +53,9 @@ pub const MAX_RESPONSE_BYTES: usize = 32 << 20;
 /// The default bound on one exchange: above the daemon's five-minute run ceiling.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(6 * 60);
 
+/// How long an idle connection stays in the pool: well under the daemon's idle cut-off.
+const POOL_IDLE: Duration = Duration::from_secs(2);
+
 /// How an answered run failed its checks. The run may have executed either way.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mismatch {
@@ -296,7 +299,10 @@ impl Client {
             .enable_all_versions()
             .wrap_connector(connector);
         let mut builder = Hyper::builder(TokioExecutor::new());
-        builder.pool_idle_timeout(Duration::from_secs(90));
+        // Below the daemon's own cut-off for an idle HTTP/1.1 connection (its header
+        // read timeout, 5 s): a reused connection the daemon is closing at that moment
+        // resets a request already sent, which can only be reported as "may have run".
+        builder.pool_idle_timeout(POOL_IDLE);
         if settings.h2c {
             builder.http2_only(true);
         }
