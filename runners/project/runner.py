@@ -26,6 +26,7 @@ import hashlib
 import hmac
 import json
 import os
+import resource
 import selectors
 import subprocess
 import sys
@@ -151,6 +152,30 @@ def oom_kills():
     return None
 
 
+def meminfo_bytes():
+    """The sandbox's own memory in use, where /proc/meminfo is the sandbox's (gVisor)."""
+    with open("/proc/meminfo") as f:
+        fields = {line.split(":")[0]: int(line.split()[1]) for line in f if line.count(":") == 1}
+    return (fields["MemTotal"] - fields["MemFree"]) * 1024
+
+
+def cgroup_reader():
+    """The container's anonymous and shared memory from its cgroup (v2, then v1): what
+    the kernel's OOM killer weighs, counted once however many processes map it."""
+    for path, keys in (("/sys/fs/cgroup/memory.stat", ("anon", "shmem")),
+                       ("/sys/fs/cgroup/memory/memory.stat", ("total_rss", "total_shmem"))):
+        def read(path=path, keys=keys):
+            with open(path) as f:
+                fields = dict(line.split() for line in f if len(line.split()) == 2)
+            return sum(int(fields[k]) for k in keys)
+        try:
+            read()
+        except (OSError, KeyError, ValueError):
+            continue
+        return read
+    return None
+
+
 class Memory:
     """The step's memory wall inside the sandbox. The sandbox's own limit ends the
     whole sandbox under gVisor (the runner with it, and no report), so the runner
@@ -162,16 +187,24 @@ class Memory:
     # for a few processes allocating at once.
     RATE = 2 << 30
 
-    def __init__(self, limit):
+    def __init__(self, limit, source):
         self.limit = limit
         self.budget = limit - max(48 << 20, limit // 8) if limit else 0
-        self.mounts = tmpfs_mounts()
-        self.peak = 0
+        # The best measure the sandbox offers: gVisor's /proc/meminfo is the sandbox's
+        # own; a runc container's cgroup counts a page once however many processes map
+        # it. Summing processes is the last resort: it counts copy-on-write pages again
+        # in every fork.
+        if source == "meminfo":
+            self.read = meminfo_bytes
+        else:
+            mounts = tmpfs_mounts()
+            self.read = cgroup_reader() or (lambda: private_bytes() + tmpfs_bytes(mounts))
 
     def used(self):
-        used = private_bytes() + tmpfs_bytes(self.mounts)
-        self.peak = max(self.peak, used)
-        return used
+        try:
+            return self.read()
+        except (OSError, KeyError, ValueError):
+            return 0
 
     def next_check(self, used):
         """Seconds until the next sample."""
@@ -222,12 +255,20 @@ def kill_started_since(before):
             break
 
 
+def task_cap(n):
+    """In the step's child before exec: at most `n` tasks of this user (0: no cap)."""
+    def cap():
+        if n > 0:
+            resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
+    return cap
+
+
 def run_step(command, plan, left, out, err, memory):
     """Runs one step until its output ends and it exits, the deadline passes, or it
     outgrows the memory wall. Returns (exit code, timed out, out of memory note)."""
     proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=WORK, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=step_env(plan),
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=task_cap(int(plan.get("stepProcesses", 0))))
     kills_before = oom_kills()
     before = processes() if memory.budget else set()
     deadline = time.monotonic() + left
@@ -286,7 +327,7 @@ def run_step(command, plan, left, out, err, memory):
 
 def run_steps(plan, deadline):
     per_stream = int(plan.get("maxOutput", 1 << 20))
-    memory = Memory(int(plan.get("memoryBytes", 0)))
+    memory = Memory(int(plan.get("memoryBytes", 0)), plan.get("memorySource", ""))
     left_total = TOTAL_OUTPUT
     steps = []
     for command in plan.get("steps", []):

@@ -12,6 +12,7 @@ mod grants;
 mod mcp;
 mod mcp_tour;
 mod pr_receipt;
+mod probes;
 mod python;
 mod raw;
 mod session_suite;

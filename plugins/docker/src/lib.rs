@@ -376,13 +376,14 @@ fn report_key() -> Result<String, Refusal> {
 
 /// The runner's plan: files, steps, artifacts, budget, the memory of the container
 /// it runs in (`memory_mb`: the runner keeps its steps below it, so the sandbox's
-/// own limit never ends the runner), and the report key (hex).
+/// own limit never ends the runner) and where to read its use (under gVisor,
+/// `/proc/meminfo` is the sandbox's own), and the report key (hex).
 fn plan(
     files: &[File],
     steps: &[String],
     artifacts: &[String],
     limits: &Limits,
-    memory_mb: u32,
+    (memory_mb, runtime): (u32, &str),
     key: &str,
 ) -> serde_json::Value {
     serde_json::json!({
@@ -393,10 +394,20 @@ fn plan(
         "maxOutput": or(limits.max_output_bytes, 1 << 20),
         "maxArtifactBytes": MAX_ARTIFACT_BYTES,
         "memoryBytes": u64::from(memory_mb) << 20,
+        "memorySource": if runtime == "runsc" { "meminfo" } else { "cgroup" },
+        // gVisor's ptrace platform spends host threads and memory on every guest task,
+        // so a fork bomb of some 30 to 40 tasks ends the whole sandbox (exit 2) before the
+        // container's pids limit says no. A step's tasks are capped below that.
+        "stepProcesses": if runtime == "runsc" { RUNSC_STEP_PROCESSES } else { 0 },
         "env": GUEST_ENV.iter().filter_map(|kv| kv.split_once('=')).collect::<std::collections::BTreeMap<_, _>>(),
         "reportKey": key,
     })
 }
+
+/// The most processes and threads of the guest user (RLIMIT_NPROC) while a step
+/// runs under runsc: node with worker threads and a child fits; a fork bomb stops at
+/// EAGAIN instead of ending the sandbox.
+const RUNSC_STEP_PROCESSES: u32 = 24;
 
 /// The most bytes a run's artifacts may hold together, as the original's runner allows.
 const MAX_ARTIFACT_BYTES: u32 = 8 << 20;
@@ -476,7 +487,7 @@ fn project(
     if end.is_empty() {
         return Err(RunError::Refused(refused(RefusalReason::Environment, "no randomness for the end marker")));
     }
-    let plan = plan(files, steps, artifacts, limits, or(limits.memory_mb, MEMORY_MB), key);
+    let plan = plan(files, steps, artifacts, limits, (or(limits.memory_mb, MEMORY_MB), &runtime), key);
     let work = project_work_mb(limits).map_err(RunError::Refused)?;
     // The runner may have been started ahead of this run (the host's warm pool); it
     // does nothing before its stdin, which carries this run's markers and plan.
@@ -790,8 +801,12 @@ mod tests {
     fn the_plan_tells_the_runner_the_memory_its_steps_live_in() {
         let limits =
             Limits { timeout_ms: 5_000, memory_mb: 0, cpus_milli: 0, pids: 0, disk_mb: 0, max_output_bytes: 1024 };
-        let p = plan(&[], &["true".into()], &[], &limits, 256, "00");
+        let p = plan(&[], &["true".into()], &[], &limits, (256, "runsc"), "00");
         assert_eq!(p["memoryBytes"], serde_json::json!(256u64 << 20));
+        assert_eq!(p["memorySource"], "meminfo", "gVisor's /proc/meminfo is the sandbox's own");
+        assert_eq!(p["stepProcesses"], 24, "a fork bomb under runsc stops at EAGAIN");
+        let runc = plan(&[], &[], &[], &limits, (256, "runc"), "00");
+        assert_eq!((runc["memorySource"].as_str(), runc["stepProcesses"].as_u64()), (Some("cgroup"), Some(0)));
         assert_eq!((p["timeoutMs"].as_u64(), p["maxOutput"].as_u64()), (Some(5_000), Some(1024)));
     }
 

@@ -350,7 +350,7 @@ impl GuestSession for DockerSession {
         let key = report_key().map_err(CallError::Refused)?;
         let cap = report_cap(&limits, steps.len());
         let mut request = serde_json::Map::new();
-        request.insert("plan".into(), plan(&files, &steps, &artifacts, &limits, self.memory_mb, &key));
+        request.insert("plan".into(), plan(&files, &steps, &artifacts, &limits, (self.memory_mb, &self.runtime), &key));
         request.insert("reportCap".into(), cap.into());
         let x = self.exchange("project", request, &limits, cap)?;
         self.answer(x, |stdout, _, t| {
