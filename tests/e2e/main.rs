@@ -9,6 +9,7 @@ mod daemon;
 mod docker;
 mod docker_sessions;
 mod grants;
+mod jail;
 mod mcp;
 mod mcp_tour;
 mod pr_receipt;

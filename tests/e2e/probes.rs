@@ -1,7 +1,7 @@
 //! The escape-probe matrix: one attempt per attack (`tests/fixtures/probes/escape.py`,
 //! and its JavaScript counterpart below), run as the guest at every tier this
-//! machine has (QuickJS and CPython at the process tier, runc at container, runsc at
-//! kernel). Each attempt must fail and each run must report. What stopped it is read
+//! machine has (QuickJS in the daemon and in a jailed engine worker and CPython at
+//! the process tier, runc at container, runsc at kernel). Each attempt must fail and each run must report. What stopped it is read
 //! from the run (the errno or the missing facility) and named as a wall; the table
 //! that results is SPECIFICATION.md's, checked here byte for byte
 //! (`PLIMSOLL_WRITE_PROBE_TABLE=1` writes it instead).
@@ -167,6 +167,16 @@ fn the_escape_probe_matrix_holds_on_every_tier() {
     tiers.push(("process, QuickJS", js_tier(&c, &host_file, &canary, port)));
     tiers.push(("process, CPython", python_tier(&c, "python3 -I", &host_file, &canary, port)));
     drop(wasm);
+    let jailed = Daemon::start(&[
+        ("SANDBOX_PROVIDER", "wasm"),
+        ("SANDBOX_WASM_ENGINE", "jailed"),
+        ("PLIMSOLL_CLIENTS_FILE", &clients.display().to_string()),
+        ("SANDBOX_RATE_PER_MIN", "0"),
+        ("PROBE_CANARY_SECRET", &canary),
+    ]);
+    let c = Client::new(&jailed.url(), Some(tokens[0].clone())).expect("client");
+    tiers.push(("process, QuickJS, jailed worker", js_tier(&c, &host_file, &canary, port)));
+    drop(jailed);
     for runtime in ["runc", "runsc"] {
         let Some(fx) = fixture(runtime) else { return };
         let (plugin, key) = signed_plugin(&fx, &scratch(&format!("probes-{runtime}")));
@@ -221,6 +231,8 @@ const ATTACKS: [(&str, &str); 16] = [
 /// evidence nobody has explained (a new behaviour to look at, or an escape).
 fn wall(tier: &str, attack: &str, seen: &str) -> Option<&'static str> {
     let process = tier.starts_with("process");
+    // A jailed worker runs the same engine: the same walls, behind its own.
+    let tier = if tier == "process, QuickJS, jailed worker" { "process, QuickJS" } else { tier };
     Some(match (tier, attack, seen) {
         (_, _, s) if s.starts_with("SUCCEEDED") || s.starts_with("FOUND") || s.contains("UNEXPLAINED") => return None,
         ("process, QuickJS", "memory_bomb", s) if s.ends_with("out of memory") => "the run's linear memory limit",

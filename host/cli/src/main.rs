@@ -74,6 +74,9 @@ enum Command {
     /// Grant profiles and in-sandbox clients from an OpenAPI 3.x document.
     #[command(subcommand)]
     Spec(spec::Command),
+    /// The jailed engine worker; started only by the daemon, with its socket as stdin.
+    #[command(hide = true)]
+    EngineWorker,
 }
 
 /// `plimsoll-host mcp`: the configuration comes from the environment an AI
@@ -99,6 +102,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::main(args),
         Command::Sim(cmd) => sim::main(cmd),
         Command::Spec(cmd) => spec::main(cmd),
+        Command::EngineWorker => Ok(ExitCode::from(u8::try_from(plimsoll_runtime::jail::worker::serve()).unwrap_or(1))),
     };
     match outcome {
         Ok(code) => code,

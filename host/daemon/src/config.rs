@@ -52,6 +52,16 @@ struct DaemonTable {
     cache_dir: Option<PathBuf>,
 }
 
+/// Where the wasm provider's engine runs snippets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WasmEngine {
+    /// In the daemon's own process.
+    #[default]
+    InProcess,
+    /// In jailed engine worker processes (`plimsoll_runtime::jail`).
+    Jailed,
+}
+
 /// The `[sandbox]` table.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
@@ -59,6 +69,7 @@ struct SandboxTable {
     provider: Option<String>,
     min_isolation: Option<String>,
     wasm_python: Option<PathBuf>,
+    wasm_engine: Option<String>,
     memory_mb: Option<u32>,
     cpus: Option<f64>,
     pids: Option<u32>,
@@ -307,6 +318,8 @@ pub struct Config {
     /// `SANDBOX_WASM_PYTHON`: the CPython guest component the wasm provider runs
     /// Python with (unset: the checkout's `guests/python/python.wasm` when built).
     pub wasm_python: Option<PathBuf>,
+    /// `SANDBOX_WASM_ENGINE`: where the wasm provider's engine runs snippets.
+    pub wasm_engine: WasmEngine,
     /// The docker provider's settings, when it is the provider.
     pub docker: Option<DockerConfig>,
     /// Sessions: off unless `SANDBOX_MAX_SESSIONS` is above 0.
@@ -325,7 +338,7 @@ pub const BROKER_AUTH_PREFIX: &str = "PLIMSOLL_BROKER_AUTH_";
 
 /// Every variable the daemon reads, with the file key it overrides and what it does.
 /// `serve --help` prints this table, so the usage text and the code cannot drift.
-pub const VARIABLES: [(&str, &str, &str); 41] = [
+pub const VARIABLES: [(&str, &str, &str); 42] = [
     ("PLIMSOLL_CONFIG", "", "path of plimsoll.toml"),
     ("PLIMSOLL_ADDR", "daemon.addr", "RPC listener, default :8746"),
     ("PLIMSOLL_METRICS_ADDR", "daemon.metrics-addr", "metrics listener, default 127.0.0.1:9464; off"),
@@ -351,6 +364,11 @@ pub const VARIABLES: [(&str, &str, &str); 41] = [
     ),
     ("SANDBOX_PROVIDER", "sandbox.provider", "unset = disabled (runs nothing); wasm"),
     ("SANDBOX_WASM_PYTHON", "sandbox.wasm-python", "wasm: the CPython component (guests/python/build.sh)"),
+    (
+        "SANDBOX_WASM_ENGINE",
+        "sandbox.wasm-engine",
+        "wasm: in-process (default) or jailed (snippets in engine worker processes)",
+    ),
     ("SANDBOX_MIN_ISOLATION", "sandbox.min-isolation", "vm|kernel|container|process: startup floor"),
     ("SANDBOX_MEMORY_MB", "sandbox.memory-mb", "memory per run, 0 = provider default (wasm 256)"),
     ("SANDBOX_CPUS", "sandbox.cpus", "CPUs per run (providers that enforce it)"),
@@ -615,6 +633,13 @@ impl Config {
         let memory_mb = pick.u32("SANDBOX_MEMORY_MB", s.memory_mb)?.unwrap_or(0);
         let wasm_python =
             pick.string("SANDBOX_WASM_PYTHON", s.wasm_python.map(|p| p.display().to_string())).map(PathBuf::from);
+        let wasm_engine = match pick.string("SANDBOX_WASM_ENGINE", s.wasm_engine).as_deref() {
+            None | Some("" | "in-process") => WasmEngine::InProcess,
+            Some("jailed") => WasmEngine::Jailed,
+            Some(other) => {
+                return Err(ConfigError::Value(format!("SANDBOX_WASM_ENGINE={other:?}: use in-process or jailed")));
+            }
+        };
         let cpus = match env.get("SANDBOX_CPUS").filter(|v| !v.is_empty()) {
             Some(v) => {
                 pick.explicit.push("SANDBOX_CPUS");
@@ -758,6 +783,7 @@ impl Config {
             grants_file,
             broker_plugins,
             wasm_python,
+            wasm_engine,
             docker,
             sessions,
             explicit: pick.explicit,

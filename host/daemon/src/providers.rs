@@ -5,10 +5,12 @@ use std::sync::Arc;
 use plimsoll_core::provider::{Description, Provider, Ran, RunError, Snippet};
 use plimsoll_core::wire::JavaScriptResult;
 use plimsoll_core::{Refusal, Tier};
+use plimsoll_runtime::jail::frame::Hello;
+use plimsoll_runtime::jail::{Jail, JailConfig};
 use plimsoll_runtime::plugin::{self, Capability, PluginLimits, PluginProvider, Wall};
 use plimsoll_runtime::{Engine, EngineConfig, PythonGuest, WasmConfig, WasmProvider};
 
-use crate::config::{Config, DockerConfig, ProviderKind};
+use crate::config::{Config, DockerConfig, ProviderKind, WasmEngine};
 use crate::log::Log;
 
 /// The text every run on a daemon without a provider gets.
@@ -70,7 +72,28 @@ pub fn build(config: &Config, log: Log) -> Result<Arc<dyn Provider>, BuildError>
             if config.resources.memory_mb > 0 {
                 wasm.memory_mb = config.resources.memory_mb;
             }
-            let provider = WasmProvider::new(&engine, wasm).map_err(err)?;
+            let mut provider = WasmProvider::new(&engine, wasm.clone()).map_err(err)?;
+            if config.wasm_engine == WasmEngine::Jailed {
+                let exe = std::env::current_exe()
+                    .map_err(|e| BuildError { provider: "wasm", message: format!("finding this binary: {e}") })?;
+                let hello = Hello {
+                    memory_mb: wasm.memory_mb,
+                    output_cap: wasm.output_cap as u64,
+                    cache_dir: config
+                        .cache_dir
+                        .clone()
+                        .or_else(EngineConfig::default_cache_dir)
+                        .map(|d| d.display().to_string()),
+                };
+                let workers = (config.admission.max_concurrent as usize).clamp(2, 8);
+                let jail = Jail::start(JailConfig { exe, workers, hello })
+                    .map_err(|message| BuildError { provider: "wasm", message })?;
+                log.info(
+                    "wasm snippets run in jailed engine workers",
+                    &[("workers", serde_json::json!(workers)), ("walls", serde_json::json!(jail.ready().walls))],
+                );
+                provider = provider.with_jail(jail);
+            }
             let python = plimsoll_runtime::python::component_path(config.wasm_python.as_deref())
                 .map_err(|message| BuildError { provider: "wasm", message })?;
             match python {

@@ -32,6 +32,7 @@
 #![deny(missing_docs)]
 
 pub mod engine;
+pub mod jail;
 pub mod plugin;
 pub mod python;
 pub mod sims;

@@ -26,6 +26,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::RuntimeError;
 use crate::engine::{Engine, Loaded, Readiness};
+use crate::jail::Jail;
 use crate::python::{self, LivePython, PythonGuest};
 use crate::sims::{self, Sims};
 
@@ -268,7 +269,11 @@ pub struct WasmProvider {
     python: Option<PythonGuest>,
     identity: Arc<str>,
     sims: Sims,
+    jail: Option<Arc<Jail>>,
 }
+
+/// The record's `instance` for a snippet a jailed engine worker ran.
+pub const JAILED_INSTANCE: &str = "plimsoll-engine-worker:jailed";
 
 impl std::fmt::Debug for WasmProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -276,6 +281,7 @@ impl std::fmt::Debug for WasmProvider {
             .field("config", &self.config)
             .field("loaded", &self.loaded)
             .field("python", &self.python)
+            .field("jailed", &self.jail.is_some())
             .finish()
     }
 }
@@ -315,7 +321,15 @@ impl WasmProvider {
             python: None,
             identity,
             sims,
+            jail: None,
         })
+    }
+
+    /// The same provider, running snippets without a grant in `jail`'s worker
+    /// processes instead of this one; their records say so (`instance`).
+    pub fn with_jail(mut self, jail: Arc<Jail>) -> WasmProvider {
+        self.jail = Some(jail);
+        self
     }
 
     /// The same provider, running Python too: project steps `python3 [-I] FILE
@@ -359,6 +373,11 @@ impl WasmProvider {
     /// The provider's configuration.
     pub fn config(&self) -> &WasmConfig {
         &self.config
+    }
+
+    /// The QuickJS component's identity (`quickjs-wasm:sha256:...`).
+    pub fn identity(&self) -> &str {
+        &self.identity
     }
 
     fn evidence(&self) -> Evidence {
@@ -790,6 +809,10 @@ impl Provider for WasmProvider {
                 snippet.language.as_str()
             ))
             .into());
+        }
+        if let (Some(jail), None) = (&self.jail, snippet.grant) {
+            let result = jail.run(snippet.code, snippet.timeout)?;
+            return Ok(Ran { result, evidence: Evidence { instance: JAILED_INSTANCE.into(), ..self.evidence() } });
         }
         let result = self.run_javascript_with(snippet.code, snippet.timeout, snippet.grant)?;
         Ok(Ran { result, evidence: self.evidence() })

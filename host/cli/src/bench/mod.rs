@@ -442,27 +442,32 @@ where
 }
 
 fn daemon(runs: usize, concurrency: usize, r: &mut Report) -> anyhow::Result<()> {
-    let served = serve_admitting("wasm", concurrency, &[])?;
-    let (times, wall) = rounds(&served, runs, concurrency, move |client, share| async move {
-        let opts = Options::default();
-        for _ in 0..share.min(20) {
-            client.run_javascript("6*7", &opts).await?;
-        }
-        let mut times = Vec::with_capacity(share);
-        for _ in 0..share {
-            let t = Instant::now();
-            client.run_javascript("6*7", &opts).await?;
-            times.push(t.elapsed());
-        }
-        Ok(times)
-    })?;
-    r.series.push(Series {
-        name: "plimsoll daemon Run".into(),
-        what: "one Run of 6*7 over a kept-alive loopback connection, the client's record checks included".into(),
-        times,
-        wall,
-        concurrency,
-    });
+    // The same Run against the engine in the daemon and in jailed workers, side by side.
+    for (engine, name) in [("in-process", "plimsoll daemon Run"), ("jailed", "plimsoll daemon Run, jailed engine")] {
+        let served = serve_admitting("wasm", concurrency, &[("SANDBOX_WASM_ENGINE", engine.to_string())])?;
+        let (times, wall) = rounds(&served, runs, concurrency, move |client, share| async move {
+            let opts = Options::default();
+            for _ in 0..share.min(20) {
+                client.run_javascript("6*7", &opts).await?;
+            }
+            let mut times = Vec::with_capacity(share);
+            for _ in 0..share {
+                let t = Instant::now();
+                client.run_javascript("6*7", &opts).await?;
+                times.push(t.elapsed());
+            }
+            Ok(times)
+        })?;
+        r.series.push(Series {
+            name: name.into(),
+            what: format!(
+                "one Run of 6*7 over a kept-alive loopback connection, the client's record checks included; the engine {engine}"
+            ),
+            times,
+            wall,
+            concurrency,
+        });
+    }
     r.notes.push("no daemon peer runs here: hosted sandboxes are reached over the internet".into());
     Ok(())
 }

@@ -1,5 +1,6 @@
 //! The `plimsoll-host` binary, driven as a user drives it.
 
+mod jail;
 mod record;
 mod run;
 mod sim_report;

@@ -1,0 +1,214 @@
+//! The worker's walls: what the daemon does between fork and exec, and what the
+//! worker does to itself once its engine is loaded.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::io;
+use std::path::Path;
+
+use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
+
+/// The user the worker is inside its own user namespace: not root there either.
+const INNER_ID: u32 = 1000;
+
+/// What the daemon prepares before forking a worker, so the child does nothing but
+/// system calls between fork and exec (no allocation there).
+#[derive(Debug)]
+pub struct Confinement {
+    setgroups: CString,
+    uid_map: CString,
+    gid_map: CString,
+    uid_line: Vec<u8>,
+    gid_line: Vec<u8>,
+}
+
+impl Default for Confinement {
+    fn default() -> Confinement {
+        // SAFETY: getuid and getgid cannot fail and touch no memory.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        Confinement {
+            setgroups: CString::from(c"/proc/self/setgroups"),
+            uid_map: CString::from(c"/proc/self/uid_map"),
+            gid_map: CString::from(c"/proc/self/gid_map"),
+            uid_line: format!("{INNER_ID} {uid} 1\n").into_bytes(),
+            gid_line: format!("{INNER_ID} {gid} 1\n").into_bytes(),
+        }
+    }
+}
+
+/// Writes `bytes` to the file at `path`; only system calls.
+fn write_file(path: &CString, bytes: &[u8]) -> io::Result<()> {
+    // SAFETY: `path` is a valid C string; the descriptor is closed before returning.
+    let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `bytes` is valid for its length; `fd` is ours.
+    let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+    let err = io::Error::last_os_error();
+    // SAFETY: `fd` is ours to close.
+    unsafe { libc::close(fd) };
+    if n < 0 { Err(err) } else { Ok(()) }
+}
+
+impl Confinement {
+    /// Runs in the child between fork and exec: no new privileges, then new user,
+    /// mount, network, IPC and UTS namespaces with the daemon's user mapped to an
+    /// unprivileged inner one. Where the machine refuses a user namespace, the other
+    /// namespaces alone (they need the daemon's privilege), else none: the worker
+    /// reports which it got.
+    ///
+    /// # Errors
+    ///
+    /// `prctl` failed: the worker does not start.
+    pub fn in_child(&self) -> io::Result<()> {
+        // SAFETY: prctl with these arguments touches no memory.
+        if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // Every descriptor past stderr closes at exec, whoever opened it without
+        // close-on-exec (a jobserver pipe, a caller's leftovers). Linux 5.11 and later;
+        // older kernels keep what std already marked.
+        // SAFETY: close_range takes plain integers and touches no memory.
+        let _ = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, libc::CLOSE_RANGE_CLOEXEC) };
+        let others = libc::CLONE_NEWNS | libc::CLONE_NEWNET | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
+        // SAFETY: unshare touches no memory; the child is single-threaded here.
+        if unsafe { libc::unshare(libc::CLONE_NEWUSER | others) } == 0 {
+            write_file(&self.setgroups, b"deny")?;
+            write_file(&self.uid_map, &self.uid_line)?;
+            write_file(&self.gid_map, &self.gid_line)?;
+            return Ok(());
+        }
+        // SAFETY: as above.
+        let _ = unsafe { libc::unshare(others) };
+        Ok(())
+    }
+}
+
+/// The namespaces this process is in that its parent's are not, as the worker
+/// sees them: a user namespace maps a single id; a network namespace has only `lo`.
+pub fn namespaces_seen() -> Vec<String> {
+    let mut walls = Vec::new();
+    let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+    let fields: Vec<&str> = map.split_whitespace().collect();
+    if fields.len() == 3 && fields[0] == INNER_ID.to_string() && fields[2] == "1" {
+        walls.push(format!("its own user namespace (uid {INNER_ID} inside, no capability outside)"));
+    }
+    let dev = std::fs::read_to_string("/proc/self/net/dev").unwrap_or_default();
+    let interfaces: Vec<&str> = dev.lines().skip(2).filter_map(|l| l.split(':').next()).map(str::trim).collect();
+    if interfaces == ["lo"] {
+        walls.push("its own network namespace (no interface but a down loopback)".into());
+    }
+    walls
+}
+
+/// Denies this thread and every thread it starts the whole file system but
+/// `cache`, read-only. Returns whether the kernel enforces it.
+///
+/// # Errors
+///
+/// The ruleset could not be built or applied.
+pub fn landlock(cache: Option<&Path>) -> Result<bool, String> {
+    use landlock::{
+        ABI, Access, AccessFs, PathBeneath, PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus,
+    };
+    let abi = ABI::V2;
+    let mut ruleset = Ruleset::default()
+        .handle_access(AccessFs::from_all(abi))
+        .and_then(|r| r.create())
+        .map_err(|e| format!("landlock: {e}"))?;
+    if let Some(dir) = cache.filter(|d| d.is_dir()) {
+        let fd = PathFd::new(dir).map_err(|e| format!("landlock: {}: {e}", dir.display()))?;
+        ruleset =
+            ruleset.add_rule(PathBeneath::new(fd, AccessFs::from_read(abi))).map_err(|e| format!("landlock: {e}"))?;
+    }
+    let status = ruleset.restrict_self().map_err(|e| format!("landlock: {e}"))?;
+    Ok(status.ruleset != RulesetStatus::NotEnforced)
+}
+
+/// The system calls a loaded engine makes while it serves runs: memory, threads'
+/// futexes, the deadline's clock and signals, the socket, and exiting. Anything
+/// else (open, exec, socket, ptrace, mount, ...) kills the worker.
+const ALLOWED: &[i64] = &[
+    libc::SYS_read,
+    libc::SYS_write,
+    libc::SYS_readv,
+    libc::SYS_writev,
+    libc::SYS_recvfrom,
+    libc::SYS_sendto,
+    libc::SYS_recvmsg,
+    libc::SYS_sendmsg,
+    libc::SYS_close,
+    libc::SYS_mmap,
+    libc::SYS_munmap,
+    libc::SYS_mprotect,
+    libc::SYS_madvise,
+    libc::SYS_mremap,
+    libc::SYS_brk,
+    libc::SYS_futex,
+    libc::SYS_clock_gettime,
+    libc::SYS_clock_nanosleep,
+    libc::SYS_nanosleep,
+    libc::SYS_sched_yield,
+    libc::SYS_sched_getaffinity,
+    libc::SYS_rt_sigaction,
+    libc::SYS_rt_sigprocmask,
+    libc::SYS_rt_sigreturn,
+    libc::SYS_sigaltstack,
+    libc::SYS_getpid,
+    libc::SYS_gettid,
+    libc::SYS_tgkill,
+    libc::SYS_getrandom,
+    libc::SYS_membarrier,
+    libc::SYS_exit,
+    libc::SYS_exit_group,
+];
+
+/// Installs the filter of [`ALLOWED`] on every thread of the process.
+///
+/// # Errors
+///
+/// The filter could not be built or installed.
+pub fn seccomp() -> Result<(), String> {
+    let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> = ALLOWED.iter().map(|n| (*n, Vec::new())).collect();
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| format!("seccomp: {e}"))?;
+    let filter = SeccompFilter::new(rules, SeccompAction::KillProcess, SeccompAction::Allow, arch)
+        .map_err(|e| format!("seccomp: {e}"))?;
+    let program: BpfProgram = filter.try_into().map_err(|e: seccompiler::BackendError| format!("seccomp: {e}"))?;
+    seccompiler::apply_filter_all_threads(&program).map_err(|e| format!("seccomp: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::process::ExitStatusExt as _;
+
+    /// Set in the copy of this test binary that installs the filter.
+    const CHILD: &str = "PLIMSOLL_SECCOMP_TEST_CHILD";
+
+    #[test]
+    fn a_system_call_outside_the_list_kills_the_process() {
+        if std::env::var_os(CHILD).is_some() {
+            super::seccomp().expect("installed");
+            // Allowed: memory and the clock.
+            let v: Vec<u8> = vec![1; 1 << 20];
+            let _ = std::time::Instant::now();
+            assert_eq!(v.len(), 1 << 20);
+            // Not allowed: opening a file. The process dies here.
+            let _ = std::fs::File::open("/etc/hostname");
+            std::process::exit(0);
+        }
+        let exe = std::env::current_exe().expect("this test binary");
+        let out = std::process::Command::new(exe)
+            .args(["--exact", "jail::confine::tests::a_system_call_outside_the_list_kills_the_process", "--nocapture"])
+            .env(CHILD, "1")
+            .output()
+            .expect("the child");
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGSYS),
+            "{:?} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
