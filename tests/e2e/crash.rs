@@ -12,22 +12,23 @@ use plimsoll_client::{Client, Options, SessionOptions};
 use super::docker::{TOKEN, docker_env, fixture, signed_plugin, start};
 use super::{host, scratch};
 
-/// IDs of the containers, running or not, that daemon process `pid` made.
-fn made_by(pid: u32) -> Vec<String> {
+/// IDs of the containers daemon process `pid` made: the running ones, or (`all`)
+/// every one, stopped or not.
+fn containers(pid: u32, all: bool) -> Vec<String> {
     let o = Command::new("docker")
-        .args(["ps", "-aq", "--no-trunc", "--filter", &format!("label=dev.plimsoll.owner=plimsoll-host-{pid}")])
+        .args(["ps", if all { "-aq" } else { "-q" }, "--no-trunc"])
+        .args(["--filter", &format!("label=dev.plimsoll.owner=plimsoll-host-{pid}")])
         .output()
         .expect("docker ps");
     String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_string).collect()
 }
 
-/// IDs of the running containers daemon process `pid` made.
+fn made_by(pid: u32) -> Vec<String> {
+    containers(pid, true)
+}
+
 fn running(pid: u32) -> Vec<String> {
-    let o = Command::new("docker")
-        .args(["ps", "-q", "--no-trunc", "--filter", &format!("label=dev.plimsoll.owner=plimsoll-host-{pid}")])
-        .output()
-        .expect("docker ps");
-    String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_string).collect()
+    containers(pid, false)
 }
 
 /// Waits until `pid` runs at least `n` containers.

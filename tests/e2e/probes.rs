@@ -157,23 +157,22 @@ fn the_escape_probe_matrix_holds_on_every_tier() {
 
     let mut tiers: Vec<(&str, Seen)> = Vec::new();
     let (clients, tokens) = callers(&dir, &["prober"]);
-    let wasm = Daemon::start(&[
-        ("SANDBOX_PROVIDER", "wasm"),
-        ("PLIMSOLL_CLIENTS_FILE", &clients.display().to_string()),
-        ("SANDBOX_RATE_PER_MIN", "0"),
-        ("PROBE_CANARY_SECRET", &canary),
-    ]);
+    // A wasm daemon with its engine `engine` (in-process or jailed), holding the canary.
+    let wasm_daemon = |engine: &str| {
+        Daemon::start(&[
+            ("SANDBOX_PROVIDER", "wasm"),
+            ("SANDBOX_WASM_ENGINE", engine),
+            ("PLIMSOLL_CLIENTS_FILE", &clients.display().to_string()),
+            ("SANDBOX_RATE_PER_MIN", "0"),
+            ("PROBE_CANARY_SECRET", &canary),
+        ])
+    };
+    let wasm = wasm_daemon("in-process");
     let c = Client::new(&wasm.url(), Some(tokens[0].clone())).expect("client");
     tiers.push(("process, QuickJS", js_tier(&c, &host_file, &canary, port)));
     tiers.push(("process, CPython", python_tier(&c, "python3 -I", &host_file, &canary, port)));
     drop(wasm);
-    let jailed = Daemon::start(&[
-        ("SANDBOX_PROVIDER", "wasm"),
-        ("SANDBOX_WASM_ENGINE", "jailed"),
-        ("PLIMSOLL_CLIENTS_FILE", &clients.display().to_string()),
-        ("SANDBOX_RATE_PER_MIN", "0"),
-        ("PROBE_CANARY_SECRET", &canary),
-    ]);
+    let jailed = wasm_daemon("jailed");
     let c = Client::new(&jailed.url(), Some(tokens[0].clone())).expect("client");
     tiers.push(("process, QuickJS, jailed worker", js_tier(&c, &host_file, &canary, port)));
     drop(jailed);
