@@ -179,9 +179,9 @@ def cgroup_reader():
 class Memory:
     """The step's memory wall inside the sandbox. The sandbox's own limit ends the
     whole sandbox under gVisor (the runner with it, and no report), so the runner
-    keeps every process's private memory and the tmpfs files below that limit less a
-    reserve (the sandbox kernel, the runner, and growth between two samples), and
-    ends the step itself first. Samples come faster as the headroom shrinks."""
+    keeps the sandbox's memory in use below that limit less a reserve (the sandbox
+    kernel and growth between two samples), and ends the step itself first. Samples
+    come faster as the headroom shrinks."""
 
     # The fastest growth to expect between samples (bytes per second) under gVisor,
     # for a few processes allocating at once.
@@ -266,11 +266,12 @@ def task_cap(n):
 def run_step(command, plan, left, out, err, memory):
     """Runs one step until its output ends and it exits, the deadline passes, or it
     outgrows the memory wall. Returns (exit code, timed out, out of memory note)."""
+    kills_before = oom_kills()
+    # Taken before the step starts: everything it starts is not in it.
+    before = processes() if memory.budget else set()
     proc = subprocess.Popen(["/bin/sh", "-c", command], cwd=WORK, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=step_env(plan),
                             start_new_session=True, preexec_fn=task_cap(int(plan.get("stepProcesses", 0))))
-    kills_before = oom_kills()
-    before = processes() if memory.budget else set()
     deadline = time.monotonic() + left
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ, out)

@@ -131,3 +131,24 @@ fn a_worker_that_crashes_hangs_or_answers_garbage_is_replaced_and_its_run_may_ha
     assert!(err.starts_with("an engine worker did not start: not a frame of the protocol: "), "{err}");
     std::fs::remove_dir_all(&dir).expect("clean");
 }
+
+#[test]
+fn a_run_that_finds_every_worker_busy_past_its_budget_is_shed_not_queued() {
+    let dir = std::env::temp_dir().join(format!("plimsoll-jail-busy-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let exe = fake(&dir, "slow", &format!("{READY}\nread()\ntime.sleep(60)"));
+    let jail = Jail::start(config(exe, 1)).expect("ready");
+    let busy = std::thread::spawn({
+        let jail = std::sync::Arc::clone(&jail);
+        move || jail.run("1", Duration::from_millis(1500))
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let err = jail.run("2", Duration::from_millis(200)).expect_err("shed");
+    let RunError::Refused(r) = &err else { panic!("{err:?}") };
+    assert_eq!(
+        (r.reason, r.message.as_str()),
+        (plimsoll_core::Reason::Capacity, "all 1 engine workers are busy; retry shortly")
+    );
+    assert!(matches!(busy.join().expect("join"), Err(RunError::MayHaveRun(_))));
+    std::fs::remove_dir_all(&dir).expect("clean");
+}

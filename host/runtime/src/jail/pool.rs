@@ -92,7 +92,7 @@ impl Jail {
     ///
     /// Refused as the worker refused it, or [`RunError::MayHaveRun`].
     pub fn run(&self, code: &str, timeout: Duration) -> Result<JavaScriptResult, RunError> {
-        let mut worker = self.take()?;
+        let mut worker = self.take(timeout)?;
         let outcome = exchange(&mut worker, code, timeout);
         match outcome {
             Ok(answer) => {
@@ -114,7 +114,10 @@ impl Jail {
         }
     }
 
-    fn take(&self) -> Result<Worker, RunError> {
+    /// An idle worker, waiting for one at most `patience`; past it the run is shed
+    /// (`capacity`), never queued longer than its own budget.
+    fn take(&self, patience: Duration) -> Result<Worker, RunError> {
+        let until = std::time::Instant::now() + patience;
         let mut guard = self.idle.lock().map_err(|_| environment("the worker pool is poisoned"))?;
         loop {
             if let Some(w) = guard.0.pop() {
@@ -123,7 +126,16 @@ impl Jail {
             if guard.1 == 0 {
                 return Err(environment("no engine worker could be started; see the daemon's log").into());
             }
-            guard = self.freed.wait(guard).map_err(|_| environment("the worker pool is poisoned"))?;
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                let all = guard.1;
+                return Err(Refusal::new(
+                    Reason::Capacity,
+                    format!("all {all} engine workers are busy; retry shortly"),
+                )
+                .into());
+            }
+            guard = self.freed.wait_timeout(guard, left).map_err(|_| environment("the worker pool is poisoned"))?.0;
         }
     }
 
