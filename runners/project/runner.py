@@ -153,10 +153,13 @@ def oom_kills():
 
 
 def meminfo_bytes():
-    """The sandbox's own memory in use, where /proc/meminfo is the sandbox's (gVisor)."""
+    """The sandbox's anonymous memory, where /proc/meminfo is the sandbox's own
+    (gVisor). File pages are left out, as the sandbox gives them back (a C compile
+    maps some 220 MiB of LLVM and lives), and so are the tmpfs files, which their own
+    size limits bound (a disk filler meets ENOSPC)."""
     with open("/proc/meminfo") as f:
         fields = {line.split(":")[0]: int(line.split()[1]) for line in f if line.count(":") == 1}
-    return (fields["MemTotal"] - fields["MemFree"]) * 1024
+    return fields["AnonPages"] * 1024
 
 
 def cgroup_reader():
@@ -189,7 +192,10 @@ class Memory:
 
     def __init__(self, limit, source):
         self.limit = limit
-        self.budget = limit - max(48 << 20, limit // 8) if limit else 0
+        # The reserve: growth between two samples, and what the measure leaves out
+        # (the sandbox's kernel, file pages not yet given back).
+        reserve = max(48 << 20, limit // 8)
+        self.budget = limit - reserve if limit else 0
         # The best measure the sandbox offers: gVisor's /proc/meminfo is the sandbox's
         # own; a runc container's cgroup counts a page once however many processes map
         # it. Summing processes is the last resort: it counts copy-on-write pages again

@@ -286,6 +286,14 @@ fn suite(d: &Daemon, runtime: &str) {
     for step in ["python3 mem.py", "for i in 1 2 3; do setsid python3 mem.py & done; wait"] {
         let r = rt.block_on(client.run_project(&[("mem.py", mem)], &[step, "echo after"], &[], &opts(30_000)));
         let p = r.expect("memory bomb reports").project.expect("project");
+        // Under runsc several processes allocating at once can outrun the wall: each
+        // costs gVisor host memory that the sandbox's own measure does not show. Then
+        // the sandbox itself ends, and the run says so (SPECIFICATION 75).
+        if runtime == "runsc" && step.starts_with("for") && p.steps.is_empty() {
+            assert_eq!(p.outcome, ProjectOutcome::ProtocolError, "{}", p.outcome_detail);
+            assert!(p.outcome_detail.contains("after running out of memory"), "{}", p.outcome_detail);
+            continue;
+        }
         assert_eq!(p.outcome, ProjectOutcome::Completed, "{runtime}: {step}: {}", p.outcome_detail);
         assert_eq!(p.steps.len(), 1, "{runtime}: {step}: the run stops at the failed step");
         let err = text(&p.steps[0].stderr);
