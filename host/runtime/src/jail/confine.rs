@@ -2,7 +2,7 @@
 //! worker does to itself once its engine is loaded.
 
 use std::collections::BTreeMap;
-use std::ffi::CString;
+use std::ffi::CStr;
 use std::io;
 use std::path::Path;
 
@@ -12,12 +12,9 @@ use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
 const INNER_ID: u32 = 1000;
 
 /// What the daemon prepares before forking a worker, so the child does nothing but
-/// system calls between fork and exec (no allocation there).
+/// system calls between fork and exec (no allocation there): the id map lines.
 #[derive(Debug)]
 pub struct Confinement {
-    setgroups: CString,
-    uid_map: CString,
-    gid_map: CString,
     uid_line: Vec<u8>,
     gid_line: Vec<u8>,
 }
@@ -27,9 +24,6 @@ impl Default for Confinement {
         // SAFETY: getuid and getgid cannot fail and touch no memory.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         Confinement {
-            setgroups: CString::from(c"/proc/self/setgroups"),
-            uid_map: CString::from(c"/proc/self/uid_map"),
-            gid_map: CString::from(c"/proc/self/gid_map"),
             uid_line: format!("{INNER_ID} {uid} 1\n").into_bytes(),
             gid_line: format!("{INNER_ID} {gid} 1\n").into_bytes(),
         }
@@ -37,7 +31,7 @@ impl Default for Confinement {
 }
 
 /// Writes `bytes` to the file at `path`; only system calls.
-fn write_file(path: &CString, bytes: &[u8]) -> io::Result<()> {
+fn write_file(path: &CStr, bytes: &[u8]) -> io::Result<()> {
     // SAFETY: `path` is a valid C string; the descriptor is closed before returning.
     let fd = unsafe { libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
     if fd < 0 {
@@ -74,9 +68,9 @@ impl Confinement {
         let others = libc::CLONE_NEWNS | libc::CLONE_NEWNET | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
         // SAFETY: unshare touches no memory; the child is single-threaded here.
         if unsafe { libc::unshare(libc::CLONE_NEWUSER | others) } == 0 {
-            write_file(&self.setgroups, b"deny")?;
-            write_file(&self.uid_map, &self.uid_line)?;
-            write_file(&self.gid_map, &self.gid_line)?;
+            write_file(c"/proc/self/setgroups", b"deny")?;
+            write_file(c"/proc/self/uid_map", &self.uid_line)?;
+            write_file(c"/proc/self/gid_map", &self.gid_line)?;
             return Ok(());
         }
         // SAFETY: as above.

@@ -7,10 +7,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use plimsoll_core::Reason;
 use plimsoll_core::provider::RunError;
 use plimsoll_core::wire::JavaScriptResult;
-use plimsoll_core::{Refusal, refusal};
+use plimsoll_core::{Reason, Refusal};
 
 use super::confine::Confinement;
 use super::frame::{self, Answer, Hello, Ready, Run};
@@ -63,15 +62,12 @@ impl Jail {
     ///
     /// A worker did not start or said something else: the text names why.
     pub fn start(config: JailConfig) -> Result<Arc<Jail>, String> {
-        let mut idle = Vec::new();
-        let mut ready = None;
-        for _ in 0..config.workers.max(1) {
-            let (worker, said) = spawn(&config)?;
-            ready.get_or_insert(said);
-            idle.push(worker);
+        let (first, ready) = spawn(&config)?;
+        let mut idle = vec![first];
+        for _ in 1..config.workers {
+            idle.push(spawn(&config)?.0);
         }
         let count = idle.len();
-        let ready = ready.ok_or("no worker started")?;
         Ok(Arc::new(Jail { config, idle: Mutex::new((idle, count)), freed: Condvar::new(), ready }))
     }
 
@@ -173,7 +169,7 @@ impl Drop for Jail {
 }
 
 fn environment(message: &str) -> Refusal {
-    Refusal::new(refusal::Reason::Environment, message)
+    Refusal::new(Reason::Environment, message)
 }
 
 /// Sends one run and reads its answer within the budget and the grace.
