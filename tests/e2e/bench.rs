@@ -57,8 +57,19 @@ fn bench_wasm_measures_ours_and_quickjs_emscripten_side_by_side() {
 #[test]
 fn bench_daemon_and_session_run_against_a_real_daemon_and_jupyter() {
     let v = bench(&["daemon", "--runs", "20", "--concurrency", "2"], &[]);
-    assert_eq!(names(&v), ["plimsoll daemon Run", "plimsoll daemon Run, jailed engine"]);
+    assert_eq!(
+        names(&v),
+        [
+            "plimsoll daemon Run",
+            "plimsoll daemon session cell",
+            "plimsoll daemon session open, cell, close",
+            "plimsoll daemon Run, jailed engine",
+            "plimsoll daemon session cell, jailed engine",
+            "plimsoll daemon session open, cell, close, jailed engine",
+        ]
+    );
     assert_eq!(v["series"][0]["runs"], 20);
+    assert_eq!(v["series"][2]["runs"], 2, "a tenth as many sessions, at least one per caller");
     let v = bench(&["session", "--runs", "20"], &[]);
     assert_eq!(v["series"][0]["name"], "plimsoll session cell");
     assert!(v["series"][0]["what"].as_str().is_some_and(|w| w.starts_with("python ")), "{v}");

@@ -1,11 +1,12 @@
-//! The wasm provider with `SANDBOX_WASM_ENGINE=jailed`: snippets run in jailed
-//! engine worker processes, their records say so, a worker killed mid-run makes
-//! that run "may have run" and is replaced, and the daemon keeps serving.
+//! The wasm provider's engine in jailed worker processes, the default: snippets,
+//! projects and sessions run there, Describe and the records say so, a worker
+//! killed mid-run makes that run "may have run" and is replaced, and the daemon
+//! keeps serving. `SANDBOX_WASM_ENGINE=in-process` is the explicit opt-out.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use plimsoll_client::{Client, Options};
+use plimsoll_client::{Client, Options, SessionOptions};
 
 use super::wasm_daemon;
 
@@ -17,14 +18,14 @@ fn workers(pid: u32) -> Vec<u32> {
 
 #[test]
 fn jailed_snippets_run_in_worker_processes_and_a_killed_worker_is_replaced() {
-    let (d, token) =
-        wasm_daemon("jail", "jailer", &[("SANDBOX_WASM_ENGINE", "jailed"), ("SANDBOX_MAX_CONCURRENT", "2")]);
-    let said = d.log().into_iter().find(|l| l.contains("jailed engine workers")).expect("the daemon says so");
+    let (d, token) = wasm_daemon("jail", "jailer", &[("SANDBOX_MAX_CONCURRENT", "2")]);
+    let said = d.log().into_iter().find(|l| l.contains("engine runs in jailed workers")).expect("the daemon says so");
     for wall in ["landlock", "seccomp", "user namespace", "network namespace"] {
         assert!(said.contains(wall), "{wall}: {said}");
     }
     let c = Client::new(&d.url(), Some(token)).expect("client");
     let rt = super::rt();
+    assert_eq!(rt.block_on(c.describe()).expect("describe").engine, "jailed", "the default");
     let opts = Options { timeout_ms: 20_000, ..Options::default() };
     let r = rt.block_on(c.run_javascript("console.log(6 * 7)", &opts)).expect("a jailed run");
     assert_eq!(r.javascript.as_ref().expect("js").stdout, b"42\n");
@@ -70,4 +71,38 @@ fn jailed_snippets_run_in_worker_processes_and_a_killed_worker_is_replaced() {
     let after = workers(d.pid());
     assert_eq!(after.len(), 2, "the pool is whole again: {after:?}");
     assert!(!after.contains(&busy));
+}
+
+#[test]
+fn sessions_and_python_run_in_the_jail_and_in_process_is_an_explicit_opt_out() {
+    let (d, token) = wasm_daemon("jail-sessions", "jailer", &[("SANDBOX_MAX_SESSIONS", "4")]);
+    let c = Client::new(&d.url(), Some(token)).expect("client");
+    let rt = super::rt();
+    let pool = workers(d.pid());
+    let session = rt.block_on(c.open_session(&SessionOptions::default())).expect("a session");
+    let cell = |lang: &str, code: &str| rt.block_on(session.run_cell(lang, code, &[], &Options::default()));
+    let a = cell("javascript", "globalThis.seen = 41").expect("a cell");
+    assert_eq!(a.record.as_ref().expect("record").instance, "plimsoll-engine-worker:jailed");
+    let b = cell("javascript", "console.log(seen + 1)").expect("a cell");
+    assert_eq!(b.cell.as_ref().expect("cell").stdout, b"42\n");
+    let p = cell("python", "print(6 * 7)").expect("a python cell");
+    assert_eq!(p.cell.as_ref().expect("cell").stdout, b"42\n");
+    assert_eq!(p.record.as_ref().expect("record").instance, "plimsoll-engine-worker:jailed");
+    // The session holds a worker of its own beside the pool's, until it closes.
+    let during = workers(d.pid());
+    assert_eq!(during.len(), pool.len() + 1, "{pool:?} -> {during:?}");
+    rt.block_on(session.close()).expect("closed");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while workers(d.pid()).len() != pool.len() {
+        assert!(Instant::now() < deadline, "the session's worker outlived it: {:?}", workers(d.pid()));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // Opting out runs the engine in the daemon: no workers, and Describe says so.
+    let (d, token) = wasm_daemon("jail-off", "jailer", &[("SANDBOX_WASM_ENGINE", "in-process")]);
+    let c = Client::new(&d.url(), Some(token)).expect("client");
+    assert_eq!(rt.block_on(c.describe()).expect("describe").engine, "in-process");
+    assert!(workers(d.pid()).is_empty());
+    let r = rt.block_on(c.run_javascript("console.log(1)", &Options::default())).expect("a run");
+    assert_eq!(r.record.expect("record").instance, "");
 }

@@ -317,6 +317,13 @@ pub trait Provider: Send + Sync {
     /// A refusal saying what is not ready.
     fn preflight(&self) -> Result<(), Refusal>;
 
+    /// Where an in-host engine runs guests, for a provider that has one (`jailed`:
+    /// confined worker processes; `in-process`: the daemon's own); `Describe`
+    /// states it.
+    fn engine_mode(&self) -> Option<&'static str> {
+        None
+    }
+
     /// Runs a snippet in a fresh sandbox.
     ///
     /// # Errors

@@ -52,14 +52,24 @@ struct DaemonTable {
     cache_dir: Option<PathBuf>,
 }
 
-/// Where the wasm provider's engine runs snippets.
+/// Where the wasm provider's engine runs guests.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum WasmEngine {
-    /// In the daemon's own process.
-    #[default]
+    /// In the daemon's own process (an explicit opt-out).
     InProcess,
-    /// In jailed engine worker processes (`plimsoll_runtime::jail`).
+    /// In jailed engine worker processes (`plimsoll_runtime::jail`), the default.
+    #[default]
     Jailed,
+}
+
+impl WasmEngine {
+    /// The setting's value, as `Describe` states it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WasmEngine::InProcess => "in-process",
+            WasmEngine::Jailed => "jailed",
+        }
+    }
 }
 
 /// The `[sandbox]` table.
@@ -318,7 +328,7 @@ pub struct Config {
     /// `SANDBOX_WASM_PYTHON`: the CPython guest component the wasm provider runs
     /// Python with (unset: the checkout's `guests/python/python.wasm` when built).
     pub wasm_python: Option<PathBuf>,
-    /// `SANDBOX_WASM_ENGINE`: where the wasm provider's engine runs snippets.
+    /// `SANDBOX_WASM_ENGINE`: where the wasm provider's engine runs guests.
     pub wasm_engine: WasmEngine,
     /// The docker provider's settings, when it is the provider.
     pub docker: Option<DockerConfig>,
@@ -367,7 +377,7 @@ pub const VARIABLES: [(&str, &str, &str); 42] = [
     (
         "SANDBOX_WASM_ENGINE",
         "sandbox.wasm-engine",
-        "wasm: in-process (default) or jailed (snippets in engine worker processes)",
+        "wasm: jailed (default: the engine in confined worker processes) or in-process (opt-out)",
     ),
     ("SANDBOX_MIN_ISOLATION", "sandbox.min-isolation", "vm|kernel|container|process: startup floor"),
     ("SANDBOX_MEMORY_MB", "sandbox.memory-mb", "memory per run, 0 = provider default (wasm 256)"),
@@ -634,8 +644,8 @@ impl Config {
         let wasm_python =
             pick.string("SANDBOX_WASM_PYTHON", s.wasm_python.map(|p| p.display().to_string())).map(PathBuf::from);
         let wasm_engine = match pick.string("SANDBOX_WASM_ENGINE", s.wasm_engine).as_deref() {
-            None | Some("" | "in-process") => WasmEngine::InProcess,
-            Some("jailed") => WasmEngine::Jailed,
+            Some("in-process") => WasmEngine::InProcess,
+            None | Some("" | "jailed") => WasmEngine::Jailed,
             Some(other) => {
                 return Err(ConfigError::Value(format!("SANDBOX_WASM_ENGINE={other:?}: use in-process or jailed")));
             }

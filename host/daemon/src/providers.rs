@@ -73,42 +73,49 @@ pub fn build(config: &Config, log: Log) -> Result<Arc<dyn Provider>, BuildError>
                 wasm.memory_mb = config.resources.memory_mb;
             }
             let mut provider = WasmProvider::new(&engine, wasm.clone()).map_err(err)?;
+            let python = plimsoll_runtime::python::component_path(config.wasm_python.as_deref())
+                .map_err(|message| BuildError { provider: "wasm", message })?;
+            if let Some(path) = &python {
+                provider = provider.with_python(PythonGuest::from_file(&engine, path).map_err(err)?);
+            }
             if config.wasm_engine == WasmEngine::Jailed {
-                let exe = std::env::current_exe()
-                    .map_err(|e| BuildError { provider: "wasm", message: format!("finding this binary: {e}") })?;
-                let hello = Hello {
-                    memory_mb: wasm.memory_mb,
-                    output_cap: wasm.output_cap as u64,
-                    cache_dir: config
-                        .cache_dir
-                        .clone()
-                        .or_else(EngineConfig::default_cache_dir)
-                        .map(|d| d.display().to_string()),
-                };
-                let workers = (config.admission.max_concurrent as usize).clamp(2, 8);
-                let jail = Jail::start(JailConfig { exe, workers, hello })
-                    .map_err(|message| BuildError { provider: "wasm", message })?;
+                // The daemon loads every component first, so the workers find them
+                // precompiled in the cache they may read (and cannot write).
+                provider.sims().library().preload().map_err(|message| BuildError { provider: "wasm", message })?;
+                let jail = start_jail(config, &wasm, python.as_deref())?;
                 log.info(
-                    "wasm snippets run in jailed engine workers",
-                    &[("workers", serde_json::json!(workers)), ("walls", serde_json::json!(jail.ready().walls))],
+                    "the wasm provider's engine runs in jailed workers",
+                    &[("workers", serde_json::json!(jail.workers())), ("walls", serde_json::json!(jail.ready().walls))],
                 );
                 provider = provider.with_jail(jail);
             }
-            let python = plimsoll_runtime::python::component_path(config.wasm_python.as_deref())
-                .map_err(|message| BuildError { provider: "wasm", message })?;
-            match python {
-                Some(path) => {
-                    let guest = PythonGuest::from_file(&engine, &path).map_err(err)?;
-                    Ok(Arc::new(provider.with_python(guest)))
-                }
-                None => Ok(Arc::new(provider)),
-            }
+            Ok(Arc::new(provider))
         }
         ProviderKind::Docker => {
             let docker = config.docker.as_ref().ok_or_else(|| docker_err("no docker settings".into()))?;
             Ok(Arc::new(docker_provider(config, docker, log)?))
         }
     }
+}
+
+/// Starts the engine workers of a jailed wasm provider.
+fn start_jail(config: &Config, wasm: &WasmConfig, python: Option<&std::path::Path>) -> Result<Arc<Jail>, BuildError> {
+    let fail = |message: String| BuildError {
+        provider: "wasm",
+        message: format!(
+            "{message}; the engine's jailed workers are the default: to run the engine in the daemon's own \
+             process instead, set SANDBOX_WASM_ENGINE=in-process"
+        ),
+    };
+    let exe = std::env::current_exe().map_err(|e| fail(format!("finding this binary: {e}")))?;
+    let hello = Hello {
+        memory_mb: wasm.memory_mb,
+        output_cap: wasm.output_cap as u64,
+        cache_dir: config.cache_dir.clone().or_else(EngineConfig::default_cache_dir).map(|d| d.display().to_string()),
+        python: python.map(|p| p.display().to_string()),
+    };
+    let workers = (config.admission.max_concurrent as usize).clamp(2, 8);
+    Jail::start(JailConfig { exe, workers, hello }).map_err(fail)
 }
 
 fn docker_err(message: String) -> BuildError {

@@ -299,6 +299,7 @@ impl Daemon {
             module_environment: d.module.as_ref().map(|k| k.environment()),
             resources: Some(RunResources { memory_mb: d.memory_mb, ..RunResources::default() }),
             policy: d.policy.clone(),
+            engine: self.provider.engine_mode().unwrap_or_default().to_string(),
             ..DescribeResponse::default()
         };
         let mut resp = resp;

@@ -41,7 +41,7 @@ pub mod wasm;
 
 pub use engine::{Engine, EngineConfig, Readiness};
 pub use python::PythonGuest;
-pub use wasm::{WasmConfig, WasmProvider};
+pub use wasm::{JAILED_INSTANCE, WasmConfig, WasmProvider};
 
 /// Why the runtime could not be set up.
 #[derive(Debug, thiserror::Error)]

@@ -14,8 +14,9 @@ use plimsoll_core::provider::{
     self, Description, Evidence, Grant, GrantSupport, HostApi, KindSupport, Provider, Ran, RunError, SessionReach,
     Snippet,
 };
-use plimsoll_core::session::{Answered, Call, CallError, Opened, Output, Session};
+use plimsoll_core::session::{Answered, Call, CallError, Ending, Opened, Output, Session};
 use plimsoll_core::validate::Language;
+use plimsoll_core::wire::SessionEnd;
 use plimsoll_core::wire::{CellResult, JavaScriptResult, ModuleResult, ModuleRun, ProjectResult, ProjectRun};
 use plimsoll_core::{Floor, Reason, Refusal, Tier};
 use sha2::{Digest, Sha256};
@@ -26,7 +27,8 @@ use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::RuntimeError;
 use crate::engine::{Engine, Loaded, Readiness};
-use crate::jail::Jail;
+use crate::jail::frame::{Answer, GrantClient, Job, SessionFile};
+use crate::jail::{Jail, JailedSession, SessionLost};
 use crate::python::{self, LivePython, PythonGuest};
 use crate::sims::{self, Sims};
 
@@ -325,8 +327,10 @@ impl WasmProvider {
         })
     }
 
-    /// The same provider, running snippets without a grant in `jail`'s worker
-    /// processes instead of this one; their records say so (`instance`).
+    /// The same provider, running everything in `jail`'s worker processes instead
+    /// of this one (snippets, projects, module tables, sessions); their records say
+    /// so (`instance`). This process keeps the checks, the evidence and the grants'
+    /// brokers.
     pub fn with_jail(mut self, jail: Arc<Jail>) -> WasmProvider {
         self.jail = Some(jail);
         self
@@ -350,7 +354,24 @@ impl WasmProvider {
     }
 
     fn sim_evidence(&self) -> Evidence {
-        Evidence { tier: Tier::Process, environment: self.sims.identity().to_string(), ..Evidence::default() }
+        self.stamped(Evidence {
+            tier: Tier::Process,
+            environment: self.sims.identity().to_string(),
+            ..Evidence::default()
+        })
+    }
+
+    /// `evidence` with the instance a jailed run states.
+    fn stamped(&self, evidence: Evidence) -> Evidence {
+        match self.jail {
+            Some(_) => Evidence { instance: JAILED_INSTANCE.into(), ..evidence },
+            None => evidence,
+        }
+    }
+
+    /// The pool of jailed workers this provider's engine runs in, if any.
+    pub fn jail(&self) -> Option<&Arc<Jail>> {
+        self.jail.as_ref()
     }
 
     /// The refusal for Python on a provider without the CPython guest.
@@ -362,7 +383,11 @@ impl WasmProvider {
     }
 
     fn python_evidence(&self, python: &PythonGuest) -> Evidence {
-        Evidence { tier: Tier::Process, environment: python.identity().to_string(), ..Evidence::default() }
+        self.stamped(Evidence {
+            tier: Tier::Process,
+            environment: python.identity().to_string(),
+            ..Evidence::default()
+        })
     }
 
     /// Whether the component came from the cache, and how long loading took.
@@ -381,7 +406,7 @@ impl WasmProvider {
     }
 
     fn evidence(&self) -> Evidence {
-        Evidence { tier: Tier::Process, environment: self.identity.to_string(), ..Evidence::default() }
+        self.stamped(Evidence { tier: Tier::Process, environment: self.identity.to_string(), ..Evidence::default() })
     }
 
     /// Runs JavaScript in a fresh store: exit 0 when it completes, 1 when it throws,
@@ -480,7 +505,7 @@ impl WasmProvider {
 
     /// A session whose interpreters get `held`'s client when they start: a grant
     /// every call holds (its API, a slot, serves only while a call runs).
-    fn session_holding(&self, held: Option<Grant>) -> WasmSession {
+    pub(crate) fn session_holding(&self, held: Option<Grant>) -> WasmSession {
         WasmSession {
             provider: self.clone(),
             live: None,
@@ -489,6 +514,7 @@ impl WasmProvider {
             file_bytes: 0,
             cells: 0,
             held,
+            jailed: None,
         }
     }
 }
@@ -518,6 +544,9 @@ pub struct WasmSession {
     cells: u32,
     /// The grant every call holds, installed in each interpreter as it starts.
     held: Option<Grant>,
+    /// The session's own engine worker, when the provider is jailed: it keeps the
+    /// interpreters and files, and this side only checks and carries.
+    jailed: Option<JailedSession>,
 }
 
 impl std::fmt::Debug for WasmSession {
@@ -528,6 +557,7 @@ impl std::fmt::Debug for WasmSession {
             .field("files", &self.files.len())
             .field("cells", &self.cells)
             .field("held", &self.held.as_ref().map(|g| &g.global))
+            .field("jailed", &self.jailed.as_ref().map(JailedSession::pid))
             .finish()
     }
 }
@@ -693,15 +723,18 @@ impl Session for WasmSession {
                 provider::check_floor(Tier::Process, c.floor)?;
                 let files: Vec<(String, Vec<u8>)> =
                     c.files.iter().map(|f| (f.path.clone(), f.content.as_bytes().to_vec())).collect();
-                if c.language == Language::Python {
-                    let Some(python) = self.provider.python.as_ref() else {
-                        return Err(self.provider.no_python().into());
-                    };
-                    let evidence = self.provider.python_evidence(python);
-                    let cell = self.python_cell(c.code, &files, c.timeout)?;
-                    return Ok(Answered { output: Output::Cell(cell), evidence, ended: None });
-                }
-                Output::Cell(self.cell(c.code, &files, c.timeout)?)
+                let python = c.language == Language::Python;
+                let evidence = match (python, self.provider.python.as_ref()) {
+                    (true, None) => return Err(self.provider.no_python().into()),
+                    (true, Some(guest)) => self.provider.python_evidence(guest),
+                    (false, _) => self.provider.evidence(),
+                };
+                let cell = match self.jailed.as_mut() {
+                    Some(jailed) => jailed_cell(jailed, self.held.as_ref(), python, c.code, files, c.timeout)?,
+                    None if python => self.python_cell(c.code, &files, c.timeout)?,
+                    None => self.cell(c.code, &files, c.timeout)?,
+                };
+                return Ok(Answered { output: Output::Cell(cell), evidence, ended: None });
             }
             // A snippet is a fresh interpreter in the session's sandbox; on wasm it
             // shares nothing with the cells (their files live in the interpreter).
@@ -721,6 +754,9 @@ impl Session for WasmSession {
     }
 
     fn close(&mut self) {
+        if let Some(mut jailed) = self.jailed.take() {
+            jailed.close();
+        }
         self.live = None;
         self.py = None;
         self.files.clear();
@@ -749,7 +785,11 @@ impl Provider for WasmProvider {
             SessionReach::Held(g) => Some(g.clone()),
             SessionReach::Nothing | SessionReach::PerCall => None,
         };
-        Ok(Opened { session: Box::new(self.session_holding(held)), evidence: self.evidence() })
+        let mut session = self.session_holding(held);
+        if let Some(jail) = &self.jail {
+            session.jailed = Some(jail.session(session.held.as_ref().map(client_of))?);
+        }
+        Ok(Opened { session: Box::new(session), evidence: self.evidence() })
     }
 
     fn describe(&self) -> Description {
@@ -794,6 +834,10 @@ impl Provider for WasmProvider {
         Ok(())
     }
 
+    fn engine_mode(&self) -> Option<&'static str> {
+        Some(if self.jail.is_some() { "jailed" } else { "in-process" })
+    }
+
     fn grant_support(&self) -> GrantSupport {
         // Snippets and Python projects reach the broker through the engines' host
         // import (`host` in QuickJS, `plimsoll_host` in CPython).
@@ -810,11 +854,20 @@ impl Provider for WasmProvider {
             ))
             .into());
         }
-        if let (Some(jail), None) = (&self.jail, snippet.grant) {
-            let result = jail.run(snippet.code, snippet.timeout)?;
-            return Ok(Ran { result, evidence: Evidence { instance: JAILED_INSTANCE.into(), ..self.evidence() } });
-        }
-        let result = self.run_javascript_with(snippet.code, snippet.timeout, snippet.grant)?;
+        let result = match &self.jail {
+            Some(jail) => {
+                let job = Job::Snippet {
+                    code: snippet.code.to_string(),
+                    timeout_ms: millis(snippet.timeout),
+                    grant: snippet.grant.map(client_of),
+                };
+                jail.run(job, snippet.grant.map(|g| &*g.api), snippet.timeout, |a| match a {
+                    Answer::Ran(r) => Ok(r),
+                    other => Err(other),
+                })?
+            }
+            None => self.run_javascript_with(snippet.code, snippet.timeout, snippet.grant)?,
+        };
         Ok(Ran { result, evidence: self.evidence() })
     }
 
@@ -834,7 +887,11 @@ impl Provider for WasmProvider {
                 )
                 .into());
             }
-            let result = self.sims.run_project(project, &steps?, timeout);
+            let steps = steps?;
+            let result = match &self.jail {
+                Some(jail) => self.jailed_project(jail, project, timeout, None)?,
+                None => self.sims.run_project(project, &steps, timeout),
+            };
             return Ok(Ran { result, evidence: self.sim_evidence() });
         }
         // Every step must be `python3 [-I] FILE [ARG...]`, checked before anything
@@ -842,7 +899,10 @@ impl Provider for WasmProvider {
         // in-memory work directory holding the project's files.
         let python = self.python.as_ref().ok_or_else(|| self.no_python())?;
         let steps = python::python_steps(&project.steps)?;
-        let result = python.run_project(&self.engine, &self.config, project, &steps, timeout, grant)?;
+        let result = match &self.jail {
+            Some(jail) => self.jailed_project(jail, project, timeout, grant)?,
+            None => python.run_project(&self.engine, &self.config, project, &steps, timeout, grant)?,
+        };
         Ok(Ran { result, evidence: self.python_evidence(python) })
     }
 
@@ -853,8 +913,79 @@ impl Provider for WasmProvider {
         floor: Option<Floor>,
     ) -> Result<Ran<ModuleResult>, RunError> {
         provider::check_floor(Tier::Process, floor)?;
-        let result = self.sims.run_module(module, timeout)?;
+        let result = match &self.jail {
+            Some(jail) => {
+                let job = Job::Module { module: module.clone(), timeout_ms: millis(timeout) };
+                jail.run(job, None, timeout, |a| match a {
+                    Answer::Module(r) => Ok(r),
+                    other => Err(other),
+                })?
+            }
+            None => self.sims.run_module(module, timeout)?,
+        };
         Ok(Ran { result, evidence: self.sim_evidence() })
+    }
+}
+
+impl WasmProvider {
+    /// A project (Python or judge steps, checked here already) in a jailed worker.
+    fn jailed_project(
+        &self,
+        jail: &Arc<Jail>,
+        project: &ProjectRun,
+        timeout: Duration,
+        grant: Option<&Grant>,
+    ) -> Result<ProjectResult, RunError> {
+        let job = Job::Project { project: project.clone(), timeout_ms: millis(timeout), grant: grant.map(client_of) };
+        jail.run(job, grant.map(|g| &*g.api), timeout, |a| match a {
+            Answer::Project(r) => Ok(r),
+            other => Err(other),
+        })
+    }
+}
+
+/// A grant as the jailed worker's guest sees it: the client, not the broker.
+fn client_of(grant: &Grant) -> GrantClient {
+    GrantClient { global: grant.global.clone(), routes: grant.routes.clone(), preamble: grant.preamble.clone() }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// One cell in the session's jailed worker, its grant calls served by the held grant.
+fn jailed_cell(
+    jailed: &mut JailedSession,
+    held: Option<&Grant>,
+    python: bool,
+    code: &str,
+    files: Vec<(String, Vec<u8>)>,
+    timeout: Duration,
+) -> Result<CellResult, CallError> {
+    let files = files.into_iter().map(|(path, content)| SessionFile { path, content }).collect();
+    let job = Job::Cell { python, code: code.to_string(), files, timeout_ms: millis(timeout) };
+    let pick = |a| match a {
+        Answer::Cell(c) => Ok(c),
+        other => Err(other),
+    };
+    match jailed.call(job, held.map(|g| &*g.api), timeout, pick) {
+        Ok(Ok(cell)) => Ok(cell),
+        Ok(Err(RunError::Refused(r))) => Err(CallError::Refused(r)),
+        Ok(Err(RunError::MayHaveRun(detail))) => Err(CallError::MayHaveRun { detail, ended: None }),
+        Err(lost) => Err(session_lost(lost)),
+    }
+}
+
+/// The session's end when its worker failed or is gone.
+fn session_lost(lost: SessionLost) -> CallError {
+    let ending = Ending::new(
+        SessionEnd::MainProcessEnded,
+        "the session's engine worker ended (its interpreters and files with it); open a new session",
+    );
+    if lost.may_have_run {
+        CallError::MayHaveRun { detail: lost.detail, ended: Some(ending) }
+    } else {
+        CallError::Ended(ending)
     }
 }
 

@@ -219,6 +219,27 @@ impl Library {
         remember(&mut compiled.components, key, || Component::new(&self.engine, bytes).map_err(|e| first_line(&e)))
     }
 
+    /// Loads and links every plant, every model and the JavaScript controllers'
+    /// engine now, so no later run needs the file system (the jailed engine worker
+    /// cannot open a file once it serves).
+    ///
+    /// # Errors
+    ///
+    /// The first component that does not compile or link.
+    pub fn preload(&self) -> Result<(), String> {
+        for plant in crate::catalogue::PlantName::ALL {
+            self.plant(plant.component())?;
+        }
+        for model in ModelName::ALL {
+            self.model(model)?;
+        }
+        crate::model::cores();
+        // Compiling starts the compiler's thread pool, which reads the cgroup
+        // files for its size: once, here, and the controllers sent later reuse it.
+        self.module(b"(module (func (export \"warm\")))")?;
+        self.js().map(drop)
+    }
+
     /// The QuickJS engine for JavaScript controllers, linked.
     ///
     /// # Errors

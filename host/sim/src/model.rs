@@ -194,7 +194,7 @@ pub fn run_table(
     }
     // Rows share nothing, so they run on every core this process may use, in
     // contiguous shares whose results are put back in row order.
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(rows.len()).max(1);
+    let threads = cores().min(rows.len()).max(1);
     let share = rows.len().div_ceil(threads);
     let done: Vec<(Vec<Row>, bool)> = std::thread::scope(|scope| {
         let handles: Vec<_> = rows
@@ -383,6 +383,14 @@ pub fn parse_params(text: &str, nparams: usize) -> Result<Vec<Vec<f64>>, String>
         return Err("params file has no rows".to_string());
     }
     Ok(rows)
+}
+
+/// The cores this process may use, read once: the reading opens cgroup files, which
+/// a jailed engine worker cannot once it serves ([`crate::library::Library::preload`]
+/// reads it first).
+pub(crate) fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get))
 }
 
 #[cfg(test)]

@@ -30,7 +30,7 @@ mod session;
 mod sim;
 
 use anyhow::{Context as _, bail};
-use plimsoll_client::{Client, Options};
+use plimsoll_client::{Client, Options, SessionOptions};
 use serde_json::{Value, json};
 
 /// What to measure.
@@ -442,9 +442,15 @@ where
 }
 
 fn daemon(runs: usize, concurrency: usize, r: &mut Report) -> anyhow::Result<()> {
-    // The same Run against the engine in the daemon and in jailed workers, side by side.
-    for (engine, name) in [("in-process", "plimsoll daemon Run"), ("jailed", "plimsoll daemon Run, jailed engine")] {
-        let served = serve_admitting("wasm", concurrency, &[("SANDBOX_WASM_ENGINE", engine.to_string())])?;
+    // The same calls against the engine in the daemon and in jailed workers, side by
+    // side: a Run, a session's cell, and a session opened, used once and closed.
+    for engine in ["in-process", "jailed"] {
+        let served = serve_admitting(
+            "wasm",
+            concurrency,
+            &[("SANDBOX_WASM_ENGINE", engine.to_string()), ("SANDBOX_MAX_SESSIONS", "64".into())],
+        )?;
+        let suffix = if engine == "jailed" { ", jailed engine" } else { "" };
         let (times, wall) = rounds(&served, runs, concurrency, move |client, share| async move {
             let opts = Options::default();
             for _ in 0..share.min(20) {
@@ -459,9 +465,53 @@ fn daemon(runs: usize, concurrency: usize, r: &mut Report) -> anyhow::Result<()>
             Ok(times)
         })?;
         r.series.push(Series {
-            name: name.into(),
+            name: format!("plimsoll daemon Run{suffix}"),
             what: format!(
                 "one Run of 6*7 over a kept-alive loopback connection, the client's record checks included; the engine {engine}"
+            ),
+            times,
+            wall,
+            concurrency,
+        });
+        let (times, wall) = rounds(&served, runs, concurrency, move |client, share| async move {
+            let opts = Options::default();
+            let session = client.open_session(&SessionOptions::default()).await?;
+            for _ in 0..share.min(20) {
+                session.run_cell("javascript", "6*7", &[], &opts).await?;
+            }
+            let mut times = Vec::with_capacity(share);
+            for _ in 0..share {
+                let t = Instant::now();
+                session.run_cell("javascript", "6*7", &[], &opts).await?;
+                times.push(t.elapsed());
+            }
+            session.close().await?;
+            Ok(times)
+        })?;
+        r.series.push(Series {
+            name: format!("plimsoll daemon session cell{suffix}"),
+            what: format!("one JavaScript cell 6*7 in a kept session interpreter; the engine {engine}"),
+            times,
+            wall,
+            concurrency,
+        });
+        let opens = (runs / 10).max(concurrency);
+        let (times, wall) = rounds(&served, opens, concurrency, move |client, share| async move {
+            let opts = Options::default();
+            let mut times = Vec::with_capacity(share);
+            for _ in 0..share {
+                let t = Instant::now();
+                let session = client.open_session(&SessionOptions::default()).await?;
+                session.run_cell("javascript", "6*7", &[], &opts).await?;
+                session.close().await?;
+                times.push(t.elapsed());
+            }
+            Ok(times)
+        })?;
+        r.series.push(Series {
+            name: format!("plimsoll daemon session open, cell, close{suffix}"),
+            what: format!(
+                "a session opened, one JavaScript cell (its interpreter starts), closed; back to back; the engine {engine}"
             ),
             times,
             wall,

@@ -5,16 +5,33 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use plimsoll_core::provider::RunError;
-use plimsoll_runtime::jail::frame::Hello;
+use std::sync::Arc;
+
+use plimsoll_core::provider::{Grant, HostAnswer, HostApi, Provider as _, RunError, SessionReach, Snippet};
+use plimsoll_core::session::{Call, CallError, Cell, Output, Session};
+use plimsoll_core::validate::Language;
+use plimsoll_core::wire::{
+    JavaScriptResult, ModuleRow, ModuleRun, ProjectFile, ProjectOutcome, ProjectRun, SessionEnd,
+};
+use plimsoll_runtime::jail::frame::{Answer, Hello, Job};
 use plimsoll_runtime::jail::{Jail, JailConfig};
+use plimsoll_runtime::{Engine, EngineConfig, JAILED_INSTANCE, PythonGuest, WasmConfig, WasmProvider};
 
 fn config(exe: PathBuf, workers: usize) -> JailConfig {
-    JailConfig { exe, workers, hello: Hello { memory_mb: 64, output_cap: 1 << 20, cache_dir: None } }
+    JailConfig { exe, workers, hello: Hello { memory_mb: 64, output_cap: 1 << 20, cache_dir: None, python: None } }
 }
 
-fn real(workers: usize) -> std::sync::Arc<Jail> {
+fn real(workers: usize) -> Arc<Jail> {
     Jail::start(config(PathBuf::from(env!("CARGO_BIN_EXE_plimsoll-host")), workers)).expect("workers start")
+}
+
+/// A snippet without a grant through the pool.
+fn js(jail: &Arc<Jail>, code: &str, timeout: Duration) -> Result<JavaScriptResult, RunError> {
+    let job = Job::Snippet { code: code.into(), timeout_ms: timeout.as_millis() as u64, grant: None };
+    jail.run(job, None, timeout, |a| match a {
+        Answer::Ran(r) => Ok(r),
+        other => Err(other),
+    })
 }
 
 #[test]
@@ -26,15 +43,15 @@ fn a_jailed_worker_runs_snippets_behind_its_walls() {
         assert!(said.walls.iter().any(|w| w.contains(wall)), "{wall} missing from {:?}", said.walls);
     }
     for i in 0..20 {
-        let r = jail.run(&format!("console.log({i} * 2)"), Duration::from_secs(5)).expect("a run");
+        let r = js(&jail, &format!("console.log({i} * 2)"), Duration::from_secs(5)).expect("a run");
         assert_eq!((r.exit_code, r.stdout.as_slice()), (0, format!("{}\n", i * 2).as_bytes()));
     }
-    let r = jail.run("for (;;) {}", Duration::from_millis(300)).expect("a spinning run is a result");
+    let r = js(&jail, "for (;;) {}", Duration::from_millis(300)).expect("a spinning run is a result");
     assert_eq!((r.exit_code, r.timed_out), (124, true));
     let r =
-        jail.run("const a = []; for (;;) a.push(new Array(1 << 20).fill(7));", Duration::from_secs(10)).expect("oom");
+        js(&jail, "const a = []; for (;;) a.push(new Array(1 << 20).fill(7));", Duration::from_secs(10)).expect("oom");
     assert!(String::from_utf8_lossy(&r.stderr).contains("out of memory"), "{r:?}");
-    let r = jail.run("console.log('after')", Duration::from_secs(5)).expect("the worker serves on");
+    let r = js(&jail, "console.log('after')", Duration::from_secs(5)).expect("the worker serves on");
     assert_eq!(r.stdout, b"after\n");
 }
 
@@ -54,8 +71,8 @@ fn the_worker_process_has_no_privileges_namespaces_or_environment_of_the_daemon(
         let ours = std::fs::read_link(format!("/proc/self/ns/{ns}")).expect("ns");
         assert_ne!(theirs, ours, "the worker shares the daemon's {ns} namespace");
     }
-    // The socket, /dev/null, the daemon's stderr for its last words, and what the
-    // engine made for itself: nothing the daemon held leaks in.
+    // The socket (and its copy), /dev/null, the daemon's stderr for its last words,
+    // and what the engine made for itself: nothing the daemon held leaks in.
     let fds: Vec<(u32, String)> = std::fs::read_dir(format!("/proc/{pid}/fd"))
         .expect("fds")
         .filter_map(|e| {
@@ -68,6 +85,8 @@ fn the_worker_process_has_no_privileges_namespaces_or_environment_of_the_daemon(
             0 => target.starts_with("socket:"),
             1 => target == "/dev/null",
             2 => true,
+            // The worker's own copy of its socket (its grant calls' way back).
+            _ if target.starts_with("socket:") => Some(target) == fds.iter().find(|f| f.0 == 0).map(|f| &f.1),
             _ => target.starts_with("/memfd:wasm-memory-image") || target.starts_with("anon_inode:"),
         };
         assert!(expected, "fd {fd} -> {target} in {fds:?}");
@@ -114,7 +133,7 @@ fn a_worker_that_crashes_hangs_or_answers_garbage_is_replaced_and_its_run_may_ha
         let exe = fake(&dir, name, &format!("{READY}\n{behaviour}"));
         let jail = Jail::start(config(exe, 1)).expect("the fake says ready");
         let before = jail.idle_pids();
-        let err = jail.run("console.log(1)", Duration::from_millis(200)).expect_err("no answer");
+        let err = js(&jail, "console.log(1)", Duration::from_millis(200)).expect_err("no answer");
         let RunError::MayHaveRun(detail) = &err else { panic!("{name}: {err:?}") };
         let expected = format!("the engine worker (pid {}) {why}", before[0]);
         assert!(detail.starts_with(&expected), "{name}: {detail}");
@@ -140,15 +159,253 @@ fn a_run_that_finds_every_worker_busy_past_its_budget_is_shed_not_queued() {
     let jail = Jail::start(config(exe, 1)).expect("ready");
     let busy = std::thread::spawn({
         let jail = std::sync::Arc::clone(&jail);
-        move || jail.run("1", Duration::from_millis(1500))
+        move || js(&jail, "1", Duration::from_millis(1500))
     });
     std::thread::sleep(Duration::from_millis(300));
-    let err = jail.run("2", Duration::from_millis(200)).expect_err("shed");
+    let err = js(&jail, "2", Duration::from_millis(200)).expect_err("shed");
     let RunError::Refused(r) = &err else { panic!("{err:?}") };
     assert_eq!(
         (r.reason, r.message.as_str()),
         (plimsoll_core::Reason::Capacity, "all 1 engine workers are busy; retry shortly")
     );
     assert!(matches!(busy.join().expect("join"), Err(RunError::MayHaveRun(_))));
+    std::fs::remove_dir_all(&dir).expect("clean");
+}
+
+/// A wasm provider whose engine runs in two real workers, CPython and the judge
+/// included; the components are precompiled into a cache of its own first.
+fn jailed_provider(dir: &std::path::Path) -> WasmProvider {
+    let cache = dir.join("cache");
+    let engine = Engine::new(&EngineConfig { max_instances: 16, cache_dir: Some(cache.clone()) }).expect("engine");
+    let config = WasmConfig { memory_mb: 128, ..WasmConfig::default() };
+    let python = plimsoll_runtime::python::component_path(None)
+        .expect("checkout path")
+        .expect("no CPython component: run guests/python/build.sh (tests/run.sh does)");
+    let guest = PythonGuest::from_file(&engine, &python).expect("CPython loads");
+    let provider = WasmProvider::new(&engine, config.clone()).expect("provider").with_python(guest);
+    provider.sims().library().preload().expect("the judge's components");
+    let hello = Hello {
+        memory_mb: config.memory_mb,
+        output_cap: config.output_cap as u64,
+        cache_dir: Some(cache.display().to_string()),
+        python: Some(python.display().to_string()),
+    };
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_plimsoll-host"));
+    let jail = Jail::start(JailConfig { exe, workers: 2, hello }).expect("workers start");
+    provider.with_jail(jail)
+}
+
+/// A broker stand-in: records each call and answers the one route it knows.
+struct Recorder {
+    calls: std::sync::Mutex<Vec<(String, String, Option<String>)>>,
+}
+
+impl HostApi for Recorder {
+    fn call(&self, method: &str, path: &str, body: Option<&[u8]>) -> HostAnswer {
+        let body = body.map(|b| String::from_utf8_lossy(b).into_owned());
+        self.calls.lock().expect("calls").push((method.into(), path.into(), body));
+        let (status, body) = match (method, path) {
+            ("GET", "/items/42") => (200, r#"{"name":"bolt"}"#),
+            _ => (404, r#"{"error":"no such item"}"#),
+        };
+        HostAnswer { status, content_type: "application/json".into(), body: body.as_bytes().to_vec() }
+    }
+}
+
+fn recorder_grant() -> (Grant, Arc<Recorder>) {
+    let recorder = Arc::new(Recorder { calls: std::sync::Mutex::default() });
+    let grant = Grant {
+        global: "host".into(),
+        routes: vec!["GET /items/*".into(), "POST /items".into()],
+        preamble: String::new(),
+        api: recorder.clone(),
+    };
+    (grant, recorder)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn a_jailed_provider_runs_every_kind_in_its_workers_and_its_records_say_so() {
+    let dir = tempdir("kinds");
+    let wasm = jailed_provider(&dir);
+    assert_eq!(wasm.engine_mode(), Some("jailed"));
+    let snippet = |code: &str, grant: Option<&Grant>| {
+        wasm.run_snippet(&Snippet {
+            language: Language::JavaScript,
+            code,
+            timeout: Duration::from_secs(10),
+            floor: None,
+            grant,
+        })
+    };
+
+    let r = snippet("console.log(6 * 7)", None).expect("a snippet");
+    assert_eq!((r.result.exit_code, text(&r.result.stdout).as_str()), (0, "42\n"));
+    assert_eq!(r.evidence.instance, JAILED_INSTANCE);
+
+    // A granted snippet's calls come back to this process's broker, one by one.
+    let (grant, recorder) = recorder_grant();
+    let r = snippet(
+        r#"host.get("/items/*", [42]).then((i) => console.log(i.name));
+           host.post("/items", {n: 1}).catch((e) => console.log(e.status));"#,
+        Some(&grant),
+    )
+    .expect("a granted snippet");
+    assert_eq!(text(&r.result.stdout), "bolt\n404\n", "{}", text(&r.result.stderr));
+    assert_eq!(
+        *recorder.calls.lock().expect("calls"),
+        [("GET".into(), "/items/42".into(), None), ("POST".into(), "/items".into(), Some(r#"{"n":1}"#.into()))]
+    );
+
+    // A Python project, its grant's calls through the same way.
+    let (grant, recorder) = recorder_grant();
+    let project = ProjectRun {
+        files: vec![ProjectFile {
+            path: "m.py".into(),
+            content: "import plimsoll_host as host\nprint(host.get('/items/*', [42])['name'])\nopen('out.txt', 'w').write('kept')\n"
+                .into(),
+        }],
+        steps: vec!["python3 m.py".into()],
+        artifacts: vec!["out.txt".into()],
+        ..ProjectRun::default()
+    };
+    let r = wasm.run_project(&project, Duration::from_secs(30), None, Some(&grant)).expect("a project");
+    let step = &r.result.steps[0];
+    assert_eq!((step.exit_code, text(&step.stdout).as_str()), (0, "bolt\n"), "{}", text(&step.stderr));
+    assert_eq!(r.result.artifacts[0].content, b"kept");
+    assert_eq!(r.evidence.instance, JAILED_INSTANCE);
+    assert!(r.evidence.environment.starts_with("cpython-wasm:sha256:"), "{:?}", r.evidence);
+    assert_eq!(recorder.calls.lock().expect("calls").len(), 1);
+
+    // A controller compiled in the worker (its memory image a sealed memfd), and a
+    // JavaScript one on the preloaded engine: simulation runs complete.
+    let wat = "(module (memory (export \"memory\") 1) (data (i32.const 0) \"gain\") \
+               (func (export \"control\") (param f64 f64 f64 f64 i32) (result f64) (f64.const 0)))";
+    let js =
+        "require('readline').createInterface({ input: process.stdin }).on('line', () => process.stdout.write('0\\n'));";
+    for (file, code) in [("c.wat", wat), ("c.js", js)] {
+        let project = ProjectRun {
+            files: vec![ProjectFile { path: file.into(), content: code.into() }],
+            steps: vec![format!("plimsoll-judge --plant cartpole --stop 1 --controller {file}")],
+            ..ProjectRun::default()
+        };
+        let r = wasm.run_project(&project, Duration::from_secs(30), None, None).expect("a simulation run");
+        let step = &r.result.steps[0];
+        assert_eq!(r.result.outcome, ProjectOutcome::Completed, "{file}: {}", text(&step.stderr));
+        assert!(text(&step.stdout).contains("\"ticks\":100"), "{file}: {}", text(&step.stdout));
+        assert_eq!(r.evidence.instance, JAILED_INSTANCE);
+    }
+
+    // A module table: the judge's threads start behind the filter.
+    let module = ModuleRun {
+        model: "vanderpol".into(),
+        rows: (0..4).map(|i| ModuleRow { values: vec![0.5 + f64::from(i), 2.0, 0.0] }).collect(),
+        end_time: 2.0,
+        step: 0.01,
+    };
+    let r = wasm.run_module(&module, Duration::from_secs(30), None).expect("a module table");
+    assert_eq!(r.result.runs.len(), 4, "{}", r.result.outcome_detail);
+    let statuses: Vec<i32> = r.result.runs.iter().map(|row| row.status).collect();
+    assert_eq!(statuses, [200; 4]);
+    assert_eq!(r.evidence.instance, JAILED_INSTANCE);
+    std::fs::remove_dir_all(&dir).expect("clean");
+}
+
+#[test]
+fn a_jailed_session_keeps_its_interpreters_in_a_worker_of_its_own_and_ends_with_it() {
+    let dir = tempdir("session");
+    let wasm = jailed_provider(&dir);
+    let jail = wasm.jail().expect("jailed");
+    let idle = jail.idle_pids();
+    let opened = wasm.open_session(None, SessionReach::Nothing).expect("a session");
+    // The session took an idle worker for its own; a new one takes its place.
+    let own: Vec<u32> = idle.iter().copied().filter(|p| !jail.idle_pids().contains(p)).collect();
+    let [own] = own[..] else { panic!("one worker left the pool: {idle:?} -> {:?}", jail.idle_pids()) };
+    let mut session = opened.session;
+    assert_eq!(opened.evidence.instance, JAILED_INSTANCE);
+    let cell = |session: &mut Box<dyn Session>, language: Language, code: &str, files: &[ProjectFile]| {
+        session.call(Call::Cell(Cell { language, code, files, timeout: Duration::from_secs(20), floor: None }))
+    };
+    let file = [ProjectFile { path: "data.txt".into(), content: "seven".into() }];
+    let a = cell(&mut session, Language::JavaScript, "globalThis.n = 41; console.log(readFile('data.txt'))", &file)
+        .expect("a cell");
+    let Output::Cell(c) = &a.output else { panic!("{a:?}") };
+    assert_eq!((text(&c.stdout).as_str(), c.interpreter_started), ("seven\n", true));
+    let b = cell(&mut session, Language::JavaScript, "console.log(n + 1)", &[]).expect("a cell");
+    let Output::Cell(c) = &b.output else { panic!("{b:?}") };
+    assert_eq!((text(&c.stdout).as_str(), c.interpreter_started), ("42\n", false));
+    assert_eq!(b.evidence.instance, JAILED_INSTANCE);
+    let p = cell(&mut session, Language::Python, "x = open('data.txt').read()\nx.upper()", &[]).expect("python");
+    let Output::Cell(c) = &p.output else { panic!("{p:?}") };
+    assert_eq!(text(&c.stdout), "'SEVEN'\n", "{}", text(&c.stderr));
+    assert!(p.evidence.environment.starts_with("cpython-wasm:sha256:"));
+
+    // When its worker dies, the session ends with it, saying so.
+    kill(own);
+    let err = cell(&mut session, Language::JavaScript, "console.log(n)", &[]).expect_err("the worker is gone");
+    let CallError::MayHaveRun { detail, ended: Some(ending) } = &err else { panic!("{err:?}") };
+    assert!(detail.starts_with(&format!("the session's engine worker (pid {own}) did not take the job")), "{detail}");
+    assert_eq!(ending.end, SessionEnd::MainProcessEnded);
+    assert_eq!(
+        ending.detail,
+        "the session's engine worker ended (its interpreters and files with it); open a new session"
+    );
+    let err = cell(&mut session, Language::JavaScript, "1", &[]).expect_err("still gone");
+    assert!(matches!(&err, CallError::Ended(e) if e.end == SessionEnd::MainProcessEnded), "{err:?}");
+    session.close();
+    std::fs::remove_dir_all(&dir).expect("clean");
+}
+
+fn kill(pid: u32) {
+    // SAFETY: kill takes plain integers.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGKILL) }, 0);
+    std::thread::sleep(Duration::from_millis(100));
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("plimsoll-jail-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o700)).expect("chmod");
+    dir
+}
+
+#[test]
+fn a_worker_that_answers_another_kind_or_calls_without_a_grant_is_held_to_the_protocol() {
+    let dir = tempdir("kinds-fake");
+    // Answers a snippet with a cell's result: garbage, killed and replaced.
+    let exe = fake(
+        &dir,
+        "wrong",
+        &format!("{READY}\nread()\nwrite(json.dumps({{\"answer\": {{\"cell\": {{}}}}}}).encode())\ntime.sleep(60)"),
+    );
+    let jail = Jail::start(config(exe, 1)).expect("ready");
+    let before = jail.idle_pids();
+    let err = js(&jail, "1", Duration::from_secs(2)).expect_err("wrong kind");
+    let RunError::MayHaveRun(detail) = &err else { panic!("{err:?}") };
+    assert_eq!(
+        detail,
+        &format!(
+            "the engine worker (pid {}) answered another kind of job (a cell's result); it was replaced",
+            before[0]
+        )
+    );
+    // Calls an API its run holds no grant for: the daemon answers 403 itself,
+    // and the worker shows the body it got as its result.
+    let exe = fake(
+        &dir,
+        "caller",
+        &format!(
+            "{READY}\nread()\nwrite(json.dumps({{\"call\": {{\"method\": \"GET\", \"path\": \"/secrets\", \"body\": None}}}}).encode())\n\
+             reply = read()['reply']\n\
+             write(json.dumps({{\"answer\": {{\"ran\": {{\"stdout\": reply['body'], \"exitCode\": reply['status']}}}}}}).encode())\ntime.sleep(60)"
+        ),
+    );
+    let jail = Jail::start(config(exe, 1)).expect("ready");
+    let r = js(&jail, "1", Duration::from_secs(2)).expect("an answer");
+    assert_eq!(r.exit_code, 403);
+    assert_eq!(text(&r.stdout), r#"{"error":"forbidden: this run holds no grant, so GET /secrets is not allowed"}"#);
     std::fs::remove_dir_all(&dir).expect("clean");
 }

@@ -1043,6 +1043,11 @@ pub struct DescribeResponse {
     /// Sessions one owner may hold.
     #[serde(default, alias = "max_sessions_per_owner", deserialize_with = "de_u32", skip_serializing_if = "is_zero")]
     pub max_sessions_per_owner: u32,
+    /// Where the process tier's engine runs guests: `jailed` (confined worker
+    /// processes) or `in-process`; empty for providers without one. Plimsoll's own
+    /// field: clients that do not know it skip it.
+    #[serde(default, deserialize_with = "de_string", skip_serializing_if = "String::is_empty")]
+    pub engine: String,
 }
 
 #[cfg(test)]

@@ -6,7 +6,9 @@ use std::ffi::CStr;
 use std::io;
 use std::path::Path;
 
-use seccompiler::{BpfProgram, SeccompAction, SeccompFilter, TargetArch};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter, SeccompRule, TargetArch,
+};
 
 /// The user the worker is inside its own user namespace: not root there either.
 const INNER_ID: u32 = 1000;
@@ -156,21 +158,64 @@ const ALLOWED: &[i64] = &[
     libc::SYS_membarrier,
     libc::SYS_exit,
     libc::SYS_exit_group,
+    // What a new thread does as it starts (the judge runs a module table's rows
+    // on threads).
+    libc::SYS_set_robust_list,
+    libc::SYS_rseq,
+    // A compiled controller's memory image (see `seccomp`).
+    libc::SYS_memfd_create,
+    libc::SYS_ftruncate,
+    libc::SYS_pwrite64,
 ];
 
-/// Installs the filter of [`ALLOWED`] on every thread of the process.
+/// Installs the filter of [`ALLOWED`] on every thread of the process, and one
+/// that lets the engine start threads but never a process: `clone` only with
+/// `CLONE_THREAD`, and `clone3` (whose flags a filter cannot read) answered
+/// `ENOSYS`, so the C library falls back to `clone`.
 ///
 /// # Errors
 ///
 /// The filter could not be built or installed.
 pub fn seccomp() -> Result<(), String> {
-    let rules: BTreeMap<i64, Vec<seccompiler::SeccompRule>> = ALLOWED.iter().map(|n| (*n, Vec::new())).collect();
     let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|e| format!("seccomp: {e}"))?;
+    let e = |e: seccompiler::BackendError| format!("seccomp: {e}");
+    let fallback: BTreeMap<i64, Vec<SeccompRule>> = [(libc::SYS_clone3, Vec::new())].into();
+    let fallback = SeccompFilter::new(fallback, SeccompAction::Allow, SeccompAction::Errno(libc::ENOSYS as u32), arch)
+        .map_err(|e| format!("seccomp: {e}"))?;
+    let thread = CLONE_THREAD as u64;
+    let only_threads = SeccompRule::new(vec![
+        SeccompCondition::new(0, SeccompCmpArgLen::Qword, SeccompCmpOp::MaskedEq(thread), thread).map_err(e)?,
+    ])
+    .map_err(e)?;
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = ALLOWED.iter().map(|n| (*n, Vec::new())).collect();
+    rules.insert(libc::SYS_clone, vec![only_threads]);
+    // A controller compiled in the worker gets its memory image in a sealed memfd
+    // (anonymous memory, no file system): fcntl only to seal it and to read a
+    // descriptor's flags (what closing one checks in a debug build).
+    let mut fcntl = Vec::new();
+    for cmd in [libc::F_GETFD, libc::F_ADD_SEALS, libc::F_GET_SEALS] {
+        let cmd = u64::try_from(cmd).map_err(|e| format!("seccomp: {e}"))?;
+        fcntl.push(
+            SeccompRule::new(vec![
+                SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, cmd).map_err(e)?,
+            ])
+            .map_err(e)?,
+        );
+    }
+    rules.insert(libc::SYS_fcntl, fcntl);
+    // Allowed here; the filter above answers it ENOSYS first (the strictest wins).
+    rules.insert(libc::SYS_clone3, Vec::new());
     let filter = SeccompFilter::new(rules, SeccompAction::KillProcess, SeccompAction::Allow, arch)
         .map_err(|e| format!("seccomp: {e}"))?;
-    let program: BpfProgram = filter.try_into().map_err(|e: seccompiler::BackendError| format!("seccomp: {e}"))?;
-    seccompiler::apply_filter_all_threads(&program).map_err(|e| format!("seccomp: {e}"))
+    for f in [fallback, filter] {
+        let program: BpfProgram = f.try_into().map_err(e)?;
+        seccompiler::apply_filter_all_threads(&program).map_err(|e| format!("seccomp: {e}"))?;
+    }
+    Ok(())
 }
+
+/// `CLONE_THREAD`: the new task shares the thread group (a thread, not a process).
+const CLONE_THREAD: i32 = libc::CLONE_THREAD;
 
 #[cfg(test)]
 mod tests {
@@ -178,6 +223,16 @@ mod tests {
 
     /// Set in the copy of this test binary that installs the filter.
     const CHILD: &str = "PLIMSOLL_SECCOMP_TEST_CHILD";
+
+    /// Runs this test binary's `test` again with the filter installed, doing `what`.
+    fn in_filtered_child(test: &str, what: &str) -> std::process::Output {
+        let exe = std::env::current_exe().expect("this test binary");
+        std::process::Command::new(exe)
+            .args(["--exact", test, "--nocapture"])
+            .env(CHILD, what)
+            .output()
+            .expect("the child")
+    }
 
     #[test]
     fn a_system_call_outside_the_list_kills_the_process() {
@@ -191,18 +246,50 @@ mod tests {
             let _ = std::fs::File::open("/etc/hostname");
             std::process::exit(0);
         }
-        let exe = std::env::current_exe().expect("this test binary");
-        let out = std::process::Command::new(exe)
-            .args(["--exact", "jail::confine::tests::a_system_call_outside_the_list_kills_the_process", "--nocapture"])
-            .env(CHILD, "1")
-            .output()
-            .expect("the child");
+        let out = in_filtered_child("jail::confine::tests::a_system_call_outside_the_list_kills_the_process", "open");
         assert_eq!(
             out.status.signal(),
             Some(libc::SIGSYS),
             "{:?} {}",
             out.status,
             String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    #[test]
+    fn threads_start_but_a_new_process_kills_the_worker() {
+        const TEST: &str = "jail::confine::tests::threads_start_but_a_new_process_kills_the_worker";
+        if let Some(what) = std::env::var_os(CHILD) {
+            super::seccomp().expect("installed");
+            let sum: u64 = std::thread::scope(|s| {
+                let parts: Vec<_> = (0..4u64).map(|i| s.spawn(move || i * 10)).collect();
+                parts.into_iter().map(|p| p.join().expect("a thread")).sum()
+            });
+            assert_eq!(sum, 60);
+            if what == "fork" {
+                // SAFETY: the child (if the filter let one start) exits at once.
+                if unsafe { libc::fork() } == 0 {
+                    // SAFETY: ends the child without running anything of the parent's.
+                    unsafe { libc::_exit(0) };
+                }
+            }
+            std::process::exit(7);
+        }
+        let threads = in_filtered_child(TEST, "threads");
+        assert_eq!(
+            threads.status.code(),
+            Some(7),
+            "threads: {:?} {}",
+            threads.status,
+            String::from_utf8_lossy(&threads.stderr)
+        );
+        let fork = in_filtered_child(TEST, "fork");
+        assert_eq!(
+            fork.status.signal(),
+            Some(libc::SIGSYS),
+            "fork: {:?} {}",
+            fork.status,
+            String::from_utf8_lossy(&fork.stderr)
         );
     }
 }

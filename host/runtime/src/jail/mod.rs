@@ -19,4 +19,4 @@ mod pool;
 pub mod worker;
 
 pub use confine::Confinement;
-pub use pool::{Jail, JailConfig};
+pub use pool::{Jail, JailConfig, JailedSession, SessionLost};

@@ -1,18 +1,18 @@
-//! The daemon's side: a pool of started workers, each serving one run at a time.
+//! The daemon's side: a pool of started workers, each serving one job at a time,
+//! and workers of their own for sessions.
 
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use plimsoll_core::provider::RunError;
-use plimsoll_core::wire::JavaScriptResult;
+use plimsoll_core::provider::{HostAnswer, HostApi, RunError};
 use plimsoll_core::{Reason, Refusal};
 
 use super::confine::Confinement;
-use super::frame::{self, Answer, Hello, Ready, Run};
+use super::frame::{self, Answer, Down, GrantClient, Hello, Job, Ready, Up};
 
 /// How long a worker may take past its run's budget before it counts as hung: the
 /// worker keeps the budget itself (the engine's epoch deadline).
@@ -39,6 +39,18 @@ struct Worker {
 }
 
 impl Worker {
+    /// How the worker ended, waiting a moment for it to finish exiting after it
+    /// closed the socket.
+    fn exit_status(&mut self) -> String {
+        for _ in 0..50 {
+            if let Some(status) = self.child.try_wait().ok().flatten() {
+                return status.to_string();
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        "still running".into()
+    }
+
     /// Ends the worker for good.
     fn kill(mut self) {
         let _ = self.child.kill();
@@ -76,36 +88,80 @@ impl Jail {
         self.idle.lock().map(|g| g.0.iter().map(|w| w.child.id()).collect()).unwrap_or_default()
     }
 
+    /// How many workers the pool keeps started.
+    pub fn workers(&self) -> usize {
+        self.config.workers
+    }
+
     /// What the first worker said about itself.
     pub fn ready(&self) -> &Ready {
         &self.ready
     }
 
-    /// Runs `code` in a worker. A worker that fails in any way is killed and a new
-    /// one started in its place; the run is "may have run".
+    /// Runs `job` in a worker, serving its grant calls with `api`; `pick` takes the
+    /// answer the job expects. A worker that fails in any way (or answers another
+    /// kind) is killed and a new one started in its place; the job "may have run".
     ///
     /// # Errors
     ///
     /// Refused as the worker refused it, or [`RunError::MayHaveRun`].
-    pub fn run(&self, code: &str, timeout: Duration) -> Result<JavaScriptResult, RunError> {
+    pub fn run<T>(
+        self: &Arc<Self>,
+        job: Job,
+        api: Option<&dyn HostApi>,
+        timeout: Duration,
+        pick: impl FnOnce(Answer) -> Result<T, Answer>,
+    ) -> Result<T, RunError> {
         let mut worker = self.take(timeout)?;
-        let outcome = exchange(&mut worker, code, timeout);
-        match outcome {
-            Ok(answer) => {
+        match exchange(&mut worker, job, api, timeout).and_then(|a| settle(a, pick)) {
+            Ok(outcome) => {
                 self.give_back(worker);
-                match answer {
-                    Answer::Ran(result) => Ok(result),
-                    Answer::Refused { reason, message } => {
-                        let reason = Reason::from_name(&reason).unwrap_or(Reason::Environment);
-                        Err(Refusal::new(reason, message).into())
-                    }
-                }
+                outcome
             }
             Err(why) => {
                 let pid = worker.child.id();
                 worker.kill();
                 self.replace();
                 Err(RunError::MayHaveRun(format!("the engine worker (pid {pid}) {why}; it was replaced")))
+            }
+        }
+    }
+
+    /// A worker of its own for a session, holding `held`'s client: an idle one
+    /// (a new one takes its place in the pool) or, when none is idle, a new one.
+    ///
+    /// # Errors
+    ///
+    /// `environment` when no worker could be started or it would not open the session.
+    pub fn session(self: &Arc<Self>, held: Option<GrantClient>) -> Result<JailedSession, Refusal> {
+        let idle = self.idle.lock().ok().and_then(|mut g| g.0.pop());
+        let mut worker = match idle {
+            Some(w) => {
+                let jail = Arc::clone(self);
+                std::thread::spawn(move || jail.replace());
+                w
+            }
+            None => spawn(&self.config).map_err(|e| environment(&e))?.0,
+        };
+        let job = Job::OpenSession { held };
+        match exchange(&mut worker, job, None, STARTUP).and_then(|a| {
+            settle(a, |a| match a {
+                Answer::Opened => Ok(()),
+                other => Err(other),
+            })
+        }) {
+            Ok(Ok(())) => Ok(JailedSession { worker: Some(worker) }),
+            Ok(Err(e)) => {
+                worker.kill();
+                Err(match e {
+                    RunError::Refused(r) => r,
+                    RunError::MayHaveRun(d) => environment(&d),
+                })
+            }
+            Err(why) => {
+                let pid = worker.child.id();
+                worker.kill();
+                Err(environment(&format!("the session's engine worker (pid {pid}) {why}")))
             }
         }
     }
@@ -172,33 +228,75 @@ fn environment(message: &str) -> Refusal {
     Refusal::new(Reason::Environment, message)
 }
 
-/// Sends one run and reads its answer within the budget and the grace.
-fn exchange(worker: &mut Worker, code: &str, timeout: Duration) -> Result<Answer, String> {
-    let budget = timeout + GRACE;
-    worker.sock.set_read_timeout(Some(budget)).map_err(|e| format!("could not be given a deadline ({e})"))?;
-    let run = Run { code: code.to_string(), timeout_ms: u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX) };
-    frame::write(&mut worker.sock, &run).map_err(|e| format!("did not take the run ({e})"))?;
-    match frame::read::<Answer>(&mut worker.sock) {
-        Ok(a) => Ok(a),
-        Err(frame::FrameError::Io(e))
-            if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
-        {
-            Err(format!("did not answer within the run's budget and {} s", GRACE.as_secs()))
+/// A worker's answer as the caller's result: its refusal or "may have run" as
+/// errors, the expected kind through `pick`; any other kind is garbage (`Err`).
+fn settle<T>(answer: Answer, pick: impl FnOnce(Answer) -> Result<T, Answer>) -> Result<Result<T, RunError>, String> {
+    match answer {
+        Answer::Refused { reason, message } => {
+            let reason = Reason::from_name(&reason).unwrap_or(Reason::Environment);
+            Ok(Err(Refusal::new(reason, message).into()))
         }
-        Err(frame::FrameError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            // It closed the socket; give it a moment to finish exiting, to say how.
-            let mut status = None;
-            for _ in 0..50 {
-                status = worker.child.try_wait().ok().flatten();
-                if status.is_some() {
-                    break;
-                }
-                std::thread::sleep(Duration::from_millis(10));
+        Answer::MayHaveRun { detail } => Ok(Err(RunError::MayHaveRun(format!("in the engine worker: {detail}")))),
+        other => pick(other).map(Ok).map_err(|a| format!("answered another kind of job ({})", kind(&a))),
+    }
+}
+
+fn kind(answer: &Answer) -> &'static str {
+    match answer {
+        Answer::Ran(_) => "a snippet's result",
+        Answer::Project(_) => "a project's result",
+        Answer::Module(_) => "a module table's result",
+        Answer::Cell(_) => "a cell's result",
+        Answer::Opened => "a session opened",
+        Answer::Refused { .. } => "a refusal",
+        Answer::MayHaveRun { .. } => "may have run",
+    }
+}
+
+/// Sends one job and reads frames until its answer, serving the guest's grant
+/// calls with `api` on the way. The worker has the budget and the grace to answer;
+/// time the daemon spends serving a call is the daemon's, not the worker's.
+fn exchange(worker: &mut Worker, job: Job, api: Option<&dyn HostApi>, timeout: Duration) -> Result<Answer, String> {
+    let mut left = timeout + GRACE;
+    frame::write(&mut worker.sock, &Down::Job(job)).map_err(|e| format!("did not take the job ({e})"))?;
+    loop {
+        let waited = Instant::now();
+        worker
+            .sock
+            .set_read_timeout(Some(left.max(Duration::from_millis(1))))
+            .map_err(|e| format!("could not be given a deadline ({e})"))?;
+        let up = match frame::read::<Up>(&mut worker.sock) {
+            Ok(up) => up,
+            Err(frame::FrameError::Io(e))
+                if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+            {
+                return Err(format!("did not answer within the run's budget and {} s", GRACE.as_secs()));
             }
-            let how = status.map(|s| s.to_string()).unwrap_or_else(|| "still running".into());
-            Err(format!("ended without answering ({how})"))
+            Err(frame::FrameError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(format!("ended without answering ({})", worker.exit_status()));
+            }
+            Err(e) => return Err(format!("answered garbage ({e})")),
+        };
+        left = left.saturating_sub(waited.elapsed());
+        match up {
+            Up::Answer(answer) => return Ok(answer),
+            Up::Call { method, path, body } => {
+                let answer = match api {
+                    Some(api) => api.call(&method, &path, body.as_deref()),
+                    None => HostAnswer {
+                        status: 403,
+                        content_type: "application/json".into(),
+                        body: serde_json::json!({
+                            "error": format!("forbidden: this run holds no grant, so {method} {path} is not allowed")
+                        })
+                        .to_string()
+                        .into_bytes(),
+                    },
+                };
+                let reply = Down::Reply { status: answer.status, content_type: answer.content_type, body: answer.body };
+                frame::write(&mut worker.sock, &reply).map_err(|e| format!("did not take a call's reply ({e})"))?;
+            }
         }
-        Err(e) => Err(format!("answered garbage ({e})")),
     }
 }
 
@@ -226,4 +324,72 @@ fn spawn(config: &JailConfig) -> Result<(Worker, Ready), String> {
             Err(format!("an engine worker did not start: {e} (its own words are in the daemon's log)"))
         }
     }
+}
+
+/// A session's own worker: it keeps the session's interpreters and files, and is
+/// killed when the session ends (its memory held one caller's state).
+#[derive(Debug)]
+pub struct JailedSession {
+    worker: Option<Worker>,
+}
+
+impl JailedSession {
+    /// Runs one of the session's jobs (a cell, or a snippet in a fresh store), its
+    /// grant calls served by `api`. A worker that fails is killed and the session
+    /// with it: every later call is refused.
+    ///
+    /// # Errors
+    ///
+    /// Refused as the worker refused it; [`SessionLost`] when the worker failed
+    /// (the job may have run) or was already gone.
+    pub fn call<T>(
+        &mut self,
+        job: Job,
+        api: Option<&dyn HostApi>,
+        timeout: Duration,
+        pick: impl FnOnce(Answer) -> Result<T, Answer>,
+    ) -> Result<Result<T, RunError>, SessionLost> {
+        let Some(worker) = self.worker.as_mut() else {
+            return Err(SessionLost { may_have_run: false, detail: "its engine worker ended earlier".into() });
+        };
+        match exchange(worker, job, api, timeout).and_then(|a| settle(a, pick)) {
+            Ok(outcome) => Ok(outcome),
+            Err(why) => {
+                let pid = worker.child.id();
+                self.close();
+                Err(SessionLost {
+                    may_have_run: true,
+                    detail: format!("the session's engine worker (pid {pid}) {why}"),
+                })
+            }
+        }
+    }
+
+    /// The worker's process ID, while it lives.
+    pub fn pid(&self) -> Option<u32> {
+        self.worker.as_ref().map(|w| w.child.id())
+    }
+
+    /// Ends the worker.
+    pub fn close(&mut self) {
+        if let Some(w) = self.worker.take() {
+            w.kill();
+        }
+    }
+}
+
+impl Drop for JailedSession {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+/// A session's worker failed or is gone: the session cannot go on.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{detail}")]
+pub struct SessionLost {
+    /// Whether the call in flight may have run.
+    pub may_have_run: bool,
+    /// What happened, for the log.
+    pub detail: String,
 }
