@@ -82,7 +82,8 @@ pub fn build(config: &Config, log: Log) -> Result<Arc<dyn Provider>, BuildError>
                 // The daemon loads every component first, so the workers find them
                 // precompiled in the cache they may read (and cannot write).
                 provider.sims().library().preload().map_err(|message| BuildError { provider: "wasm", message })?;
-                let jail = start_jail(config, &wasm, python.as_deref())?;
+                let python = python.as_deref().zip(provider.python().map(|g| hex::encode(g.digest())));
+                let jail = start_jail(config, &wasm, python)?;
                 log.info(
                     "the wasm provider's engine runs in jailed workers",
                     &[("workers", serde_json::json!(jail.workers())), ("walls", serde_json::json!(jail.ready().walls))],
@@ -98,8 +99,13 @@ pub fn build(config: &Config, log: Log) -> Result<Arc<dyn Provider>, BuildError>
     }
 }
 
-/// Starts the engine workers of a jailed wasm provider.
-fn start_jail(config: &Config, wasm: &WasmConfig, python: Option<&std::path::Path>) -> Result<Arc<Jail>, BuildError> {
+/// Starts the engine workers of a jailed wasm provider; `python` is the CPython
+/// component's path and the SHA-256 (hex) the daemon read it with.
+fn start_jail(
+    config: &Config,
+    wasm: &WasmConfig,
+    python: Option<(&std::path::Path, String)>,
+) -> Result<Arc<Jail>, BuildError> {
     let fail = |message: String| BuildError {
         provider: "wasm",
         message: format!(
@@ -112,7 +118,8 @@ fn start_jail(config: &Config, wasm: &WasmConfig, python: Option<&std::path::Pat
         memory_mb: wasm.memory_mb,
         output_cap: wasm.output_cap as u64,
         cache_dir: config.cache_dir.clone().or_else(EngineConfig::default_cache_dir).map(|d| d.display().to_string()),
-        python: python.map(|p| p.display().to_string()),
+        python: python.as_ref().map(|(p, _)| p.display().to_string()),
+        python_sha256: python.map(|(_, digest)| digest),
     };
     let workers = (config.admission.max_concurrent as usize).clamp(2, 8);
     Jail::start(JailConfig { exe, workers, hello }).map_err(fail)

@@ -144,8 +144,18 @@ impl Engine {
     /// [`RuntimeError::Compile`] when the component does not compile. A cache that
     /// cannot be used is logged by the caller's choice and skipped, never an error.
     pub fn load(&self, name: &str, bytes: &[u8]) -> Result<Loaded, RuntimeError> {
+        self.load_digested(name, bytes, &Sha256::digest(bytes).into())
+    }
+
+    /// As [`Engine::load`], with the SHA-256 of `bytes` already known (a large
+    /// component hashed once by its loader, or by the daemon for its workers).
+    ///
+    /// # Errors
+    ///
+    /// As [`Engine::load`].
+    pub fn load_digested(&self, name: &str, bytes: &[u8], digest: &[u8; 32]) -> Result<Loaded, RuntimeError> {
         let start = Instant::now();
-        let key = self.cache_key(name, bytes);
+        let key = self.cache_key(name, digest);
         if let Some(path) = key.as_deref()
             && let Some(component) = self.try_cached(path)
         {
@@ -166,12 +176,12 @@ impl Engine {
         Ok(Loaded { component, readiness: Readiness::Compiled, took: start.elapsed() })
     }
 
-    fn cache_key(&self, name: &str, bytes: &[u8]) -> Option<PathBuf> {
+    fn cache_key(&self, name: &str, digest: &[u8; 32]) -> Option<PathBuf> {
         let dir = self.cache_dir.as_deref()?;
         ensure_private_dir(dir).ok()?;
         let mut h = DefaultHasher::new();
         self.inner.precompile_compatibility_hash().hash(&mut h);
-        let digest = hex::encode(Sha256::digest(bytes));
+        let digest = hex::encode(digest);
         Some(dir.join(format!("{name}-{digest}-wasmtime{WASMTIME_VERSION}-{:016x}.cwasm", h.finish())))
     }
 

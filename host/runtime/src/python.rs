@@ -66,6 +66,7 @@ pub const ARTIFACT_BYTES: usize = 4 << 20;
 pub struct PythonGuest {
     pre: PythonEnginePre<RunState>,
     identity: Arc<str>,
+    digest: [u8; 32],
     loaded: (Readiness, Duration),
 }
 
@@ -102,15 +103,31 @@ impl PythonGuest {
     /// [`RuntimeError`] when it does not compile or does not link against the
     /// `python-engine` world.
     pub fn new(engine: &Engine, bytes: &[u8]) -> Result<PythonGuest, RuntimeError> {
-        let Loaded { component, readiness, took } = engine.load("cpython", bytes)?;
+        PythonGuest::digested(engine, bytes, &Sha256::digest(bytes).into())
+    }
+
+    /// As [`PythonGuest::new`], with the SHA-256 of `bytes` already known: hashing
+    /// the 38 MB component was most of a jailed engine worker's start, so the
+    /// daemon hashes it once for all of them.
+    ///
+    /// # Errors
+    ///
+    /// As [`PythonGuest::new`].
+    pub fn digested(engine: &Engine, bytes: &[u8], digest: &[u8; 32]) -> Result<PythonGuest, RuntimeError> {
+        let Loaded { component, readiness, took } = engine.load_digested("cpython", bytes, digest)?;
         let mut linker = Linker::<RunState>::new(engine.wasmtime());
         let link = |e: wasmtime::Error| RuntimeError::Link(format!("{e:#}"));
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(link)?;
         PythonEngine::add_to_linker::<RunState, HasSelf<RunState>>(&mut linker, |s| s).map_err(link)?;
         let pre = linker.instantiate_pre(&component).map_err(link)?;
         let pre = PythonEnginePre::new(pre).map_err(link)?;
-        let identity = format!("cpython-wasm:sha256:{}", hex::encode(Sha256::digest(bytes)));
-        Ok(PythonGuest { pre, identity: identity.into(), loaded: (readiness, took) })
+        let identity = format!("cpython-wasm:sha256:{}", hex::encode(digest));
+        Ok(PythonGuest { pre, identity: identity.into(), digest: *digest, loaded: (readiness, took) })
+    }
+
+    /// The SHA-256 of the component's bytes.
+    pub fn digest(&self) -> &[u8; 32] {
+        &self.digest
     }
 
     /// Reads the component at `path` and loads it.

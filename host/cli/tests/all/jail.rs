@@ -18,7 +18,8 @@ use plimsoll_runtime::jail::{Jail, JailConfig};
 use plimsoll_runtime::{Engine, EngineConfig, JAILED_INSTANCE, PythonGuest, WasmConfig, WasmProvider};
 
 fn config(exe: PathBuf, workers: usize) -> JailConfig {
-    JailConfig { exe, workers, hello: Hello { memory_mb: 64, output_cap: 1 << 20, cache_dir: None, python: None } }
+    JailConfig { exe, workers, hello: Hello { memory_mb: 64, output_cap: 1 << 20, cache_dir: None, python: None, python_sha256: None },
+    }
 }
 
 fn real(workers: usize) -> Arc<Jail> {
@@ -182,6 +183,7 @@ fn jailed_provider(dir: &std::path::Path) -> WasmProvider {
         .expect("checkout path")
         .expect("no CPython component: run guests/python/build.sh (tests/run.sh does)");
     let guest = PythonGuest::from_file(&engine, &python).expect("CPython loads");
+    let python_sha256 = Some(hex::encode(guest.digest()));
     let provider = WasmProvider::new(&engine, config.clone()).expect("provider").with_python(guest);
     provider.sims().library().preload().expect("the judge's components");
     let hello = Hello {
@@ -189,6 +191,7 @@ fn jailed_provider(dir: &std::path::Path) -> WasmProvider {
         output_cap: config.output_cap as u64,
         cache_dir: Some(cache.display().to_string()),
         python: Some(python.display().to_string()),
+        python_sha256,
     };
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_plimsoll-host"));
     let jail = Jail::start(JailConfig { exe, workers: 2, hello }).expect("workers start");

@@ -30,6 +30,10 @@ pub struct Hello {
     /// The CPython component to load, when the daemon's provider runs Python.
     #[serde(default)]
     pub python: Option<String>,
+    /// The SHA-256 (hex) of that component as the daemon read it: its identity and
+    /// its cache key, so the worker need not hash 38 MB again.
+    #[serde(default)]
+    pub python_sha256: Option<String>,
 }
 
 /// The worker's answer to [`Hello`], once confined.

@@ -159,7 +159,13 @@ fn setup_and_serve(sock: &mut UnixStream) -> Result<(), String> {
     };
     let mut provider = WasmProvider::new(&engine, config).map_err(|e| e.to_string())?;
     if let Some(bytes) = python {
-        provider = provider.with_python(PythonGuest::new(&engine, &bytes).map_err(|e| e.to_string())?);
+        let digest: Option<[u8; 32]> =
+            hello.python_sha256.as_deref().and_then(|h| hex::decode(h).ok()).and_then(|d| d.try_into().ok());
+        let guest = match digest {
+            Some(d) => PythonGuest::digested(&engine, &bytes, &d),
+            None => PythonGuest::new(&engine, &bytes),
+        };
+        provider = provider.with_python(guest.map_err(|e| e.to_string())?);
     }
     // Everything the worker will run must be loaded before the filter: after it,
     // the worker cannot open a file.
