@@ -295,7 +295,7 @@ fn a_hundred_concurrent_runs_see_no_crosstalk() {
         out
     });
     for (i, r) in results {
-        let resp = r.unwrap_or_else(|e| panic!("run {i}: {e}"));
+        let resp = r.unwrap_or_else(|e| panic!("run {i}: {e}; the daemon said {:?}", d.log()));
         assert_eq!(resp.javascript.expect("js").stdout, format!("run {i}\n").into_bytes());
     }
 }

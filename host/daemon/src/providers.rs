@@ -66,7 +66,12 @@ pub fn build(config: &Config, log: Log) -> Result<Arc<dyn Provider>, BuildError>
         ProviderKind::Wasm => {
             let err = |e: plimsoll_runtime::RuntimeError| BuildError { provider: "wasm", message: e.to_string() };
             let cache_dir = config.cache_dir.clone().or_else(EngineConfig::default_cache_dir);
-            let max_instances = (config.admission.max_concurrent * 2).max(64);
+            // Jailed, the daemon's own engine only loads the components (for their
+            // identities and the workers' cache) and runs nothing.
+            let max_instances = match config.wasm_engine {
+                WasmEngine::Jailed => 16,
+                WasmEngine::InProcess => (config.admission.max_concurrent * 2).max(64),
+            };
             let engine = Engine::new(&EngineConfig { max_instances, cache_dir }).map_err(err)?;
             let mut wasm = WasmConfig::default();
             if config.resources.memory_mb > 0 {
@@ -86,7 +91,11 @@ pub fn build(config: &Config, log: Log) -> Result<Arc<dyn Provider>, BuildError>
                 let jail = start_jail(config, &wasm, python)?;
                 log.info(
                     "the wasm provider's engine runs in jailed workers",
-                    &[("workers", serde_json::json!(jail.workers())), ("walls", serde_json::json!(jail.ready().walls))],
+                    &[
+                        ("workers", serde_json::json!(jail.workers())),
+                        ("runs_per_worker", serde_json::json!(jail.slots())),
+                        ("walls", serde_json::json!(jail.ready().walls)),
+                    ],
                 );
                 provider = provider.with_jail(jail);
             }
@@ -120,9 +129,14 @@ fn start_jail(
         cache_dir: config.cache_dir.clone().or_else(EngineConfig::default_cache_dir).map(|d| d.display().to_string()),
         python: python.as_ref().map(|(p, _)| p.display().to_string()),
         python_sha256: python.map(|(_, digest)| digest),
+        slots: 1,
     };
-    let workers = (config.admission.max_concurrent as usize).clamp(2, 8);
-    Jail::start(JailConfig { exe, workers, hello }).map_err(fail)
+    // Up to 8 workers share the admitted runs, so a crash or a hang takes at most an
+    // eighth of them with it.
+    let concurrent = config.admission.max_concurrent.max(1);
+    let workers = concurrent.clamp(2, 8);
+    let hello = Hello { slots: concurrent.div_ceil(workers), ..hello };
+    Jail::start(JailConfig { exe, workers: workers as usize, hello }).map_err(fail)
 }
 
 fn docker_err(message: String) -> BuildError {

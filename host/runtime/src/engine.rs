@@ -292,7 +292,7 @@ mod tests {
             format!("cache directory {} is not used: its mode 777 lets group or others write to it", dir.display())
         );
         // Not used: no cache path is offered, so nothing is read from or written there.
-        assert_eq!(engine.cache_key("c", b"bytes"), None);
+        assert_eq!(engine.cache_key("c", &[7; 32]), None);
         fs::set_permissions(&dir, fs::Permissions::from_mode(0o720)).expect("chmod");
         let err = ensure_private_dir(&dir).expect_err("a group-writable directory");
         assert_eq!(
@@ -310,7 +310,7 @@ mod tests {
             format!("cache directory {} is not used: it is not a directory (a link or a file)", link.display())
         );
         ensure_private_dir(&dir).expect("a private directory is used");
-        assert!(engine.cache_key("c", b"bytes").is_some_and(|p| p.starts_with(&dir)));
+        assert!(engine.cache_key("c", &[7; 32]).is_some_and(|p| p.starts_with(&dir)));
         let _ = fs::remove_file(&link);
         let _ = fs::remove_dir_all(&dir);
     }

@@ -18,7 +18,17 @@ use plimsoll_runtime::jail::{Jail, JailConfig};
 use plimsoll_runtime::{Engine, EngineConfig, JAILED_INSTANCE, PythonGuest, WasmConfig, WasmProvider};
 
 fn config(exe: PathBuf, workers: usize) -> JailConfig {
-    JailConfig { exe, workers, hello: Hello { memory_mb: 64, output_cap: 1 << 20, cache_dir: None, python: None, python_sha256: None },
+    JailConfig {
+        exe,
+        workers,
+        hello: Hello {
+            memory_mb: 64,
+            output_cap: 1 << 20,
+            cache_dir: None,
+            python: None,
+            python_sha256: None,
+            slots: 1,
+        },
     }
 }
 
@@ -59,7 +69,7 @@ fn a_jailed_worker_runs_snippets_behind_its_walls() {
 #[test]
 fn the_worker_process_has_no_privileges_namespaces_or_environment_of_the_daemon() {
     let jail = real(1);
-    let pid = jail.idle_pids()[0];
+    let pid = jail.pids()[0];
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
     let field = |name: &str| status.lines().find(|l| l.starts_with(name)).unwrap_or_default().to_string();
     assert_eq!(field("NoNewPrivs:"), "NoNewPrivs:\t1");
@@ -133,13 +143,13 @@ fn a_worker_that_crashes_hangs_or_answers_garbage_is_replaced_and_its_run_may_ha
     for (name, behaviour, why) in cases {
         let exe = fake(&dir, name, &format!("{READY}\n{behaviour}"));
         let jail = Jail::start(config(exe, 1)).expect("the fake says ready");
-        let before = jail.idle_pids();
+        let before = jail.pids();
         let err = js(&jail, "console.log(1)", Duration::from_millis(200)).expect_err("no answer");
         let RunError::MayHaveRun(detail) = &err else { panic!("{name}: {err:?}") };
         let expected = format!("the engine worker (pid {}) {why}", before[0]);
         assert!(detail.starts_with(&expected), "{name}: {detail}");
         assert!(detail.ends_with("; it was replaced"), "{name}: {detail}");
-        let after = jail.idle_pids();
+        let after = jail.pids();
         assert_eq!(after.len(), 1, "{name}: the pool is whole again");
         assert_ne!(after, before, "{name}: a new worker took the old one's place");
         let gone = std::fs::read_to_string(format!("/proc/{}/status", before[0])).unwrap_or_default();
@@ -167,7 +177,7 @@ fn a_run_that_finds_every_worker_busy_past_its_budget_is_shed_not_queued() {
     let RunError::Refused(r) = &err else { panic!("{err:?}") };
     assert_eq!(
         (r.reason, r.message.as_str()),
-        (plimsoll_core::Reason::Capacity, "all 1 engine workers are busy; retry shortly")
+        (plimsoll_core::Reason::Capacity, "all 1 engine workers are busy (1 run each); retry shortly")
     );
     assert!(matches!(busy.join().expect("join"), Err(RunError::MayHaveRun(_))));
     std::fs::remove_dir_all(&dir).expect("clean");
@@ -192,6 +202,7 @@ fn jailed_provider(dir: &std::path::Path) -> WasmProvider {
         cache_dir: Some(cache.display().to_string()),
         python: Some(python.display().to_string()),
         python_sha256,
+        slots: 2,
     };
     let exe = PathBuf::from(env!("CARGO_BIN_EXE_plimsoll-host"));
     let jail = Jail::start(JailConfig { exe, workers: 2, hello }).expect("workers start");
@@ -322,11 +333,12 @@ fn a_jailed_session_keeps_its_interpreters_in_a_worker_of_its_own_and_ends_with_
     let dir = tempdir("session");
     let wasm = jailed_provider(&dir);
     let jail = wasm.jail().expect("jailed");
-    let idle = jail.idle_pids();
+    let pool = jail.pids();
+    let own = jail.spare_pid().expect("a worker started ahead for sessions");
     let opened = wasm.open_session(None, SessionReach::Nothing).expect("a session");
-    // The session took an idle worker for its own; a new one takes its place.
-    let own: Vec<u32> = idle.iter().copied().filter(|p| !jail.idle_pids().contains(p)).collect();
-    let [own] = own[..] else { panic!("one worker left the pool: {idle:?} -> {:?}", jail.idle_pids()) };
+    // The session took the spare for its own, not one of the pool's.
+    assert!(!pool.contains(&own));
+    assert_eq!(jail.pids(), pool);
     let mut session = opened.session;
     assert_eq!(opened.evidence.instance, JAILED_INSTANCE);
     let cell = |session: &mut Box<dyn Session>, language: Language, code: &str, files: &[ProjectFile]| {
@@ -350,7 +362,10 @@ fn a_jailed_session_keeps_its_interpreters_in_a_worker_of_its_own_and_ends_with_
     kill(own);
     let err = cell(&mut session, Language::JavaScript, "console.log(n)", &[]).expect_err("the worker is gone");
     let CallError::MayHaveRun { detail, ended: Some(ending) } = &err else { panic!("{err:?}") };
-    assert!(detail.starts_with(&format!("the session's engine worker (pid {own}) did not take the job")), "{detail}");
+    assert!(
+        detail.starts_with(&format!("the session's engine worker (pid {own}) ended without answering (signal: 9")),
+        "{detail}"
+    );
     assert_eq!(ending.end, SessionEnd::MainProcessEnded);
     assert_eq!(
         ending.detail,
@@ -359,6 +374,21 @@ fn a_jailed_session_keeps_its_interpreters_in_a_worker_of_its_own_and_ends_with_
     let err = cell(&mut session, Language::JavaScript, "1", &[]).expect_err("still gone");
     assert!(matches!(&err, CallError::Ended(e) if e.end == SessionEnd::MainProcessEnded), "{err:?}");
     session.close();
+
+    // A session holding a grant: every cell's calls, in either language, come back
+    // to this process's broker as that cell's.
+    let (grant, recorder) = recorder_grant();
+    let mut held = wasm.open_session(None, SessionReach::Held(&grant)).expect("a session").session;
+    let a = cell(&mut held, Language::JavaScript, "host.get('/items/*', [42]).then((i) => console.log(i.name))", &[])
+        .expect("a cell");
+    let Output::Cell(c) = &a.output else { panic!("{a:?}") };
+    assert_eq!(text(&c.stdout), "bolt\n", "{}", text(&c.stderr));
+    let p = cell(&mut held, Language::Python, "import plimsoll_host as host\nhost.get('/items/*', [42])['name']", &[])
+        .expect("a python cell");
+    let Output::Cell(c) = &p.output else { panic!("{p:?}") };
+    assert_eq!(text(&c.stdout), "'bolt'\n", "{}", text(&c.stderr));
+    assert_eq!(recorder.calls.lock().expect("calls").len(), 2);
+    held.close();
     std::fs::remove_dir_all(&dir).expect("clean");
 }
 
@@ -382,10 +412,13 @@ fn a_worker_that_answers_another_kind_or_calls_without_a_grant_is_held_to_the_pr
     let exe = fake(
         &dir,
         "wrong",
-        &format!("{READY}\nread()\nwrite(json.dumps({{\"answer\": {{\"cell\": {{}}}}}}).encode())\ntime.sleep(60)"),
+        &format!(
+            "{READY}\nid = read()['job']['id']\n\
+             write(json.dumps({{\"answer\": {{\"id\": id, \"answer\": {{\"cell\": {{}}}}}}}}).encode())\ntime.sleep(60)"
+        ),
     );
     let jail = Jail::start(config(exe, 1)).expect("ready");
-    let before = jail.idle_pids();
+    let before = jail.pids();
     let err = js(&jail, "1", Duration::from_secs(2)).expect_err("wrong kind");
     let RunError::MayHaveRun(detail) = &err else { panic!("{err:?}") };
     assert_eq!(
@@ -401,9 +434,10 @@ fn a_worker_that_answers_another_kind_or_calls_without_a_grant_is_held_to_the_pr
         &dir,
         "caller",
         &format!(
-            "{READY}\nread()\nwrite(json.dumps({{\"call\": {{\"method\": \"GET\", \"path\": \"/secrets\", \"body\": None}}}}).encode())\n\
+            "{READY}\nid = read()['job']['id']\n\
+             write(json.dumps({{\"call\": {{\"id\": id, \"method\": \"GET\", \"path\": \"/secrets\", \"body\": None}}}}).encode())\n\
              reply = read()['reply']\n\
-             write(json.dumps({{\"answer\": {{\"ran\": {{\"stdout\": reply['body'], \"exitCode\": reply['status']}}}}}}).encode())\ntime.sleep(60)"
+             write(json.dumps({{\"answer\": {{\"id\": id, \"answer\": {{\"ran\": {{\"stdout\": reply['body'], \"exitCode\": reply['status']}}}}}}}}).encode())\ntime.sleep(60)"
         ),
     );
     let jail = Jail::start(config(exe, 1)).expect("ready");
@@ -411,4 +445,55 @@ fn a_worker_that_answers_another_kind_or_calls_without_a_grant_is_held_to_the_pr
     assert_eq!(r.exit_code, 403);
     assert_eq!(text(&r.stdout), r#"{"error":"forbidden: this run holds no grant, so GET /secrets is not allowed"}"#);
     std::fs::remove_dir_all(&dir).expect("clean");
+}
+
+#[test]
+fn one_worker_runs_its_slots_at_once_and_a_crash_takes_every_job_it_held() {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_plimsoll-host"));
+    let mut cfg = config(exe, 1);
+    cfg.hello.slots = 4;
+    let jail = Jail::start(cfg).expect("workers start");
+    // Four guests that each spin 800 ms within a 1.5 s budget: one after another
+    // the later ones would wait past their budgets; side by side all four finish.
+    let spin = "const t = Date.now(); while (Date.now() - t < 800) {} console.log('done')";
+    let runs: Vec<_> = (0..4)
+        .map(|_| {
+            let jail = Arc::clone(&jail);
+            std::thread::spawn(move || js(&jail, spin, Duration::from_millis(1500)))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    // A fifth finds every slot taken and is shed.
+    let err = js(&jail, "1", Duration::from_millis(100)).expect_err("shed");
+    let RunError::Refused(r) = &err else { panic!("{err:?}") };
+    assert_eq!(r.message, "all 1 engine workers are busy (4 runs each); retry shortly");
+    for run in runs {
+        let r = run.join().expect("join").expect("a result");
+        assert_eq!((r.exit_code, text(&r.stdout).as_str()), (0, "done\n"), "{}", text(&r.stderr));
+    }
+
+    // Two jobs in flight when the worker is killed: both may have run, and one
+    // worker takes its place.
+    let before = jail.pids();
+    let runs: Vec<_> = (0..2)
+        .map(|_| {
+            let jail = Arc::clone(&jail);
+            std::thread::spawn(move || js(&jail, "for (;;) {}", Duration::from_secs(20)))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    kill(before[0]);
+    for run in runs {
+        let err = run.join().expect("join").expect_err("the worker died");
+        let RunError::MayHaveRun(detail) = &err else { panic!("{err:?}") };
+        assert!(
+            detail.starts_with(&format!("the engine worker (pid {}) ended without answering (signal: 9", before[0])),
+            "{detail}"
+        );
+    }
+    let after = jail.pids();
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_ne!(after, before);
+    let r = js(&jail, "console.log('after')", Duration::from_secs(5)).expect("served after");
+    assert_eq!(r.stdout, b"after\n");
 }

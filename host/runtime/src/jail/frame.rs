@@ -2,11 +2,13 @@
 //! of JSON. Each side refuses a frame over [`MAX_FRAME`] before reading it.
 //!
 //! The daemon opens with [`Hello`]; the worker answers [`Ready`] once confined.
-//! Then the daemon sends a [`Down::Job`] and reads [`Up`] frames until the job's
-//! [`Up::Answer`]. A granted job's guest calls its API through the worker's
-//! [`Up::Call`], which the daemon checks and serves (its broker holds every
-//! credential) and answers with one [`Down::Reply`]. A worker given
-//! [`Job::OpenSession`] belongs to that session until the daemon hangs up.
+//! Then the daemon sends [`Down::Job`]s, up to the hello's `slots` at once, each
+//! with an ID of its own, and the worker runs each on a thread of its own and
+//! answers it with an [`Up::Answer`] of the same ID. A granted job's guest calls
+//! its API through the worker's [`Up::Call`], which the daemon checks and serves
+//! (its broker holds every credential) and answers with one [`Down::Reply`] of the
+//! job's ID. A worker given [`Job::OpenSession`] belongs to that session until the
+//! daemon hangs up.
 
 use std::io::{Read, Write};
 
@@ -34,6 +36,8 @@ pub struct Hello {
     /// its cache key, so the worker need not hash 38 MB again.
     #[serde(default)]
     pub python_sha256: Option<String>,
+    /// How many jobs the daemon may have in flight in this worker at once.
+    pub slots: u32,
 }
 
 /// The worker's answer to [`Hello`], once confined.
@@ -122,9 +126,16 @@ pub enum Job {
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub enum Down {
     /// Work to do.
-    Job(Job),
-    /// The answer to the worker's last [`Up::Call`].
+    Job {
+        /// The job's ID, unique among the worker's jobs.
+        id: u64,
+        /// The job.
+        job: Job,
+    },
+    /// The answer to the last [`Up::Call`] of job `id`.
     Reply {
+        /// The job.
+        id: u64,
         /// The HTTP status the broker answered (403 when it refused the call).
         status: u16,
         /// Its content type.
@@ -139,8 +150,11 @@ pub enum Down {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "snake_case")]
 pub enum Up {
-    /// The guest calls its grant's API; the daemon answers with [`Down::Reply`].
+    /// The guest of job `id` calls its grant's API; the daemon answers with
+    /// [`Down::Reply`].
     Call {
+        /// The job.
+        id: u64,
         /// The method.
         method: String,
         /// The concrete path.
@@ -149,8 +163,13 @@ pub enum Up {
         #[serde(default, deserialize_with = "de_opt_bytes", serialize_with = "ser_opt_bytes")]
         body: Option<Vec<u8>>,
     },
-    /// The job's answer.
-    Answer(Answer),
+    /// Job `id`'s answer.
+    Answer {
+        /// The job.
+        id: u64,
+        /// What it came to.
+        answer: Answer,
+    },
 }
 
 /// A job's answer: its result as the protocol writes it, or why it has none.
@@ -249,7 +268,8 @@ mod tests {
     #[test]
     fn a_frame_round_trips_and_bad_frames_are_named() {
         let mut buf = Vec::new();
-        let job = Down::Job(Job::Snippet { code: "console.log(1)".into(), timeout_ms: 5000, grant: None });
+        let job =
+            Down::Job { id: 7, job: Job::Snippet { code: "console.log(1)".into(), timeout_ms: 5000, grant: None } };
         write(&mut buf, &job).expect("write");
         assert_eq!(read::<Down>(&mut buf.as_slice()).expect("read"), job);
 
@@ -266,26 +286,29 @@ mod tests {
 
     #[test]
     fn bodies_and_files_travel_as_bytes_and_unknown_fields_are_refused() {
-        let call = Up::Call { method: "POST".into(), path: "/v1/x".into(), body: Some(vec![0, 255, b'{']) };
+        let call = Up::Call { id: 1, method: "POST".into(), path: "/v1/x".into(), body: Some(vec![0, 255, b'{']) };
         let mut buf = Vec::new();
         write(&mut buf, &call).expect("write");
         assert_eq!(read::<Up>(&mut buf.as_slice()).expect("read"), call);
-        let none = Up::Call { method: "GET".into(), path: "/".into(), body: None };
+        let none = Up::Call { id: 2, method: "GET".into(), path: "/".into(), body: None };
         buf.clear();
         write(&mut buf, &none).expect("write");
         assert_eq!(read::<Up>(&mut buf.as_slice()).expect("read"), none);
 
-        let cell = Down::Job(Job::Cell {
-            python: true,
-            code: "1".into(),
-            files: vec![SessionFile { path: "a.bin".into(), content: vec![1, 2, 3] }],
-            timeout_ms: 10,
-        });
+        let cell = Down::Job {
+            id: 3,
+            job: Job::Cell {
+                python: true,
+                code: "1".into(),
+                files: vec![SessionFile { path: "a.bin".into(), content: vec![1, 2, 3] }],
+                timeout_ms: 10,
+            },
+        };
         buf.clear();
         write(&mut buf, &cell).expect("write");
         assert_eq!(read::<Down>(&mut buf.as_slice()).expect("read"), cell);
 
-        let extra = br#"{"job":{"snippet":{"code":"1","timeout_ms":1,"grant":null,"shell":"sh"}}}"#;
+        let extra = br#"{"job":{"id":4,"job":{"snippet":{"code":"1","timeout_ms":1,"grant":null,"shell":"sh"}}}}"#;
         let mut framed = u32::try_from(extra.len()).expect("len").to_le_bytes().to_vec();
         framed.extend_from_slice(extra);
         let err = read::<Down>(&mut framed.as_slice()).expect_err("unknown field");

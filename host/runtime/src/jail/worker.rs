@@ -1,10 +1,12 @@
 //! The worker's side: `plimsoll-host engine-worker`, run only by the daemon's
 //! [`super::Jail`] with the socket as its stdin.
 
+use std::collections::HashMap;
 use std::os::fd::FromRawFd as _;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use plimsoll_core::provider::{Grant, HostAnswer, HostApi, Provider as _, RunError, Snippet};
@@ -32,50 +34,81 @@ pub fn serve() -> i32 {
     }
 }
 
-/// The guest's grant calls, carried to the daemon over the socket: the worker
-/// holds no credential and reaches no network; the daemon's broker checks each call.
+/// The worker's way back to the daemon: one writer for every job's frames, and the
+/// jobs waiting for a reply to a call.
+struct Line {
+    out: Mutex<UnixStream>,
+    waiting: Mutex<HashMap<u64, mpsc::Sender<Reply>>>,
+}
+
+/// A reply to one call, as the daemon sent it.
+type Reply = (u16, String, Vec<u8>);
+
+impl Line {
+    fn send(&self, frame: &Up) -> Result<(), FrameError> {
+        let mut out = self.out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        frame::write(&mut *out, frame)
+    }
+
+    fn waiting(&self) -> std::sync::MutexGuard<'_, HashMap<u64, mpsc::Sender<Reply>>> {
+        self.waiting.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// One job's grant calls, carried to the daemon over the socket: the worker holds
+/// no credential and reaches no network; the daemon's broker checks each call.
 struct Proxy {
-    sock: Mutex<UnixStream>,
+    /// The job the calls travel as: a run's own, or for a session's held grant the
+    /// session's current call.
+    id: Arc<AtomicU64>,
+    line: Arc<Line>,
 }
 
 impl HostApi for Proxy {
     fn call(&self, method: &str, path: &str, body: Option<&[u8]>) -> HostAnswer {
-        let failed = |why: String| HostAnswer {
+        let failed = |why: &str| HostAnswer {
             status: 502,
             content_type: "application/json".into(),
             body: serde_json::json!({ "error": format!("plimsoll engine worker: {why}") }).to_string().into_bytes(),
         };
-        let mut sock = self.sock.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let call = Up::Call { method: method.into(), path: path.into(), body: body.map(<[u8]>::to_vec) };
-        if let Err(e) = frame::write(&mut *sock, &call) {
-            return failed(format!("sending the call: {e}"));
+        let id = self.id.load(Ordering::Relaxed);
+        let (tx, rx) = mpsc::channel();
+        self.line.waiting().insert(id, tx);
+        let call = Up::Call { id, method: method.into(), path: path.into(), body: body.map(<[u8]>::to_vec) };
+        if let Err(e) = self.line.send(&call) {
+            self.line.waiting().remove(&id);
+            return failed(&format!("sending the call: {e}"));
         }
-        match frame::read::<Down>(&mut *sock) {
-            Ok(Down::Reply { status, content_type, body }) => HostAnswer { status, content_type, body },
-            Ok(Down::Job(_)) => failed("the daemon sent a job in place of the call's reply".into()),
-            Err(e) => failed(format!("reading the reply: {e}")),
+        match rx.recv() {
+            Ok((status, content_type, body)) => HostAnswer { status, content_type, body },
+            Err(_) => failed("the daemon hung up before it replied"),
         }
     }
 }
 
-/// What a worker serves with: its provider, the proxy its grants call through,
-/// and the session it belongs to once it was given one.
+/// What a worker serves with: its provider, and the session it belongs to once it
+/// was given one (with the ID of the session's call in flight).
 struct Served {
     provider: WasmProvider,
-    proxy: Arc<Proxy>,
-    session: Option<WasmSession>,
+    session: Mutex<Option<WasmSession>>,
+    session_call: Arc<AtomicU64>,
 }
 
 impl Served {
-    fn grant(&self, client: Option<GrantClient>) -> Option<Grant> {
-        client.map(|c| Grant { global: c.global, routes: c.routes, preamble: c.preamble, api: self.proxy.clone() })
+    fn grant(line: &Arc<Line>, id: Arc<AtomicU64>, client: Option<GrantClient>) -> Option<Grant> {
+        client.map(|c| Grant {
+            global: c.global,
+            routes: c.routes,
+            preamble: c.preamble,
+            api: Arc::new(Proxy { id, line: Arc::clone(line) }),
+        })
     }
 
-    fn serve(&mut self, job: Job) -> Answer {
+    fn serve(&self, line: &Arc<Line>, id: u64, job: Job) -> Answer {
         let ms = Duration::from_millis;
         match job {
             Job::Snippet { code, timeout_ms, grant } => {
-                let grant = self.grant(grant);
+                let grant = Self::grant(line, Arc::new(AtomicU64::new(id)), grant);
                 let snippet = Snippet {
                     language: Language::JavaScript,
                     code: &code,
@@ -86,7 +119,7 @@ impl Served {
                 ran(self.provider.run_snippet(&snippet).map(|r| Answer::Ran(r.result)))
             }
             Job::Project { project, timeout_ms, grant } => {
-                let grant = self.grant(grant);
+                let grant = Self::grant(line, Arc::new(AtomicU64::new(id)), grant);
                 ran(self
                     .provider
                     .run_project(&project, ms(timeout_ms), None, grant.as_ref())
@@ -96,17 +129,22 @@ impl Served {
                 ran(self.provider.run_module(&module, ms(timeout_ms), None).map(|r| Answer::Module(r.result)))
             }
             Job::OpenSession { held } => {
-                if self.session.is_some() {
+                let mut session = self.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                if session.is_some() {
                     return refused(Refusal::new(plimsoll_core::Reason::Environment, "this worker has a session"));
                 }
-                let held = self.grant(held);
-                self.session = Some(self.provider.session_holding(held));
+                // The held grant's calls travel as the session's call in flight, which
+                // the daemon serves with the session's grant.
+                let held = Self::grant(line, Arc::clone(&self.session_call), held);
+                *session = Some(self.provider.session_holding(held));
                 Answer::Opened
             }
             Job::Cell { python, code, files, timeout_ms } => {
-                let Some(session) = self.session.as_mut() else {
+                let mut session = self.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let Some(session) = session.as_mut() else {
                     return refused(Refusal::new(plimsoll_core::Reason::Environment, "this worker has no session"));
                 };
+                self.session_call.store(id, Ordering::Relaxed);
                 let files: Vec<(String, Vec<u8>)> = files.into_iter().map(|f| (f.path, f.content)).collect();
                 let cell = if python {
                     session.python_cell(&code, &files, ms(timeout_ms))
@@ -143,14 +181,16 @@ fn setup_and_serve(sock: &mut UnixStream) -> Result<(), String> {
         Some(path) => Some(std::fs::read(path).map_err(|e| format!("reading the CPython component {path}: {e}"))?),
         None => None,
     };
-    // A run at a time, but a module table runs its rows on every core, each row a
-    // model instance beside the judge's own. (Read before Landlock: it reads cgroup files.)
+    // Up to `slots` jobs at once, a judge's three instances each at most, and a
+    // module table's rows on every core. (Read before Landlock: it reads cgroup files.)
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     let cache = hello.cache_dir.as_ref().map(PathBuf::from);
     if confine::landlock(cache.as_deref())? {
         walls.push("landlock: no file system but the component cache, read-only".into());
     }
-    let max_instances = u32::try_from(cores.saturating_mul(2)).unwrap_or(u32::MAX).max(16);
+    let slots = usize::try_from(hello.slots).unwrap_or(usize::MAX).max(1);
+    let wanted = cores.saturating_mul(2).saturating_add(slots.saturating_mul(3));
+    let max_instances = u32::try_from(wanted).unwrap_or(u32::MAX).max(16);
     let engine = Engine::new(&EngineConfig { max_instances, cache_dir: cache }).map_err(|e| e.to_string())?;
     let config = WasmConfig {
         memory_mb: hello.memory_mb,
@@ -171,22 +211,50 @@ fn setup_and_serve(sock: &mut UnixStream) -> Result<(), String> {
     // the worker cannot open a file.
     provider.sims().library().preload().map_err(|e| format!("loading the simulation components: {e}"))?;
     warm(&provider)?;
-    let proxy = Arc::new(Proxy { sock: Mutex::new(sock.try_clone().map_err(|e| format!("the socket: {e}"))?) });
+    fix_malloc_arenas(cores);
+    let line = Arc::new(Line {
+        out: Mutex::new(sock.try_clone().map_err(|e| format!("the socket: {e}"))?),
+        waiting: Mutex::new(HashMap::new()),
+    });
     confine::seccomp()?;
     walls.push("seccomp: any system call but the engine's own kills it; threads, never processes".into());
     let identity = provider.identity().to_string();
     frame::write(sock, &Ready { identity, walls }).map_err(|e| format!("saying ready: {e}"))?;
-    let mut served = Served { provider, proxy, session: None };
+    let served = Arc::new(Served { provider, session: Mutex::new(None), session_call: Arc::new(AtomicU64::new(0)) });
     loop {
-        let job = match frame::read::<Down>(sock) {
-            Ok(Down::Job(job)) => job,
-            Ok(Down::Reply { .. }) => return Err("the daemon sent a reply when no call was waiting".into()),
+        match frame::read::<Down>(sock) {
+            Ok(Down::Job { id, job }) => {
+                let (served, line) = (Arc::clone(&served), Arc::clone(&line));
+                std::thread::spawn(move || {
+                    let answer = served.serve(&line, id, job);
+                    // A failed write is the daemon's to notice: it hung up.
+                    let _ = line.send(&Up::Answer { id, answer });
+                });
+            }
+            Ok(Down::Reply { id, status, content_type, body }) => {
+                let Some(waiting) = line.waiting().remove(&id) else {
+                    return Err(format!("the daemon replied to job {id}, which made no call"));
+                };
+                let _ = waiting.send((status, content_type, body));
+            }
             Err(FrameError::Io(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(()),
             Err(e) => return Err(format!("reading a job: {e}")),
-        };
-        let answer = served.serve(job);
-        frame::write(sock, &Up::Answer(answer)).map_err(|e| format!("answering: {e}"))?;
+        }
     }
+}
+
+/// Fixes how many malloc arenas the C library may make. Without a fixed number it
+/// reads the core count from a file the first time more threads than that malloc
+/// at once: a worker running many jobs would then die of its filter.
+fn fix_malloc_arenas(cores: usize) {
+    #[cfg(target_env = "gnu")]
+    {
+        let arenas = i32::try_from(cores.saturating_mul(2)).unwrap_or(i32::MAX).max(2);
+        // SAFETY: mallopt takes two integers and changes only the allocator's settings.
+        unsafe { libc::mallopt(libc::M_ARENA_MAX, arenas) };
+    }
+    #[cfg(not(target_env = "gnu"))]
+    let _ = cores;
 }
 
 /// One run of each kind before the filter, so every lazy first-use path
