@@ -1,7 +1,8 @@
 //! Crash recovery: the daemon killed (SIGKILL) while runs and a session are in
 //! flight on docker. Its callers are told the calls may have run, and nothing
 //! retries them; receipts signed before the kill verify; and the next daemon's
-//! startup sweep removes every container the dead one left, at once, while a live
+//! startup sweep (or a live daemon's periodic one, if it comes first) removes every
+//! container the dead one left, while a live
 //! daemon's session beside them is never touched.
 
 use std::process::{Child, Command, Output, Stdio};
@@ -125,12 +126,6 @@ fn a_daemon_killed_mid_run_leaves_nothing_behind_and_its_calls_may_have_run() {
     assert_eq!(in_flight.len(), 4, "the daemon runs {} containers: {in_flight:?}", in_flight.len());
     std::thread::sleep(Duration::from_millis(500));
     let _ = d.kill();
-    // What the dead daemon left, read once it can no longer add or remove any (read
-    // before the kill, its warm pool could still swap one container for another;
-    // a request it sent just before dying gets a moment to land).
-    std::thread::sleep(Duration::from_secs(1));
-    let left = made_by(pid);
-    assert!(in_flight.iter().all(|id| left.contains(id)), "{in_flight:?} not all in {left:?}");
 
     // Every caller is told the call may have run; none was retried.
     let run = rt.block_on(run).expect("join").expect_err("the run lost its daemon");
@@ -149,13 +144,19 @@ fn a_daemon_killed_mid_run_leaves_nothing_behind_and_its_calls_may_have_run() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(text(&o).ends_with("whole to its last checkpoint: 2 single runs\n"), "{}", text(&o));
 
-    // The dead daemon's containers outlive it until the next daemon starts.
-    assert_eq!(made_by(pid).len(), left.len(), "nothing removed them yet");
+    // The dead daemon's containers outlive it until a daemon sweeps them: the next
+    // one as it starts, or the live one on its periodic re-check if that comes
+    // first. Either way none is left, and the four it was running are named in the
+    // log of the daemon that swept them.
     let next = start(&env);
     let still = made_by(pid);
     assert!(still.is_empty(), "the startup sweep left the dead daemon's containers: {still:?}");
-    let swept = next.log().into_iter().find(|l| l.contains("swept the containers")).unwrap_or_default();
-    assert!(left.iter().all(|id| swept.contains(id.as_str())), "the daemon logs what it swept: {swept}");
+    let swept: Vec<String> =
+        next.log().into_iter().chain(other.log()).filter(|l| l.contains("swept the containers")).collect();
+    assert!(
+        in_flight.iter().all(|id| swept.iter().any(|l| l.contains(id.as_str()))),
+        "the daemons log what they swept: {in_flight:?} in {swept:?}"
+    );
     // The live daemon's session was never judged: its container runs and it answers.
     assert_eq!(running(other.pid()), live, "the sweep touched a live daemon's container");
     let r = rt.block_on(kept.run_cell("python", "6 * 7", &[], &Options::default())).expect("the live session answers");

@@ -139,6 +139,14 @@ fn start_jail(
     Jail::start(JailConfig { exe, workers: workers as usize, hello }).map_err(fail)
 }
 
+/// Says which containers a sweep removed, at startup or on a re-check.
+fn log_swept(log: &Log, swept: &[String]) {
+    log.info(
+        "swept the containers of daemons that ended (killed, or past their lifetime)",
+        &[("count", serde_json::json!(swept.len())), ("containers", serde_json::json!(swept))],
+    );
+}
+
 fn docker_err(message: String) -> BuildError {
     BuildError { provider: "docker", message }
 }
@@ -231,10 +239,7 @@ fn docker_provider(config: &Config, docker: &DockerConfig, log: Log) -> Result<P
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let proven = rt.block_on(plimsoll_containers::startup::prove(&settings, now)).map_err(docker_err)?;
     if !proven.swept.is_empty() {
-        log.info(
-            "swept the containers of daemons that ended (killed, or past their lifetime)",
-            &[("count", serde_json::json!(proven.swept.len())), ("containers", serde_json::json!(proven.swept))],
-        );
+        log_swept(&log, &proven.swept);
     }
     let tier = if docker.runtime == "runsc" { Tier::Kernel } else { Tier::Container };
     let tiers = [(docker.runtime.clone(), tier)].into();
@@ -251,8 +256,10 @@ fn docker_provider(config: &Config, docker: &DockerConfig, log: Log) -> Result<P
             loop {
                 std::thread::sleep(RECHECK_EVERY);
                 let Some(wall) = weak.upgrade() else { return };
-                if let Err(e) = wall.recheck() {
-                    eprintln!("docker re-check failed, runs are refused until it passes: {e}");
+                match wall.recheck() {
+                    Ok(swept) if !swept.is_empty() => log_swept(&log, &swept),
+                    Ok(_) => {}
+                    Err(e) => eprintln!("docker re-check failed, runs are refused until it passes: {e}"),
                 }
             }
         })
