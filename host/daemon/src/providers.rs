@@ -123,19 +123,18 @@ fn start_jail(
         ),
     };
     let exe = std::env::current_exe().map_err(|e| fail(format!("finding this binary: {e}")))?;
+    // Up to 8 workers share the admitted runs, so a crash or a hang takes at most an
+    // eighth of them with it.
+    let concurrent = config.admission.max_concurrent.max(1);
+    let workers = concurrent.clamp(2, 8);
     let hello = Hello {
         memory_mb: wasm.memory_mb,
         output_cap: wasm.output_cap as u64,
         cache_dir: config.cache_dir.clone().or_else(EngineConfig::default_cache_dir).map(|d| d.display().to_string()),
         python: python.as_ref().map(|(p, _)| p.display().to_string()),
         python_sha256: python.map(|(_, digest)| digest),
-        slots: 1,
+        slots: concurrent.div_ceil(workers),
     };
-    // Up to 8 workers share the admitted runs, so a crash or a hang takes at most an
-    // eighth of them with it.
-    let concurrent = config.admission.max_concurrent.max(1);
-    let workers = concurrent.clamp(2, 8);
-    let hello = Hello { slots: concurrent.div_ceil(workers), ..hello };
     Jail::start(JailConfig { exe, workers: workers as usize, hello }).map_err(fail)
 }
 
