@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use plimsoll_core::limits::OUTPUT_CAP_BYTES;
 use plimsoll_core::provider::{
-    self, Description, Evidence, Grant, GrantSupport, HostApi, KindSupport, Provider, Ran, RunError, SessionReach,
-    Snippet,
+    self, Description, Evidence, Grant, GrantSupport, HostAnswer, HostApi, KindSupport, Provider, Ran, RunError,
+    SessionReach, Snippet,
 };
 use plimsoll_core::session::{Answered, Call, CallError, Ending, Opened, Output, Session};
 use plimsoll_core::validate::Language;
@@ -247,18 +247,18 @@ impl console::Host for RunState {
 
 impl host_api::Host for RunState {
     fn call(&mut self, method: String, path: String, body: Option<Vec<u8>>) -> host_api::Response {
-        let Some(api) = &self.host_api else {
-            // A run without a grant reaches nothing; the broker answers every call 403.
-            let body = serde_json::json!({ "error": format!("forbidden: this run holds no grant, so {method} {path} is not allowed") });
-            return host_api::Response {
-                status: 403,
-                content_type: "application/json".into(),
-                body: body.to_string().into_bytes(),
-            };
+        let a = match &self.host_api {
+            Some(api) => api.call(&method, &path, body.as_deref()),
+            None => no_grant(&method, &path),
         };
-        let a = api.call(&method, &path, body.as_deref());
         host_api::Response { status: a.status, content_type: a.content_type, body: a.body }
     }
+}
+
+/// The answer to a guest's API call when its run holds no grant: it reaches nothing.
+pub(crate) fn no_grant(method: &str, path: &str) -> HostAnswer {
+    let body = serde_json::json!({ "error": format!("forbidden: this run holds no grant, so {method} {path} is not allowed") });
+    HostAnswer { status: 403, content_type: "application/json".into(), body: body.to_string().into_bytes() }
 }
 
 /// The built-in wasm provider. Cloning shares the compiled component.

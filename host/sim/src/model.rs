@@ -386,9 +386,9 @@ pub fn parse_params(text: &str, nparams: usize) -> Result<Vec<Vec<f64>>, String>
 }
 
 /// The cores this process may use, read once: the reading opens cgroup files, which
-/// a jailed engine worker cannot once it serves ([`crate::library::Library::preload`]
-/// reads it first).
-pub(crate) fn cores() -> usize {
+/// a jailed engine worker cannot once it is confined (it reads this first, and
+/// [`crate::library::Library::preload`] does too).
+pub fn cores() -> usize {
     static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
     *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get))
 }

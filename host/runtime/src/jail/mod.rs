@@ -20,3 +20,9 @@ pub mod worker;
 
 pub use confine::Confinement;
 pub use pool::{Jail, JailConfig, JailedSession, SessionLost};
+
+/// A lock that a panic elsewhere does not poison for good: the pool and the worker
+/// keep serving with the state as the panicking thread left it.
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}

@@ -12,14 +12,15 @@ use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, mpsc};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
-use plimsoll_core::provider::{HostAnswer, HostApi, RunError};
+use plimsoll_core::provider::{HostApi, RunError};
 use plimsoll_core::{Reason, Refusal};
 
 use super::confine::Confinement;
 use super::frame::{self, Answer, Down, FrameError, GrantClient, Hello, Job, Ready, Up};
+use super::lock;
 
 /// How long a worker may take past its run's budget before it counts as hung: the
 /// worker keeps the budget itself (the engine's epoch deadline).
@@ -37,10 +38,6 @@ pub struct JailConfig {
     /// What each worker's engine gets; its `slots` is how many runs one worker
     /// holds at once, so the pool runs `workers * slots` at most.
     pub hello: Hello,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// One started worker process.
@@ -411,15 +408,7 @@ fn exchange(worker: &Worker, job: Job, api: Option<&dyn HostApi>, timeout: Durat
             Up::Call { method, path, body, .. } => {
                 let answer = match api {
                     Some(api) => api.call(&method, &path, body.as_deref()),
-                    None => HostAnswer {
-                        status: 403,
-                        content_type: "application/json".into(),
-                        body: serde_json::json!({
-                            "error": format!("forbidden: this run holds no grant, so {method} {path} is not allowed")
-                        })
-                        .to_string()
-                        .into_bytes(),
-                    },
+                    None => crate::wasm::no_grant(&method, &path),
                 };
                 let reply =
                     Down::Reply { id, status: answer.status, content_type: answer.content_type, body: answer.body };

@@ -14,8 +14,8 @@ use plimsoll_core::validate::Language;
 use plimsoll_core::wire::{ProjectFile, ProjectRun};
 use plimsoll_core::{Refusal, wire};
 
-use super::confine;
 use super::frame::{self, Answer, Down, FrameError, GrantClient, Hello, Job, Ready, Up};
+use super::{confine, lock};
 use crate::wasm::WasmSession;
 use crate::{Engine, EngineConfig, PythonGuest, WasmConfig, WasmProvider};
 
@@ -46,12 +46,11 @@ type Reply = (u16, String, Vec<u8>);
 
 impl Line {
     fn send(&self, frame: &Up) -> Result<(), FrameError> {
-        let mut out = self.out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        frame::write(&mut *out, frame)
+        frame::write(&mut *lock(&self.out), frame)
     }
 
     fn waiting(&self) -> std::sync::MutexGuard<'_, HashMap<u64, mpsc::Sender<Reply>>> {
-        self.waiting.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.waiting)
     }
 }
 
@@ -129,7 +128,7 @@ impl Served {
                 ran(self.provider.run_module(&module, ms(timeout_ms), None).map(|r| Answer::Module(r.result)))
             }
             Job::OpenSession { held } => {
-                let mut session = self.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut session = lock(&self.session);
                 if session.is_some() {
                     return refused(Refusal::new(plimsoll_core::Reason::Environment, "this worker has a session"));
                 }
@@ -140,7 +139,7 @@ impl Served {
                 Answer::Opened
             }
             Job::Cell { python, code, files, timeout_ms } => {
-                let mut session = self.session.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut session = lock(&self.session);
                 let Some(session) = session.as_mut() else {
                     return refused(Refusal::new(plimsoll_core::Reason::Environment, "this worker has no session"));
                 };
@@ -183,7 +182,7 @@ fn setup_and_serve(sock: &mut UnixStream) -> Result<(), String> {
     };
     // Up to `slots` jobs at once, a judge's three instances each at most, and a
     // module table's rows on every core. (Read before Landlock: it reads cgroup files.)
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let cores = plimsoll_sim::model::cores();
     let cache = hello.cache_dir.as_ref().map(PathBuf::from);
     if confine::landlock(cache.as_deref())? {
         walls.push("landlock: no file system but the component cache, read-only".into());
