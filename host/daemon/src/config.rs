@@ -1092,6 +1092,19 @@ mod tests {
         for (pairs, want) in cases {
             assert_eq!(load(pairs).expect_err(want).to_string(), want);
         }
+        let e = load(&[("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_WASM_ENGINE", "inprocess")]).expect_err("a typo");
+        assert!(e.to_string().ends_with("SANDBOX_WASM_ENGINE=\"inprocess\": use in-process or jailed"), "{e}");
+    }
+
+    #[test]
+    fn the_wasm_engine_is_jailed_unless_opted_out() {
+        let engine = |v: &[(&str, &str)]| load(v).expect("config").wasm_engine;
+        assert_eq!(engine(&[("SANDBOX_PROVIDER", "wasm")]), WasmEngine::Jailed);
+        assert_eq!(engine(&[("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_WASM_ENGINE", "")]), WasmEngine::Jailed);
+        assert_eq!(
+            engine(&[("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_WASM_ENGINE", "in-process")]),
+            WasmEngine::InProcess
+        );
     }
 
     #[test]
