@@ -148,11 +148,22 @@ fn a_daemon_killed_mid_run_leaves_nothing_behind_and_its_calls_may_have_run() {
     // one as it starts, or the live one on its periodic re-check if that comes
     // first. Either way none is left, and the four it was running are named in the
     // log of the daemon that swept them.
+    // Both may try the same container at once: the one whose removal is second is
+    // told it is already under way and leaves it (and its log line) to the other, so
+    // wait for the other to finish its pass.
     let next = start(&env);
-    let still = made_by(pid);
-    assert!(still.is_empty(), "the startup sweep left the dead daemon's containers: {still:?}");
-    let swept: Vec<String> =
-        next.log().into_iter().chain(other.log()).filter(|l| l.contains("swept the containers")).collect();
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let (still, swept) = loop {
+        let still = made_by(pid);
+        let swept: Vec<String> =
+            next.log().into_iter().chain(other.log()).filter(|l| l.contains("swept the containers")).collect();
+        let named = in_flight.iter().all(|id| swept.iter().any(|l| l.contains(id.as_str())));
+        if (still.is_empty() && named) || Instant::now() > deadline {
+            break (still, swept);
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(still.is_empty(), "the sweeps left the dead daemon's containers: {still:?}");
     assert!(
         in_flight.iter().all(|id| swept.iter().any(|l| l.contains(id.as_str()))),
         "the daemons log what they swept: {in_flight:?} in {swept:?}"
