@@ -1,0 +1,249 @@
+use std::collections::HashMap;
+
+use super::*;
+
+fn env(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+}
+
+fn load(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
+    Config::load(None, &env(pairs))
+}
+
+#[test]
+fn defaults_are_the_originals() {
+    let c = load(&[]).expect("defaults");
+    assert_eq!(c.addr, ":8746");
+    assert_eq!(c.metrics_addr.as_deref(), Some("127.0.0.1:9464"));
+    assert_eq!(c.provider, ProviderKind::Disabled);
+    assert_eq!(c.admission, Admission { max_concurrent: 8, per_key_concurrent: 4, rate_per_min: 30, rate_burst: 30 });
+    assert_eq!(c.auth, AuthSource::Open);
+}
+
+#[test]
+fn sessions_are_off_by_default_and_read_the_originals_durations() {
+    let c = load(&[]).expect("defaults");
+    assert_eq!(c.sessions, SessionSettings::default());
+    assert_eq!(
+        (c.sessions.max, c.sessions.lifetime, c.sessions.idle),
+        (0, Duration::from_secs(1800), Duration::from_secs(300))
+    );
+    let c = load(&[
+        ("SANDBOX_MAX_SESSIONS", "16"),
+        ("SANDBOX_MAX_SESSIONS_PER_OWNER", "2"),
+        ("SANDBOX_SESSION_LIFETIME", "1h30m"),
+        ("SANDBOX_SESSION_IDLE", "0"),
+        ("SANDBOX_SESSION_DISK_MB", "0"),
+    ])
+    .expect("sessions");
+    assert_eq!((c.sessions.max, c.sessions.per_owner), (16, 2));
+    assert_eq!(
+        (c.sessions.lifetime, c.sessions.idle, c.sessions.disk_mb),
+        (Duration::from_secs(5400), Duration::ZERO, 0)
+    );
+    assert_eq!(parse_duration("X", "250ms").expect("ms"), Duration::from_millis(250));
+    assert_eq!(parse_duration("X", "90").expect("bare seconds"), Duration::from_secs(90));
+}
+
+#[test]
+fn bad_session_settings_name_the_variable_and_the_fix() {
+    let cases: [(&[(&str, &str)], &str); 5] = [
+        (
+            &[("SANDBOX_SESSION_LIFETIME", "soon")],
+            "SANDBOX_SESSION_LIFETIME=\"soon\" is not a duration: write it as 90s, 5m, 1h30m or 250ms",
+        ),
+        (&[("SANDBOX_SESSION_LIFETIME", "13h")], "SANDBOX_SESSION_LIFETIME=46800s is outside 1s..12h"),
+        (&[("SANDBOX_SESSION_IDLE", "500ms")], "SANDBOX_SESSION_IDLE=500ms is outside 1s..12h (0 = never suspend)"),
+        (&[("SANDBOX_SESSION_DISK_MB", "2000000")], "SANDBOX_SESSION_DISK_MB=2000000 is over 1048576 (1 TiB)"),
+        (
+            &[("SANDBOX_MAX_SESSIONS_PER_CALLER", "2")],
+            "SANDBOX_MAX_SESSIONS_PER_CALLER=2 has no effect: sessions are off; set SANDBOX_MAX_SESSIONS above 0 to turn them on",
+        ),
+    ];
+    for (vars, want) in cases {
+        let e = load(vars).expect_err("refused");
+        assert_eq!(e.to_string(), want, "{vars:?}");
+    }
+}
+
+#[test]
+fn an_unknown_variable_fails_startup_naming_it() {
+    let e = load(&[("SANDBOX_MIN_ISOLATON", "kernel"), ("PLIMSOLL_CALLER_TOKEN", "x")]).expect_err("typo");
+    assert_eq!(
+        e.to_string(),
+        "unknown variable SANDBOX_MIN_ISOLATON: check the spelling (a misspelt safety setting must not be ignored)"
+    );
+}
+
+#[test]
+fn malformed_values_name_the_variable() {
+    let cases: [(&[(&str, &str)], &str); 9] = [
+        (&[("SANDBOX_MAX_CONCURRENT", "many")], "SANDBOX_MAX_CONCURRENT=\"many\" is not a whole number"),
+        (&[("SANDBOX_MAX_CONCURRENT", "0")], "SANDBOX_MAX_CONCURRENT=0 is outside 1..4096"),
+        (&[("SANDBOX_MAX_CONCURRENT", "4097")], "SANDBOX_MAX_CONCURRENT=4097 is outside 1..4096"),
+        (&[("PLIMSOLL_INSECURE", "yes")], "PLIMSOLL_INSECURE=\"yes\" is not a boolean: use 1/true or 0/false"),
+        (
+            &[("SANDBOX_MIN_ISOLATION", "none")],
+            "SANDBOX_MIN_ISOLATION: minimum isolation \"none\" is not a floor; use process, container, kernel or vm, or leave it empty",
+        ),
+        (
+            &[("SANDBOX_PROVIDER", "dokcer")],
+            "SANDBOX_PROVIDER=\"dokcer\" is not a provider; use wasm or docker (or leave it unset)",
+        ),
+        (
+            &[("PLIMSOLL_TOKEN", "short")],
+            "PLIMSOLL_TOKEN is shorter than 32 characters; use a long random token (plimsoll-host callers create prints one)",
+        ),
+        (&[("PLIMSOLL_TLS_CERT", "/c.pem")], "PLIMSOLL_TLS_CERT and PLIMSOLL_TLS_KEY go together: set both or neither"),
+        (
+            &[("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_PIDS", "64")],
+            "SANDBOX_PIDS is set, but the wasm provider cannot enforce it (it enforces memory only); unset it",
+        ),
+    ];
+    for (pairs, want) in cases {
+        assert_eq!(load(pairs).expect_err(want).to_string(), want);
+    }
+    let e = load(&[("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_WASM_ENGINE", "inprocess")]).expect_err("a typo");
+    assert!(e.to_string().ends_with("SANDBOX_WASM_ENGINE=\"inprocess\": use in-process or jailed"), "{e}");
+}
+
+#[test]
+fn the_wasm_engine_is_jailed_unless_opted_out() {
+    let engine = |v: &[(&str, &str)]| load(v).expect("config").wasm_engine;
+    assert_eq!(engine(&[("SANDBOX_PROVIDER", "wasm")]), WasmEngine::Jailed);
+    assert_eq!(engine(&[("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_WASM_ENGINE", "")]), WasmEngine::Jailed);
+    assert_eq!(engine(&[("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_WASM_ENGINE", "in-process")]), WasmEngine::InProcess);
+}
+
+#[test]
+fn docker_settings_are_required_for_docker_and_refused_elsewhere() {
+    let full: [(&str, &str); 4] = [
+        ("SANDBOX_PROVIDER", "docker"),
+        ("SANDBOX_DOCKER_IMAGE", "sha256:abc"),
+        ("SANDBOX_DOCKER_PLUGIN", "/opt/plimsoll/docker"),
+        ("SANDBOX_DOCKER_PLUGIN_KEYS", "/etc/plimsoll/ops.pub, /etc/plimsoll/ci.pub"),
+    ];
+    let c = load(&full).expect("loads");
+    let d = c.docker.expect("docker settings");
+    assert_eq!((d.runtime.as_str(), d.guest_uid), ("runc", 61000));
+    assert_eq!(d.plugin.trusted_keys.len(), 2);
+    let without = |name: &str| full.iter().copied().filter(|(k, _)| *k != name).collect::<Vec<_>>();
+    let with = |pair: (&'static str, &'static str)| {
+        let mut v = full.to_vec();
+        v.push(pair);
+        v
+    };
+    let cases: [(Vec<(&str, &str)>, &str); 6] = [
+        (
+            without("SANDBOX_DOCKER_IMAGE"),
+            "SANDBOX_PROVIDER=docker needs SANDBOX_DOCKER_IMAGE: build the image with images/build.sh and set the ID it prints",
+        ),
+        (
+            without("SANDBOX_DOCKER_PLUGIN"),
+            "SANDBOX_PROVIDER=docker needs SANDBOX_DOCKER_PLUGIN: the signed plugin's directory (plugins/build.sh, then plimsoll-host plugin sign)",
+        ),
+        (
+            without("SANDBOX_DOCKER_PLUGIN_KEYS"),
+            "SANDBOX_DOCKER_PLUGIN_KEYS is empty: name the public key(s) whose plugin signatures you trust",
+        ),
+        (with(("SANDBOX_DOCKER_RUNTIME", "kata")), "SANDBOX_DOCKER_RUNTIME=\"kata\": use runc or runsc"),
+        (with(("SANDBOX_DOCKER_GUEST_UID", "root")), "SANDBOX_DOCKER_GUEST_UID=\"root\" is not a whole number"),
+        (
+            vec![("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_DOCKER_IMAGE", "sha256:abc")],
+            "SANDBOX_DOCKER_IMAGE is set, but SANDBOX_PROVIDER is wasm; set SANDBOX_PROVIDER=docker or unset it",
+        ),
+    ];
+    for (pairs, want) in cases {
+        assert_eq!(load(&pairs).expect_err(want).to_string(), want);
+    }
+}
+
+#[test]
+fn the_warm_pool_is_off_by_default_bounded_docker_only_and_counted_against_total_memory() {
+    let docker: [(&str, &str); 4] = [
+        ("SANDBOX_PROVIDER", "docker"),
+        ("SANDBOX_DOCKER_IMAGE", "sha256:abc"),
+        ("SANDBOX_DOCKER_PLUGIN", "/opt/plimsoll/docker"),
+        ("SANDBOX_DOCKER_PLUGIN_KEYS", "/etc/plimsoll/ops.pub"),
+    ];
+    let with = |extra: &[(&'static str, &'static str)]| [&docker[..], extra].concat();
+    assert_eq!(load(&docker).expect("loads").docker.expect("docker").warm_pool, 0);
+    let c = load(&with(&[("SANDBOX_WARM_POOL", "64")])).expect("loads");
+    assert_eq!(c.docker.expect("docker").warm_pool, 64);
+    let cases: [(Vec<(&str, &str)>, &str); 4] = [
+        (with(&[("SANDBOX_WARM_POOL", "65")]), "SANDBOX_WARM_POOL=65 is outside 0..64"),
+        (with(&[("SANDBOX_WARM_POOL", "some")]), "SANDBOX_WARM_POOL=\"some\" is not a whole number"),
+        (
+            vec![("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_WARM_POOL", "2")],
+            "SANDBOX_WARM_POOL is set, but SANDBOX_PROVIDER is wasm; set SANDBOX_PROVIDER=docker or unset it",
+        ),
+        (
+            with(&[("SANDBOX_WARM_POOL", "2"), ("SANDBOX_TOTAL_MEMORY_MB", "2048")]),
+            "SANDBOX_TOTAL_MEMORY_MB=2048 does not fit one run of 256 MiB beside the warm pool's 8 containers (SANDBOX_WARM_POOL per shape, 4 shapes)",
+        ),
+    ];
+    for (pairs, want) in cases {
+        assert_eq!(load(&pairs).expect_err(want).to_string(), want);
+    }
+    // Each container the pool may hold counts one run's memory.
+    let c = load(&with(&[("SANDBOX_WARM_POOL", "2"), ("SANDBOX_TOTAL_MEMORY_MB", "4096")])).expect("fits");
+    assert_eq!(c.admission.max_concurrent, 8);
+    let c = load(&with(&[("SANDBOX_WARM_POOL", "2"), ("SANDBOX_TOTAL_MEMORY_MB", "2560")])).expect("fits");
+    assert_eq!(c.admission.max_concurrent, 2);
+    let toml = std::env::temp_dir().join(format!("plimsoll-pool-{}.toml", std::process::id()));
+    std::fs::write(&toml, "[docker]\nwarm-pool = 3\n").expect("write");
+    let c = Config::load(Some(&toml), &env(&docker)).expect("loads the file");
+    assert_eq!(c.docker.expect("docker").warm_pool, 3);
+    let _ = std::fs::remove_file(&toml);
+}
+
+#[test]
+fn the_file_is_strict_and_the_environment_wins() {
+    let dir = std::env::temp_dir().join(format!("plimsoll-config-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("plimsoll.toml");
+    std::fs::write(&path, "[sandbox]\nprovider = \"wasm\"\nmax-concurrent = 16\n").expect("write");
+    let c = Config::load(Some(&path), &env(&[("SANDBOX_MAX_CONCURRENT", "4")])).expect("loads");
+    assert_eq!((c.provider, c.admission.max_concurrent), (ProviderKind::Wasm, 4));
+    std::fs::write(&path, "[sandbox]\nprovidr = \"wasm\"\n").expect("write");
+    let e = Config::load(Some(&path), &env(&[])).expect_err("unknown key").to_string();
+    assert!(e.contains("unknown field `providr`"), "{e}");
+    std::fs::write(&path, "[sandbox]\nmax-concurrent = \"x\"\n").expect("write");
+    let e = Config::load(Some(&path), &env(&[])).expect_err("bad type").to_string();
+    assert!(e.contains("max-concurrent"), "{e}");
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+#[test]
+fn total_memory_clamps_concurrency() {
+    let c = load(&[("SANDBOX_TOTAL_MEMORY_MB", "1024"), ("SANDBOX_MEMORY_MB", "256")]).expect("fits");
+    assert_eq!(c.admission.max_concurrent, 4);
+    assert!(load(&[("SANDBOX_TOTAL_MEMORY_MB", "100")]).is_err());
+}
+
+#[test]
+fn a_real_provider_without_callers_needs_an_explicit_opt_in() {
+    let c = load(&[("SANDBOX_PROVIDER", "wasm")]).expect("loads");
+    assert!(c.check_auth().expect_err("open").to_string().contains("set PLIMSOLL_CLIENTS_FILE"));
+    let c = load(&[("SANDBOX_PROVIDER", "wasm"), ("PLIMSOLL_INSECURE", "1")]).expect("loads");
+    assert!(c.check_auth().is_ok());
+    assert!(load(&[]).expect("disabled").check_auth().is_ok());
+}
+
+#[test]
+fn hardened_mode_lists_every_violation_at_once() {
+    let c = load(&[("SANDBOX_PROVIDER", "wasm"), ("PLIMSOLL_INSECURE", "1"), ("SANDBOX_RATE_PER_MIN", "0")])
+        .expect("loads");
+    let v = c.hardened_violations(plimsoll_core::Tier::Process);
+    assert_eq!(v.len(), 7, "{v:#?}");
+    assert!(v[0].starts_with("isolation: the wasm provider proved process"));
+}
+
+#[test]
+fn loopback_addresses() {
+    assert!(is_loopback("127.0.0.1:8746"));
+    assert!(is_loopback("[::1]:1"));
+    assert!(is_loopback("localhost:9"));
+    assert!(!is_loopback(":8746"));
+    assert!(!is_loopback("0.0.0.0:8746"));
+}
