@@ -767,6 +767,17 @@ fn a_signed_broker_plugin_mints_through_the_vendors_token_endpoint() {
     );
     let (_, log) = d.terminate();
     assert!(log.iter().any(|l| l.contains(r#""msg":"broker plugin loaded""#) && l.contains("inventory-broker")));
+    // Every call the plugin made is logged, without its body or the credential.
+    let calls: Vec<&String> = log.iter().filter(|l| l.contains(r#""msg":"plugin http call""#)).collect();
+    assert!(!calls.is_empty(), "{log:?}");
+    assert!(
+        calls.iter().all(|l| l.contains(r#""plugin":"inventory-broker""#)
+            && l.contains(r#""endpoint":"token""#)
+            && l.contains(r#""path":"/oauth/token""#)
+            && l.contains(r#""status":200"#)
+            && !l.contains("subject=")),
+        "{calls:?}"
+    );
     assert!(log.iter().all(|l| !l.contains(CLIENT_SECRET)));
 }
 

@@ -279,7 +279,7 @@ fn signer(args: &SignerArgs) -> anyhow::Result<Box<dyn plimsoll_attest::Signer>>
         let (alias, url) =
             e.split_once('=').ok_or_else(|| anyhow::anyhow!("--signer-endpoint {e:?} must be ALIAS=URL"))?;
         let headers = token.iter().map(|t| ("authorization".to_string(), format!("Bearer {t}"))).collect();
-        endpoints.insert(alias.to_string(), Endpoint { base: url.to_string(), headers });
+        endpoints.insert(alias.to_string(), Endpoint { base: url.to_string(), headers, ..Endpoint::default() });
     }
     for alias in &verified.manifest.endpoints {
         if !endpoints.contains_key(alias) {

@@ -271,7 +271,10 @@ pub fn auth_var(plugin: &str, alias: &str) -> String {
 /// # Errors
 ///
 /// The plugin and the check that failed; the daemon does not start.
-pub fn load_plugins(cfg: &BrokerPlugins) -> Result<std::collections::BTreeMap<String, PluginBroker>, String> {
+pub fn load_plugins(
+    cfg: &BrokerPlugins,
+    log: crate::log::Log,
+) -> Result<std::collections::BTreeMap<String, PluginBroker>, String> {
     let mut out = std::collections::BTreeMap::new();
     if cfg.dirs.is_empty() {
         return Ok(out);
@@ -299,9 +302,10 @@ pub fn load_plugins(cfg: &BrokerPlugins) -> Result<std::collections::BTreeMap<St
                 .filter(|v| !v.is_empty())
                 .map(|v| vec![("authorization".to_string(), v)])
                 .unwrap_or_default();
-            endpoints.insert(alias.clone(), Endpoint { base: url.clone(), headers });
+            endpoints.insert(alias.clone(), Endpoint { base: url.clone(), headers, ..Endpoint::default() });
         }
-        let gate = Arc::new(HttpGate::new(endpoints).map_err(|e| format!("broker plugin {name}: {e}"))?);
+        let gate = HttpGate::new(endpoints).map_err(|e| format!("broker plugin {name}: {e}"))?;
+        let gate = Arc::new(gate.logging(crate::outbound::call_log(log, &name)));
         let loaded = Arc::new(
             BrokerPlugin::new(&engine, verified, approved.clone(), Some(gate))
                 .map_err(|e| format!("broker plugin {name}: {e}"))?,

@@ -23,6 +23,7 @@ pub mod grants;
 pub mod http;
 pub mod log;
 pub mod metrics;
+pub mod outbound;
 pub mod providers;
 pub mod server;
 pub mod service;

@@ -179,7 +179,7 @@ impl Server {
         let grants = match &config.grants_file {
             None => None,
             Some(path) => {
-                let plugins = crate::grants::load_plugins(&config.broker_plugins).map_err(StartError::Grants)?;
+                let plugins = crate::grants::load_plugins(&config.broker_plugins, log).map_err(StartError::Grants)?;
                 for name in plugins.keys() {
                     log.info("broker plugin loaded", &[("plugin", json!(name))]);
                 }

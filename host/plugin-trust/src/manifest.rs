@@ -70,6 +70,11 @@ pub struct Manifest {
     /// to a URL (and a credential the plugin never sees).
     #[serde(default)]
     pub endpoints: Vec<String>,
+    /// The request headers (lowercase names) the plugin sets on its HTTP requests;
+    /// the host refuses any other, so a plugin cannot smuggle one the manifest's
+    /// reviewer never saw.
+    #[serde(default)]
+    pub headers: Vec<String>,
 }
 
 fn tier<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Tier>, D::Error> {
@@ -104,6 +109,12 @@ impl Manifest {
         }
         if m.name.is_empty() || !m.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
             return Err(format!("plugin.toml: name {:?} must be lowercase letters, digits and dashes", m.name));
+        }
+        for h in &m.headers {
+            let token = !h.is_empty() && h.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            if !token {
+                return Err(format!("plugin.toml: header {h:?} must be a lowercase header name"));
+            }
         }
         Ok(m)
     }
@@ -155,6 +166,17 @@ capabilities = ["containers", "log"]
         )
         .expect("parses");
         assert_eq!((m.max_tier, m.endpoints), (None, vec!["kms".to_string()]));
+        assert!(m.headers.is_empty());
+    }
+
+    #[test]
+    fn declared_headers_are_lowercase_names() {
+        let m = Manifest::parse(&format!("{GOOD}headers = [\"content-type\", \"x-access-token\"]\n")).expect("parses");
+        assert_eq!(m.headers, ["content-type", "x-access-token"]);
+        for bad in ["Content-Type", "x token", ""] {
+            let err = Manifest::parse(&format!("{GOOD}headers = [{bad:?}]\n")).expect_err(bad);
+            assert_eq!(err, format!("plugin.toml: header {bad:?} must be a lowercase header name"));
+        }
     }
 
     #[test]

@@ -69,6 +69,7 @@ impl Guest for Plugin {
         let ttl_s = (req.ttl_ms / 1000).clamp(1, MAX_TTL_S);
         let r = send(&Request {
             endpoint: ENDPOINT.into(),
+            target: None,
             method: "POST".into(),
             path: "/oauth/token".into(),
             headers: vec![("content-type".into(), "application/x-www-form-urlencoded".into())],

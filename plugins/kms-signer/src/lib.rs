@@ -28,6 +28,7 @@ struct Plugin;
 fn call(method: &str, path: &str, body: Vec<u8>) -> Result<Vec<u8>, String> {
     let r = send(&Request {
         endpoint: ENDPOINT.into(),
+        target: None,
         method: method.into(),
         path: path.into(),
         headers: vec![("content-type".into(), "application/octet-stream".into())],

@@ -86,7 +86,7 @@ pub struct BrokerPlugin {
     pre: BrokerPluginPre<PluginState>,
     approved: Vec<Capability>,
     http: Option<Arc<HttpGate>>,
-    endpoints: Vec<String>,
+    allowed: super::http::Allowed,
 }
 
 impl std::fmt::Debug for BrokerPlugin {
@@ -128,7 +128,10 @@ impl BrokerPlugin {
             pre,
             approved,
             http,
-            endpoints: verified.manifest.endpoints.clone(),
+            allowed: super::http::Allowed {
+                endpoints: verified.manifest.endpoints.clone(),
+                headers: verified.manifest.headers.clone(),
+            },
         })
     }
 
@@ -147,7 +150,7 @@ impl BrokerPlugin {
             name: &self.name,
             approved: &self.approved,
             http: self.http.clone(),
-            endpoints: &self.endpoints,
+            allowed: &self.allowed,
             budget: CALL_BUDGET,
             memory: PLUGIN_MEMORY,
         }

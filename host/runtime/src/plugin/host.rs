@@ -28,6 +28,7 @@ pub(crate) mod bindings {
         path: ["../../wit/types", "../../wit/host", "../../wit/provider"],
         with: {
             "plimsoll:host/containers.container": super::ContainerRep,
+            "plimsoll:host/http.incoming": super::super::http::Incoming,
         },
     });
 }
@@ -225,8 +226,8 @@ pub(crate) struct PluginState {
     pub limits: wasmtime::StoreLimits,
     /// Outbound HTTP, when the operator configured endpoints.
     pub http: Option<Arc<super::http::HttpGate>>,
-    /// The endpoint aliases the plugin's manifest names.
-    pub endpoints: Vec<String>,
+    /// The endpoints and headers the plugin's manifest names.
+    pub allowed: super::http::Allowed,
     /// The run's broker mount: every container this call creates gets it.
     pub broker: Option<plimsoll_containers::BrokerMount>,
 }
@@ -258,7 +259,7 @@ pub(crate) struct HttpOnly<'a> {
     pub name: &'a str,
     pub approved: &'a [Capability],
     pub http: Option<Arc<super::http::HttpGate>>,
-    pub endpoints: &'a [String],
+    pub allowed: &'a super::http::Allowed,
     /// The call's budget.
     pub budget: Duration,
     /// The plugin's memory, in bytes.
@@ -280,7 +281,7 @@ impl HttpOnly<'_> {
             live: BTreeSet::new(),
             limits: wasmtime::StoreLimitsBuilder::new().memory_size(self.memory).build(),
             http: self.http,
-            endpoints: self.endpoints.to_vec(),
+            allowed: self.allowed.clone(),
             broker: None,
         };
         let mut store = wasmtime::Store::new(engine.wasmtime(), state);
@@ -576,8 +577,10 @@ impl containers::HostContainer for PluginState {
     }
 }
 
-impl http::Host for PluginState {
-    fn send(&mut self, req: http::Request) -> Result<http::Response, String> {
+impl PluginState {
+    /// The gate and the ask for one of the plugin's requests, its time capped by
+    /// the call's deadline.
+    fn ask(&self, req: http::Request) -> Result<(Arc<super::http::HttpGate>, super::http::Ask), String> {
         if !self.approved.contains(&Capability::Http) {
             return Err("the http capability is not approved for this plugin".into());
         }
@@ -590,14 +593,55 @@ impl http::Host for PluginState {
         let left = self.deadline.saturating_duration_since(Instant::now());
         let ask = super::http::Ask {
             endpoint: req.endpoint,
+            target: req.target,
             method: req.method,
             path: req.path,
             headers: req.headers,
             body: req.body,
             timeout: Duration::from_millis(u64::from(req.timeout_ms)).min(left),
         };
-        let a = gate.send(&self.endpoints, ask)?;
+        Ok((Arc::clone(gate), ask))
+    }
+}
+
+impl http::Host for PluginState {
+    fn send(&mut self, req: http::Request) -> Result<http::Response, String> {
+        let (gate, ask) = self.ask(req)?;
+        let a = gate.send(&self.allowed, ask)?;
         Ok(http::Response { status: a.status, headers: a.headers, body: a.body })
+    }
+
+    fn open(&mut self, req: http::Request) -> Result<Resource<super::http::Incoming>, String> {
+        let (gate, ask) = self.ask(req)?;
+        let incoming = gate.open(&self.allowed, ask)?;
+        self.table.push(incoming).map_err(|e| format!("holding the stream: {e}"))
+    }
+}
+
+impl http::HostIncoming for PluginState {
+    fn status(&mut self, s: Resource<super::http::Incoming>) -> u16 {
+        self.table.get(&s).map_or(0, |s| s.status)
+    }
+
+    fn headers(&mut self, s: Resource<super::http::Incoming>) -> Vec<(String, String)> {
+        self.table.get(&s).map(|s| s.headers.clone()).unwrap_or_default()
+    }
+
+    fn read(&mut self, s: Resource<super::http::Incoming>, timeout_ms: u32) -> Result<Option<Vec<u8>>, String> {
+        // The wait never outlasts the plugin call's own deadline.
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let wait = Duration::from_millis(u64::from(timeout_ms)).min(left);
+        let stream = self.table.get_mut(&s).map_err(|e| format!("no such stream: {e}"))?;
+        stream.read(wait)
+    }
+
+    fn trailers(&mut self, s: Resource<super::http::Incoming>) -> Vec<(String, String)> {
+        self.table.get(&s).map(super::http::Incoming::trailers).unwrap_or_default()
+    }
+
+    fn drop(&mut self, s: Resource<super::http::Incoming>) -> wasmtime::Result<()> {
+        self.table.delete(s)?;
+        Ok(())
     }
 }
 

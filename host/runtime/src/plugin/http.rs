@@ -1,23 +1,32 @@
 //! The host's side of `plimsoll:host/http`: outbound HTTP for plugins, only to the
-//! endpoints their manifest names and the operator mapped to a URL. The host adds
-//! the operator's headers (a credential the plugin never holds), refuses redirects,
-//! and caps request and response sizes and time.
+//! endpoints their manifest names and the operator mapped to a URL, with only the
+//! headers the manifest declares. The host adds the operator's headers (a
+//! credential the plugin never holds) and client certificate, refuses redirects,
+//! caps request and response sizes and time, and logs every call without bodies.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full, Limited};
 use hyper_util::client::legacy::Client as Hyper;
 use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::dns::{GaiResolver, Name};
 use hyper_util::rt::TokioExecutor;
 
 /// The largest request body a plugin may send.
-pub const MAX_REQUEST_BYTES: usize = 1 << 20;
-/// The largest response body a plugin may receive.
+pub const MAX_REQUEST_BYTES: usize = 4 << 20;
+/// The largest response body `send` returns.
 pub const MAX_RESPONSE_BYTES: usize = 4 << 20;
-/// The longest one request may take.
+/// The longest one `send` may take.
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most body bytes one streamed response may carry.
+pub const MAX_STREAM_BYTES: u64 = 64 << 20;
+/// The longest one streamed response may last.
+pub const MAX_STREAM_TIME: Duration = Duration::from_secs(30 * 60);
+/// The most bytes one `read` of a stream returns.
+pub const MAX_READ_BYTES: usize = 1 << 20;
 /// Headers only the host sets.
 const HOST_HEADERS: [&str; 8] = [
     "authorization",
@@ -29,14 +38,55 @@ const HOST_HEADERS: [&str; 8] = [
     "connection",
     "te",
 ];
+/// Where a per-target endpoint's URL takes its target.
+const TARGET: &str = "{target}";
+
+/// The TLS an endpoint needs beyond the system's roots: the operator's CA (then
+/// only it is trusted there) and a client certificate for mutual TLS. The host
+/// holds both; a plugin only names the endpoint.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct EndpointTls {
+    /// PEM certificates trusted for this endpoint instead of the system's.
+    pub ca_pem: Option<Vec<u8>>,
+    /// PEM certificate chain and PEM private key presented to the server.
+    pub client_pem: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for EndpointTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EndpointTls")
+            .field("own_ca", &self.ca_pem.is_some())
+            .field("client_certificate", &self.client_pem.is_some())
+            .finish()
+    }
+}
 
 /// Where an alias points, and what the host adds to every request there.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq, Eq)]
 pub struct Endpoint {
-    /// The base URL (`http` or `https`); a request's path is appended.
+    /// The base URL (`http` or `https`); a request's path is appended. `{target}`
+    /// in its host makes a host per target (`https://49983-{target}.e2b.app`).
     pub base: String,
     /// Headers the host adds (the operator's credential); never shown to the plugin.
     pub headers: Vec<(String, String)>,
+    /// Its own CA and client certificate, if any.
+    pub tls: EndpointTls,
+    /// Where every connection goes, whatever the URL's host resolves to (a
+    /// gateway reached by a private address, a test's local fake); the URL's
+    /// host still names the server for TLS and the `Host` header.
+    pub connect_to: Option<std::net::IpAddr>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("Endpoint")
+            .field("base", &self.base)
+            .field("headers", &names)
+            .field("tls", &self.tls)
+            .field("connect_to", &self.connect_to)
+            .finish()
+    }
 }
 
 /// What a plugin asked for.
@@ -44,6 +94,8 @@ pub struct Endpoint {
 pub struct Ask {
     /// The endpoint's alias.
     pub endpoint: String,
+    /// The target, for an endpoint with a host per target.
+    pub target: Option<String>,
     /// `GET`, `POST`, `PUT`, `PATCH`, `DELETE` or `HEAD`.
     pub method: String,
     /// Absolute path, with a query if any.
@@ -52,8 +104,17 @@ pub struct Ask {
     pub headers: Vec<(String, String)>,
     /// The body.
     pub body: Vec<u8>,
-    /// Its budget, at most [`MAX_TIMEOUT`].
+    /// Its budget: at most [`MAX_TIMEOUT`] for `send`, [`MAX_STREAM_TIME`] for `open`.
     pub timeout: Duration,
+}
+
+/// What the manifest lets a plugin use: its endpoints and the headers it sets.
+#[derive(Clone, Debug, Default)]
+pub struct Allowed {
+    /// Endpoint aliases.
+    pub endpoints: Vec<String>,
+    /// Lowercase header names.
+    pub headers: Vec<String>,
 }
 
 /// The upstream's answer.
@@ -67,240 +128,496 @@ pub struct Answer {
     pub body: Vec<u8>,
 }
 
-type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+/// One call as the log sees it: never a body, a header value or a query.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallRecord {
+    /// The endpoint's alias.
+    pub endpoint: String,
+    /// The target, for a per-target endpoint.
+    pub target: Option<String>,
+    /// The method.
+    pub method: String,
+    /// The path without its query (a query may carry what a log must not).
+    pub path: String,
+    /// The status, if a response head arrived.
+    pub status: Option<u16>,
+    /// Bytes of request body sent.
+    pub sent: u64,
+    /// Bytes of response body received.
+    pub received: u64,
+    /// From sending to the end of the body (or the failure).
+    pub elapsed: Duration,
+    /// Why it ended without a whole answer, in plimsoll's words.
+    pub error: Option<String>,
+    /// Whether the body was streamed (`open`).
+    pub streamed: bool,
+}
+
+/// Where the gate's call records go.
+pub type CallLog = Arc<dyn Fn(&CallRecord) + Send + Sync>;
+
+type Connector = hyper_rustls::HttpsConnector<HttpConnector<Resolve>>;
+
+/// How an endpoint's host name becomes an address: the system's resolver, or the
+/// operator's fixed address.
+#[derive(Clone)]
+enum Resolve {
+    System(GaiResolver),
+    Pinned(std::net::IpAddr),
+}
+
+type Resolved = std::vec::IntoIter<std::net::SocketAddr>;
+
+impl tower_service::Service<Name> for Resolve {
+    type Response = Resolved;
+    type Error = std::io::Error;
+    type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<Resolved, std::io::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), std::io::Error>> {
+        match self {
+            Resolve::System(gai) => gai.poll_ready(cx),
+            Resolve::Pinned(_) => std::task::Poll::Ready(Ok(())),
+        }
+    }
+
+    fn call(&mut self, name: Name) -> Self::Future {
+        match self {
+            Resolve::System(gai) => {
+                let lookup = gai.call(name);
+                Box::pin(async move { Ok(lookup.await?.collect::<Vec<_>>().into_iter()) })
+            }
+            // The connector puts the URL's port on it.
+            Resolve::Pinned(ip) => {
+                let addr = std::net::SocketAddr::new(*ip, 0);
+                Box::pin(async move { Ok(vec![addr].into_iter()) })
+            }
+        }
+    }
+}
+type Client = Hyper<Connector, Full<Bytes>>;
+
+/// One configured endpoint, with the client its TLS needs.
+struct Route {
+    endpoint: Endpoint,
+    client: Client,
+}
 
 /// The gate every plugin request passes.
 pub struct HttpGate {
-    endpoints: BTreeMap<String, Endpoint>,
-    client: Hyper<Connector, Full<Bytes>>,
+    routes: BTreeMap<String, Route>,
     rt: tokio::runtime::Runtime,
+    log: Option<CallLog>,
 }
 
 impl std::fmt::Debug for HttpGate {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HttpGate")
-            .field("endpoints", &self.endpoints.keys().collect::<Vec<_>>())
-            .finish_non_exhaustive()
+        f.debug_struct("HttpGate").field("endpoints", &self.routes.keys().collect::<Vec<_>>()).finish_non_exhaustive()
     }
 }
 
-impl HttpGate {
-    /// A gate over `endpoints` (alias to URL and headers).
+fn client(alias: &str, endpoint: &Endpoint) -> Result<Client, String> {
+    let tls = &endpoint.tls;
+    use rustls::pki_types::pem::PemObject as _;
+    let fail = |what: &str, e: &dyn std::fmt::Display| format!("endpoint {alias}: {what}: {e}");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    match &tls.ca_pem {
+        Some(pem) => {
+            let mut n = 0;
+            for cert in rustls_pemfile_certs(pem).map_err(|e| fail("its CA", &e))? {
+                roots.add(cert).map_err(|e| fail("its CA", &e))?;
+                n += 1;
+            }
+            if n == 0 {
+                return Err(format!("endpoint {alias}: its CA file holds no certificate"));
+            }
+        }
+        None => {
+            for cert in rustls_native_certs::load_native_certs().certs {
+                let _ = roots.add(cert);
+            }
+        }
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| fail("TLS", &e))?
+        .with_root_certificates(roots);
+    let config = match &tls.client_pem {
+        None => builder.with_no_client_auth(),
+        Some((chain, key)) => {
+            let chain = rustls_pemfile_certs(chain).map_err(|e| fail("its client certificate", &e))?;
+            if chain.is_empty() {
+                return Err(format!("endpoint {alias}: its client certificate file holds no certificate"));
+            }
+            let key = rustls::pki_types::PrivateKeyDer::from_pem_slice(key).map_err(|e| fail("its client key", &e))?;
+            builder.with_client_auth_cert(chain, key).map_err(|e| fail("its client certificate", &e))?
+        }
+    };
+    let resolve = endpoint.connect_to.map_or_else(|| Resolve::System(GaiResolver::new()), Resolve::Pinned);
+    let mut connector = HttpConnector::new_with_resolver(resolve);
+    connector.enforce_http(false);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_or_http()
+        .enable_all_versions()
+        .wrap_connector(connector);
+    Ok(Hyper::builder(TokioExecutor::new()).build(https))
+}
+
+fn rustls_pemfile_certs(pem: &[u8]) -> Result<Vec<rustls::pki_types::CertificateDer<'static>>, String> {
+    use rustls::pki_types::pem::PemObject as _;
+    rustls::pki_types::CertificateDer::pem_slice_iter(pem).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())
+}
+
+/// Whether `t` may stand in a host name: one DNS label, lowercase.
+fn is_target(t: &str) -> bool {
+    !t.is_empty()
+        && t.len() <= 63
+        && t.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !t.starts_with('-')
+        && !t.ends_with('-')
+}
+
+fn check_base(alias: &str, base: &str) -> Result<(), String> {
+    let placed = base.matches(TARGET).count();
+    if placed > 0 {
+        let authority =
+            base.split_once("://").map_or("", |(_, rest)| rest.split(['/', '?', '#']).next().unwrap_or_default());
+        if placed > 1 || !authority.contains(TARGET) {
+            return Err(format!("endpoint {alias}: {base:?} may name {TARGET} once, in its host"));
+        }
+    }
+    let probe = base.replacen(TARGET, "t", 1);
+    let uri: http::Uri = probe.parse().map_err(|err| format!("endpoint {alias}: {base:?} is not a URL: {err}"))?;
+    if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() || uri.query().is_some() {
+        return Err(format!("endpoint {alias}: {base:?} must be an absolute http or https URL without a query"));
+    }
+    Ok(())
+}
+
+/// Why a request goes nowhere: checked before anything is sent.
+fn check(allowed: &Allowed, route: Option<&Route>, ask: &Ask) -> Result<String, String> {
+    let alias = &ask.endpoint;
+    if !allowed.endpoints.contains(alias) {
+        return Err(format!("endpoint {alias:?} is not named in the plugin's manifest; no request was sent"));
+    }
+    let Some(route) = route else {
+        return Err(format!("endpoint {alias:?} is not configured by the operator; no request was sent"));
+    };
+    let base = route.endpoint.base.trim_end_matches('/');
+    let base = match (&ask.target, base.contains(TARGET)) {
+        (None, false) => base.to_string(),
+        (Some(t), true) if is_target(t) => base.replacen(TARGET, t, 1),
+        (Some(t), true) => {
+            return Err(format!(
+                "target {t:?} must be lowercase letters, digits and dashes (at most 63); no request was sent"
+            ));
+        }
+        (None, true) => return Err(format!("endpoint {alias:?} needs a target; no request was sent")),
+        (Some(_), false) => return Err(format!("endpoint {alias:?} has no host per target; no request was sent")),
+    };
+    if !ask.path.starts_with('/') || ask.path.starts_with("//") || ask.path.chars().any(char::is_control) {
+        return Err(format!("path {:?} must be absolute; no request was sent", ask.path));
+    }
+    if !matches!(ask.method.as_str(), "GET" | "POST" | "PUT" | "PATCH" | "DELETE" | "HEAD") {
+        return Err(format!("method {:?} is not allowed; no request was sent", ask.method));
+    }
+    if ask.body.len() > MAX_REQUEST_BYTES {
+        return Err(format!("a body of {} bytes is over {MAX_REQUEST_BYTES}; no request was sent", ask.body.len()));
+    }
+    for (k, _) in &ask.headers {
+        let name = k.to_ascii_lowercase();
+        if HOST_HEADERS.contains(&name.as_str())
+            || route.endpoint.headers.iter().any(|(h, _)| h.eq_ignore_ascii_case(k))
+        {
+            return Err(format!("header {k:?} is the host's to set; no request was sent"));
+        }
+        if !allowed.headers.contains(&name) {
+            return Err(format!("header {k:?} is not declared in the plugin's manifest; no request was sent"));
+        }
+    }
+    Ok(format!("{base}{}", ask.path))
+}
+
+/// A streamed response: its head, and its body read piece by piece.
+pub struct Incoming {
+    /// The status.
+    pub status: u16,
+    /// The response headers.
+    pub headers: Vec<(String, String)>,
+    body: Option<hyper::body::Incoming>,
+    trailers: Vec<(String, String)>,
+    pending: Bytes,
+    received: u64,
+    deadline: Instant,
+    rt: tokio::runtime::Handle,
+    record: CallRecord,
+    started: Instant,
+    log: Option<CallLog>,
+}
+
+impl std::fmt::Debug for Incoming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Incoming").field("status", &self.status).field("received", &self.received).finish()
+    }
+}
+
+impl Incoming {
+    /// The next piece of the body, waiting at most `wait`; `None` at its end.
     ///
     /// # Errors
     ///
-    /// An endpoint's URL is not an absolute http or https URL, or TLS could not be set up.
-    pub fn new(endpoints: BTreeMap<String, Endpoint>) -> Result<HttpGate, String> {
-        for (alias, e) in &endpoints {
-            let uri: http::Uri =
-                e.base.parse().map_err(|err| format!("endpoint {alias}: {:?} is not a URL: {err}", e.base))?;
-            if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.host().is_none() || uri.query().is_some() {
-                return Err(format!(
-                    "endpoint {alias}: {:?} must be an absolute http or https URL without a query",
-                    e.base
-                ));
+    /// The stream broke off, went over [`MAX_STREAM_BYTES`] or outlived its time;
+    /// it takes no more reads.
+    pub fn read(&mut self, wait: Duration) -> Result<Option<Vec<u8>>, String> {
+        if !self.pending.is_empty() {
+            let n = self.pending.len().min(MAX_READ_BYTES);
+            return Ok(Some(self.pending.split_to(n).to_vec()));
+        }
+        let alias = self.record.endpoint.clone();
+        let Some(body) = self.body.as_mut() else {
+            return match &self.record.error {
+                Some(e) => Err(e.clone()),
+                None => Ok(None),
+            };
+        };
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        let over_time = wait >= left;
+        let frame = self.rt.block_on(async { tokio::time::timeout(wait.min(left), body.frame()).await });
+        let result = match frame {
+            Err(_) if over_time => Err(format!("endpoint {alias:?}: the stream outlived the request's time")),
+            Err(_) => return Err(format!("endpoint {alias:?}: no data within {} ms", wait.as_millis())),
+            Ok(None) => Ok(None),
+            Ok(Some(Err(e))) => Err(format!("endpoint {alias:?}: the stream broke off ({e})")),
+            Ok(Some(Ok(frame))) => match frame.into_data() {
+                Ok(data) => {
+                    self.received += data.len() as u64;
+                    if self.received > MAX_STREAM_BYTES {
+                        Err(format!("endpoint {alias:?}: the stream went over {MAX_STREAM_BYTES} bytes"))
+                    } else {
+                        self.pending = data;
+                        let n = self.pending.len().min(MAX_READ_BYTES);
+                        return Ok(Some(self.pending.split_to(n).to_vec()));
+                    }
+                }
+                Err(frame) => {
+                    if let Ok(t) = frame.into_trailers() {
+                        self.trailers = header_list(&t);
+                    }
+                    // Trailers end the body; anything after them is the stream's end.
+                    Ok(None)
+                }
+            },
+        };
+        self.finish(result.as_ref().err().cloned());
+        result
+    }
+
+    /// The trailers, once the body has ended.
+    pub fn trailers(&self) -> Vec<(String, String)> {
+        self.trailers.clone()
+    }
+
+    /// Ends the stream (dropping the body resets it) and logs the call once.
+    fn finish(&mut self, error: Option<String>) {
+        if self.body.take().is_some() {
+            self.record.received = self.received;
+            self.record.elapsed = self.started.elapsed();
+            self.record.error = error;
+            if let Some(log) = &self.log {
+                log(&self.record);
             }
         }
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls_native_certs::load_native_certs().certs {
-            let _ = roots.add(cert);
+    }
+}
+
+impl Drop for Incoming {
+    fn drop(&mut self) {
+        if self.body.is_some() {
+            self.finish(Some("cancelled by the plugin before the stream ended".into()));
         }
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        let mut connector = HttpConnector::new();
-        connector.enforce_http(false);
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(connector);
+    }
+}
+
+fn header_list(h: &http::HeaderMap) -> Vec<(String, String)> {
+    h.iter().map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned())).collect()
+}
+
+impl HttpGate {
+    /// A gate over `endpoints` (alias to URL, headers and TLS).
+    ///
+    /// # Errors
+    ///
+    /// An endpoint's URL is not an absolute http or https URL (or names `{target}`
+    /// anywhere but once in its host), or its TLS files are not usable.
+    pub fn new(endpoints: BTreeMap<String, Endpoint>) -> Result<HttpGate, String> {
+        let mut routes = BTreeMap::new();
+        for (alias, endpoint) in endpoints {
+            check_base(&alias, &endpoint.base)?;
+            let client = client(&alias, &endpoint)?;
+            routes.insert(alias, Route { endpoint, client });
+        }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("plimsoll-plugin-http")
             .enable_all()
             .build()
             .map_err(|e| format!("starting the plugin HTTP runtime: {e}"))?;
-        Ok(HttpGate { endpoints, client: Hyper::builder(TokioExecutor::new()).build(https), rt })
+        Ok(HttpGate { routes, rt, log: None })
     }
 
-    /// Sends `ask` for a plugin whose manifest names `allowed` endpoints.
+    /// The gate, logging every call it sends through `log`.
+    #[must_use]
+    pub fn logging(mut self, log: CallLog) -> HttpGate {
+        self.log = Some(log);
+        self
+    }
+
+    fn request(&self, allowed: &Allowed, ask: &Ask) -> Result<(http::Request<Full<Bytes>>, Client), String> {
+        let route = self.routes.get(&ask.endpoint);
+        let url = check(allowed, route, ask)?;
+        let Some(route) = route else { unreachable!("check refuses an unconfigured endpoint") };
+        let mut req = http::Request::builder().method(ask.method.as_str()).uri(url);
+        for (k, v) in ask.headers.iter().chain(&route.endpoint.headers) {
+            req = req.header(k.as_str(), v.as_str());
+        }
+        // gRPC needs it, and over HTTP/1.1 it asks for trailers at all.
+        req = req.header("te", "trailers");
+        let req = req
+            .body(Full::new(Bytes::from(ask.body.clone())))
+            .map_err(|e| format!("a malformed request ({e}); no request was sent"))?;
+        Ok((req, route.client.clone()))
+    }
+
+    fn record(ask: &Ask, streamed: bool) -> CallRecord {
+        CallRecord {
+            endpoint: ask.endpoint.clone(),
+            target: ask.target.clone(),
+            method: ask.method.clone(),
+            path: ask.path.split('?').next().unwrap_or_default().to_string(),
+            status: None,
+            sent: ask.body.len() as u64,
+            received: 0,
+            elapsed: Duration::ZERO,
+            error: None,
+            streamed,
+        }
+    }
+
+    fn log(&self, record: &CallRecord) {
+        if let Some(log) = &self.log {
+            log(record);
+        }
+    }
+
+    /// Sends `ask` for a plugin whose manifest allows `allowed`, and reads the whole answer.
     ///
     /// # Errors
     ///
     /// Plimsoll's words for why no response came back: a refusal (nothing sent), or
     /// the upstream unreachable, too slow, redirecting or over a cap.
-    pub fn send(&self, allowed: &[String], ask: Ask) -> Result<Answer, String> {
-        let alias = &ask.endpoint;
-        if !allowed.contains(alias) {
-            return Err(format!("endpoint {alias:?} is not named in the plugin's manifest; no request was sent"));
-        }
-        let Some(endpoint) = self.endpoints.get(alias) else {
-            return Err(format!("endpoint {alias:?} is not configured by the operator; no request was sent"));
-        };
-        if !ask.path.starts_with('/') || ask.path.starts_with("//") || ask.path.chars().any(char::is_control) {
-            return Err(format!("path {:?} must be absolute; no request was sent", ask.path));
-        }
-        if !matches!(ask.method.as_str(), "GET" | "POST" | "PUT" | "PATCH" | "DELETE" | "HEAD") {
-            return Err(format!("method {:?} is not allowed; no request was sent", ask.method));
-        }
-        if ask.body.len() > MAX_REQUEST_BYTES {
-            return Err(format!("a body of {} bytes is over {MAX_REQUEST_BYTES}; no request was sent", ask.body.len()));
-        }
-        let mut req = http::Request::builder().method(ask.method.as_str()).uri(format!(
-            "{}{}",
-            endpoint.base.trim_end_matches('/'),
-            ask.path
-        ));
-        for (k, v) in &ask.headers {
-            if HOST_HEADERS.contains(&k.to_ascii_lowercase().as_str()) {
-                return Err(format!("header {k:?} is the host's to set; no request was sent"));
-            }
-            req = req.header(k.as_str(), v.as_str());
-        }
-        for (k, v) in &endpoint.headers {
-            req = req.header(k.as_str(), v.as_str());
-        }
-        let req = req
-            .body(Full::new(Bytes::from(ask.body)))
-            .map_err(|e| format!("a malformed request ({e}); no request was sent"))?;
+    pub fn send(&self, allowed: &Allowed, ask: Ask) -> Result<Answer, String> {
+        let (req, client) = self.request(allowed, &ask)?;
+        let alias = ask.endpoint.clone();
         let timeout = ask.timeout.min(MAX_TIMEOUT);
-        let client = self.client.clone();
-        let work = async move {
-            let resp = client.request(req).await.map_err(|e| format!("endpoint {alias:?} did not answer: {e}"))?;
-            let status = resp.status().as_u16();
+        let started = Instant::now();
+        let mut record = Self::record(&ask, false);
+        // A failure after the head still reports the status it came with.
+        let work = async {
+            let resp =
+                client.request(req).await.map_err(|e| (None, format!("endpoint {alias:?} did not answer: {e}")))?;
+            let code = resp.status().as_u16();
             if resp.status().is_redirection() {
-                return Err(format!("endpoint {alias:?} answered with a redirect ({status}), which is not followed"));
+                let e = format!("endpoint {alias:?} answered with a redirect ({code}), which is not followed");
+                return Err((Some(code), e));
             }
-            let headers = resp
-                .headers()
-                .iter()
-                .map(|(k, v)| (k.as_str().to_string(), String::from_utf8_lossy(v.as_bytes()).into_owned()))
-                .collect();
-            let body = Limited::new(resp.into_body(), MAX_RESPONSE_BYTES)
-                .collect()
-                .await
-                .map_err(|e| {
-                    format!(
-                        "endpoint {alias:?}: the response body is over {MAX_RESPONSE_BYTES} bytes or broke off ({e})"
-                    )
-                })?
-                .to_bytes()
-                .to_vec();
-            Ok(Answer { status, headers, body })
+            let headers = header_list(resp.headers());
+            let body = Limited::new(resp.into_body(), MAX_RESPONSE_BYTES).collect().await.map_err(|e| {
+                let e = format!(
+                    "endpoint {alias:?}: the response body is over {MAX_RESPONSE_BYTES} bytes or broke off ({e})"
+                );
+                (Some(code), e)
+            })?;
+            Ok(Answer { status: code, headers, body: body.to_bytes().to_vec() })
         };
-        self.rt.block_on(async move {
-            tokio::time::timeout(timeout, work)
-                .await
-                .unwrap_or_else(|_| Err(format!("endpoint {alias:?} did not answer within {} ms", timeout.as_millis())))
+        let answer = self.rt.block_on(async {
+            tokio::time::timeout(timeout, work).await.unwrap_or_else(|_| {
+                Err((None, format!("endpoint {alias:?} did not answer within {} ms", timeout.as_millis())))
+            })
+        });
+        record.elapsed = started.elapsed();
+        let answer = match answer {
+            Ok(a) => {
+                record.status = Some(a.status);
+                record.received = a.body.len() as u64;
+                Ok(a)
+            }
+            Err((status, e)) => {
+                record.status = status;
+                record.error = Some(e.clone());
+                Err(e)
+            }
+        };
+        self.log(&record);
+        answer
+    }
+
+    /// Sends `ask` and returns once the response's head arrives; the body is read
+    /// from the [`Incoming`], within the ask's time (at most [`MAX_STREAM_TIME`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`HttpGate::send`], for the head.
+    pub fn open(&self, allowed: &Allowed, ask: Ask) -> Result<Incoming, String> {
+        let (req, client) = self.request(allowed, &ask)?;
+        let alias = ask.endpoint.clone();
+        let timeout = ask.timeout.min(MAX_STREAM_TIME);
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let mut record = Self::record(&ask, true);
+        let head = self.rt.block_on(async {
+            match tokio::time::timeout(timeout, client.request(req)).await {
+                Err(_) => Err(format!("endpoint {alias:?} did not answer within {} ms", timeout.as_millis())),
+                Ok(Err(e)) => Err(format!("endpoint {alias:?} did not answer: {e}")),
+                Ok(Ok(resp)) => Ok(resp),
+            }
+        });
+        let resp = match head {
+            Ok(r) if r.status().is_redirection() => {
+                let code = r.status().as_u16();
+                record.status = Some(code);
+                Err(format!("endpoint {alias:?} answered with a redirect ({code}), which is not followed"))
+            }
+            Ok(r) => Ok(r),
+            Err(e) => Err(e),
+        };
+        let resp = match resp {
+            Ok(r) => r,
+            Err(e) => {
+                record.elapsed = started.elapsed();
+                record.error = Some(e.clone());
+                self.log(&record);
+                return Err(e);
+            }
+        };
+        record.status = Some(resp.status().as_u16());
+        let status = resp.status().as_u16();
+        let headers = header_list(resp.headers());
+        Ok(Incoming {
+            status,
+            headers,
+            body: Some(resp.into_body()),
+            trailers: Vec::new(),
+            pending: Bytes::new(),
+            received: 0,
+            deadline,
+            rt: self.rt.handle().clone(),
+            record,
+            started,
+            log: self.log.clone(),
         })
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use std::io::{Read as _, Write as _};
-
-    use super::*;
-
-    /// A one-route server answering every request with `response`; returns its URL.
-    fn server(response: &'static str) -> String {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
-        let url = format!("http://{}", listener.local_addr().expect("addr"));
-        std::thread::spawn(move || {
-            for conn in listener.incoming() {
-                let Ok(mut conn) = conn else { continue };
-                let mut buf = [0u8; 4096];
-                let _ = conn.read(&mut buf);
-                let _ = conn.write_all(response.as_bytes());
-            }
-        });
-        url
-    }
-
-    fn gate(base: &str) -> HttpGate {
-        let endpoint = Endpoint { base: base.into(), headers: vec![("authorization".into(), "Bearer s3cret".into())] };
-        HttpGate::new([("kms".to_string(), endpoint)].into()).expect("gate")
-    }
-
-    fn ask(path: &str) -> Ask {
-        Ask {
-            endpoint: "kms".into(),
-            method: "GET".into(),
-            path: path.into(),
-            headers: vec![],
-            body: vec![],
-            timeout: Duration::from_secs(5),
-        }
-    }
-
-    #[test]
-    fn a_request_to_a_named_and_configured_endpoint_is_answered() {
-        let g = gate(&server("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"));
-        let a = g.send(&["kms".into()], ask("/v1/key")).expect("answered");
-        assert_eq!((a.status, a.body), (200, b"ok".to_vec()));
-    }
-
-    #[test]
-    fn every_refusal_names_why_and_sends_nothing() {
-        let g = gate("http://127.0.0.1:9");
-        let allowed = ["kms".to_string()];
-        let cases = [
-            (
-                Ask { endpoint: "other".into(), ..ask("/") },
-                &allowed[..],
-                "endpoint \"other\" is not named in the plugin's manifest; no request was sent",
-            ),
-            (ask("/"), &[][..], "endpoint \"kms\" is not named in the plugin's manifest; no request was sent"),
-            (ask("relative"), &allowed[..], "path \"relative\" must be absolute; no request was sent"),
-            (ask("//evil.example/x"), &allowed[..], "path \"//evil.example/x\" must be absolute; no request was sent"),
-            (
-                Ask { method: "CONNECT".into(), ..ask("/") },
-                &allowed[..],
-                "method \"CONNECT\" is not allowed; no request was sent",
-            ),
-            (
-                Ask { headers: vec![("Authorization".into(), "Bearer mine".into())], ..ask("/") },
-                &allowed[..],
-                "header \"Authorization\" is the host's to set; no request was sent",
-            ),
-            (
-                Ask { body: vec![0; MAX_REQUEST_BYTES + 1], ..ask("/") },
-                &allowed[..],
-                "a body of 1048577 bytes is over 1048576; no request was sent",
-            ),
-        ];
-        for (a, allowed, expected) in cases {
-            assert_eq!(g.send(allowed, a).expect_err("refused"), expected);
-        }
-        let unconfigured = HttpGate::new(BTreeMap::new()).expect("gate");
-        assert_eq!(
-            unconfigured.send(&allowed, ask("/")).expect_err("refused"),
-            "endpoint \"kms\" is not configured by the operator; no request was sent"
-        );
-    }
-
-    #[test]
-    fn a_redirect_is_not_followed_and_bad_urls_are_refused() {
-        let g = gate(&server(
-            "HTTP/1.1 302 Found\r\nLocation: http://10.0.0.1/\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-        ));
-        assert_eq!(
-            g.send(&["kms".into()], ask("/")).expect_err("redirect"),
-            "endpoint \"kms\" answered with a redirect (302), which is not followed"
-        );
-        // A wrong scheme, no scheme at all (it parses as a bare authority), and a query
-        // (the plugin's path is appended, so a query in the base would end up mid-path).
-        for base in ["ftp://127.0.0.1/", "127.0.0.1:80", "http://127.0.0.1/?q=1"] {
-            let e = HttpGate::new([("x".to_string(), Endpoint { base: base.into(), headers: vec![] })].into())
-                .expect_err(base);
-            assert_eq!(e, format!("endpoint x: {base:?} must be an absolute http or https URL without a query"));
-        }
-        let e = HttpGate::new([("x".to_string(), Endpoint { base: "http://a b/".into(), headers: vec![] })].into())
-            .expect_err("not a URL");
-        assert_eq!(e, "endpoint x: \"http://a b/\" is not a URL: invalid uri character");
-    }
-}
+mod tests;

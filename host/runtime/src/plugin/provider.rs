@@ -23,6 +23,7 @@ use super::host::bindings::exports::plimsoll::provider::provider as wit;
 use super::host::bindings::plimsoll::types::types as t;
 use super::host::bindings::{ProviderPlugin, ProviderPluginPre};
 use super::host::{PluginState, Used, Wall};
+use super::http::{Allowed, HttpGate};
 use super::socket::BrokerSocket;
 use super::{Capability, PluginError, Verified};
 use crate::engine::Engine;
@@ -108,6 +109,10 @@ pub struct PluginProvider {
     pub(super) limits: PluginLimits,
     description: Description,
     sessions: bool,
+    /// Outbound HTTP to the endpoints the operator mapped for this plugin.
+    http: Option<Arc<HttpGate>>,
+    /// What the manifest lets the plugin ask of `http`.
+    allowed: Allowed,
 }
 
 impl std::fmt::Debug for PluginProvider {
@@ -160,6 +165,8 @@ impl PluginProvider {
         limits: PluginLimits,
     ) -> Result<PluginProvider, PluginError> {
         let name = verified.manifest.name.clone();
+        let allowed =
+            Allowed { endpoints: verified.manifest.endpoints.clone(), headers: verified.manifest.headers.clone() };
         let max_tier = verified.manifest.max_tier.ok_or_else(|| {
             component_error(
                 &name,
@@ -191,6 +198,8 @@ impl PluginProvider {
                 policy: String::new(),
             },
             sessions: false,
+            http: None,
+            allowed,
         };
         let d = p
             .call(Duration::from_secs(10), 0, |store, plugin| plugin.plimsoll_provider_provider().call_describe(store))
@@ -202,6 +211,14 @@ impl PluginProvider {
         p.description = p.describe_from(&d);
         p.sessions = d.sessions;
         Ok(p)
+    }
+
+    /// The provider, its plugin's requests going out through `gate` (the
+    /// endpoints the operator mapped, with the credentials the host holds).
+    #[must_use]
+    pub fn with_http(mut self, gate: Arc<HttpGate>) -> PluginProvider {
+        self.http = Some(gate);
+        self
     }
 
     fn describe_from(&self, d: &wit::Description) -> Description {
@@ -253,8 +270,8 @@ impl PluginProvider {
             used: Used::default(),
             live: Default::default(),
             limits,
-            http: None,
-            endpoints: Vec::new(),
+            http: self.http.clone(),
+            allowed: self.allowed.clone(),
             broker: None,
         };
         let mut store = Store::new(self.engine.wasmtime(), state);

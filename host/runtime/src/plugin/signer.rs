@@ -51,7 +51,7 @@ pub struct SignerPlugin {
     pre: SignerPluginPre<PluginState>,
     approved: Vec<Capability>,
     http: Option<Arc<HttpGate>>,
-    endpoints: Vec<String>,
+    allowed: super::http::Allowed,
 }
 
 impl std::fmt::Debug for SignerPlugin {
@@ -88,7 +88,10 @@ impl SignerPlugin {
             pre,
             approved,
             http,
-            endpoints: verified.manifest.endpoints.clone(),
+            allowed: super::http::Allowed {
+                endpoints: verified.manifest.endpoints.clone(),
+                headers: verified.manifest.headers.clone(),
+            },
         })
     }
 
@@ -97,7 +100,7 @@ impl SignerPlugin {
             name: &self.name,
             approved: &self.approved,
             http: self.http.clone(),
-            endpoints: &self.endpoints,
+            allowed: &self.allowed,
             budget: CALL_BUDGET,
             memory: PLUGIN_MEMORY,
         }

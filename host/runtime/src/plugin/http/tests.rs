@@ -1,0 +1,430 @@
+use std::io::{Read as _, Write as _};
+use std::sync::Mutex;
+
+use http_body_util::StreamBody;
+use hyper::body::Frame;
+
+use super::*;
+
+/// A one-route server answering every request with `response`; returns its URL.
+fn server(response: &'static str) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let _ = conn.write_all(response.as_bytes());
+        }
+    });
+    url
+}
+
+fn endpoint(base: &str) -> Endpoint {
+    Endpoint {
+        base: base.into(),
+        headers: vec![("authorization".into(), "Bearer s3cret".into())],
+        ..Endpoint::default()
+    }
+}
+
+fn gate(base: &str) -> HttpGate {
+    HttpGate::new([("kms".to_string(), endpoint(base))].into()).expect("gate")
+}
+
+/// A gate whose call records land in the returned list.
+fn logged(endpoints: BTreeMap<String, Endpoint>) -> (HttpGate, Arc<Mutex<Vec<CallRecord>>>) {
+    let records = Arc::new(Mutex::new(Vec::new()));
+    let sink = Arc::clone(&records);
+    let gate = HttpGate::new(endpoints).expect("gate").logging(Arc::new(move |r: &CallRecord| {
+        sink.lock().expect("records").push(r.clone());
+    }));
+    (gate, records)
+}
+
+fn allowed(endpoints: &[&str]) -> Allowed {
+    Allowed {
+        endpoints: endpoints.iter().map(|e| (*e).to_string()).collect(),
+        headers: vec!["content-type".into(), "x-run".into()],
+    }
+}
+
+fn ask(path: &str) -> Ask {
+    Ask {
+        endpoint: "kms".into(),
+        target: None,
+        method: "GET".into(),
+        path: path.into(),
+        headers: vec![],
+        body: vec![],
+        timeout: Duration::from_secs(5),
+    }
+}
+
+#[test]
+fn a_request_to_a_named_and_configured_endpoint_is_answered_and_logged_without_secrets() {
+    let url = server("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+    let (g, records) = logged([("kms".to_string(), endpoint(&url))].into());
+    let a =
+        g.send(&allowed(&["kms"]), Ask { body: b"ping".to_vec(), ..ask("/v1/key?token=hidden") }).expect("answered");
+    assert_eq!((a.status, a.body), (200, b"ok".to_vec()));
+    let records = records.lock().expect("records").clone();
+    assert_eq!(records.len(), 1);
+    let r = &records[0];
+    assert_eq!(
+        (r.endpoint.as_str(), r.method.as_str(), r.path.as_str(), r.status, r.sent, r.received, r.streamed),
+        ("kms", "GET", "/v1/key", Some(200), 4, 2, false)
+    );
+    assert_eq!(r.error, None);
+    // Neither the record nor the gate's own description shows the credential or the query.
+    let shown = format!("{records:?} {g:?} {:?}", endpoint(&url));
+    assert!(!shown.contains("s3cret") && !shown.contains("hidden"), "{shown}");
+}
+
+#[test]
+fn every_refusal_names_why_and_sends_nothing() {
+    let g = gate("http://127.0.0.1:9");
+    let kms = allowed(&["kms"]);
+    let none = allowed(&[]);
+    let cases = [
+        (
+            Ask { endpoint: "other".into(), ..ask("/") },
+            &kms,
+            "endpoint \"other\" is not named in the plugin's manifest; no request was sent",
+        ),
+        (ask("/"), &none, "endpoint \"kms\" is not named in the plugin's manifest; no request was sent"),
+        (ask("relative"), &kms, "path \"relative\" must be absolute; no request was sent"),
+        (ask("//evil.example/x"), &kms, "path \"//evil.example/x\" must be absolute; no request was sent"),
+        (Ask { method: "CONNECT".into(), ..ask("/") }, &kms, "method \"CONNECT\" is not allowed; no request was sent"),
+        (
+            Ask { headers: vec![("Authorization".into(), "Bearer mine".into())], ..ask("/") },
+            &kms,
+            "header \"Authorization\" is the host's to set; no request was sent",
+        ),
+        (
+            Ask { headers: vec![("X-Smuggled".into(), "1".into())], ..ask("/") },
+            &kms,
+            "header \"X-Smuggled\" is not declared in the plugin's manifest; no request was sent",
+        ),
+        (
+            Ask { body: vec![0; MAX_REQUEST_BYTES + 1], ..ask("/") },
+            &kms,
+            "a body of 4194305 bytes is over 4194304; no request was sent",
+        ),
+        (
+            Ask { target: Some("sbx1".into()), ..ask("/") },
+            &kms,
+            "endpoint \"kms\" has no host per target; no request was sent",
+        ),
+    ];
+    for (a, allowed, expected) in cases {
+        assert_eq!(g.send(allowed, a.clone()).expect_err("refused"), expected);
+        assert_eq!(g.open(allowed, a).expect_err("refused"), expected);
+    }
+    let unconfigured = HttpGate::new(BTreeMap::new()).expect("gate");
+    assert_eq!(
+        unconfigured.send(&kms, ask("/")).expect_err("refused"),
+        "endpoint \"kms\" is not configured by the operator; no request was sent"
+    );
+}
+
+#[test]
+fn an_operator_header_cannot_be_overridden_by_the_plugin() {
+    let mut e = endpoint("http://127.0.0.1:9");
+    e.headers.push(("x-api-key".into(), "k3y".into()));
+    let g = HttpGate::new([("kms".to_string(), e)].into()).expect("gate");
+    let mut a = allowed(&["kms"]);
+    a.headers.push("x-api-key".into());
+    let err = g.send(&a, Ask { headers: vec![("X-Api-Key".into(), "mine".into())], ..ask("/") }).expect_err("refused");
+    assert_eq!(err, "header \"X-Api-Key\" is the host's to set; no request was sent");
+}
+
+/// A server that answers with the Host header it was asked for, to show where a
+/// per-target request went; returns its port.
+fn echo_host() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut buf = [0u8; 4096];
+            let n = conn.read(&mut buf).unwrap_or(0);
+            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+            let host = text.lines().find_map(|l| l.strip_prefix("host: ")).unwrap_or("none").to_string();
+            let reply = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{host}", host.len());
+            let _ = conn.write_all(reply.as_bytes());
+        }
+    });
+    port
+}
+
+#[test]
+fn a_per_target_endpoint_takes_a_dns_label_and_connects_where_the_operator_says() {
+    let port = echo_host();
+    let base = format!("http://49983-{{target}}.sandbox.test:{port}");
+    let pinned = Endpoint { base, connect_to: Some([127, 0, 0, 1].into()), ..Endpoint::default() };
+    let g = HttpGate::new([("envd".to_string(), pinned)].into()).expect("gate");
+    let a = allowed(&["envd"]);
+    let envd =
+        |target: Option<&str>| Ask { endpoint: "envd".into(), target: target.map(String::from), ..ask("/health") };
+    // The name stays the server's (its Host header), the connection goes to the
+    // operator's address.
+    let answer = g.send(&a, envd(Some("i4x9k2"))).expect("answered");
+    assert_eq!(String::from_utf8_lossy(&answer.body), format!("49983-i4x9k2.sandbox.test:{port}"));
+    assert_eq!(g.send(&a, envd(None)).expect_err("no target"), "endpoint \"envd\" needs a target; no request was sent");
+    for bad in ["", "UPPER", "a.b", "a/b", "-a", "a-", "a@b", &"x".repeat(64)] {
+        assert_eq!(
+            g.send(&a, envd(Some(bad))).expect_err(bad),
+            format!("target {bad:?} must be lowercase letters, digits and dashes (at most 63); no request was sent")
+        );
+    }
+}
+
+#[test]
+fn a_redirect_is_not_followed_and_bad_urls_are_refused() {
+    let url =
+        server("HTTP/1.1 302 Found\r\nLocation: http://10.0.0.1/\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+    let (g, records) = logged([("kms".to_string(), endpoint(&url))].into());
+    let expected = "endpoint \"kms\" answered with a redirect (302), which is not followed";
+    assert_eq!(g.send(&allowed(&["kms"]), ask("/")).expect_err("redirect"), expected);
+    assert_eq!(g.open(&allowed(&["kms"]), ask("/")).expect_err("redirect"), expected);
+    let records = records.lock().expect("records").clone();
+    assert_eq!(
+        records.iter().map(|r| (r.status, r.error.as_deref())).collect::<Vec<_>>(),
+        [(Some(302), Some(expected)), (Some(302), Some(expected))]
+    );
+    // A wrong scheme, no scheme at all (it parses as a bare authority), and a query
+    // (the plugin's path is appended, so a query in the base would end up mid-path).
+    for base in ["ftp://127.0.0.1/", "127.0.0.1:80", "http://127.0.0.1/?q=1"] {
+        let e = HttpGate::new([("x".to_string(), Endpoint { base: base.into(), ..Endpoint::default() })].into())
+            .expect_err(base);
+        assert_eq!(e, format!("endpoint x: {base:?} must be an absolute http or https URL without a query"));
+    }
+    for base in ["https://a.example/{target}", "https://{target}.{target}.example", "https://a.example?{target}"] {
+        let e = HttpGate::new([("x".to_string(), Endpoint { base: base.into(), ..Endpoint::default() })].into())
+            .expect_err(base);
+        assert_eq!(e, format!("endpoint x: {base:?} may name {{target}} once, in its host"));
+    }
+    for base in ["https://{target}", "https://{target}.e2b.app", "https://49983-{target}.e2b.app:8443/v1"] {
+        assert!(
+            HttpGate::new([("x".to_string(), Endpoint { base: base.into(), ..Endpoint::default() })].into()).is_ok(),
+            "{base}"
+        );
+    }
+    let e = HttpGate::new([("x".to_string(), Endpoint { base: "http://a b/".into(), ..Endpoint::default() })].into())
+        .expect_err("not a URL");
+    assert_eq!(e, "endpoint x: \"http://a b/\" is not a URL: invalid uri character");
+}
+
+/// The streams a test server can send, one per path.
+fn stream_body(path: &str) -> (http::HeaderMap, Vec<(Duration, Frame<Bytes>)>) {
+    let data = |ms: u64, s: &'static str| (Duration::from_millis(ms), Frame::data(Bytes::from_static(s.as_bytes())));
+    let mut trailers = http::HeaderMap::new();
+    trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+    match path {
+        "/pieces" => (http::HeaderMap::new(), vec![data(0, "one "), data(50, "two "), data(50, "three")]),
+        "/slow" => (http::HeaderMap::new(), vec![data(0, "first"), data(2_000, "late")]),
+        // HTTP/1.1 carries only the trailers the head announced.
+        "/trailers" => (
+            [(http::header::TRAILER, http::HeaderValue::from_static("grpc-status"))].into_iter().collect(),
+            vec![data(0, "msg"), (Duration::ZERO, Frame::trailers(trailers))],
+        ),
+        _ => (http::HeaderMap::new(), vec![]),
+    }
+}
+
+/// A hyper server (HTTP/1.1 and HTTP/2, over TLS when `tls` is given) that
+/// streams [`stream_body`] for each path and says on `/version` which protocol
+/// it spoke. Returns its port and a flag raised when a stream's client went away.
+fn stream_server(tls: Option<Arc<rustls::ServerConfig>>) -> (u16, Arc<std::sync::atomic::AtomicBool>) {
+    use hyper_util::rt::TokioIo;
+    let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = Arc::clone(&gone);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            tx.send(listener.local_addr().expect("addr").port()).expect("port");
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else { continue };
+                let flag = Arc::clone(&flag);
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                        let flag = Arc::clone(&flag);
+                        async move {
+                            let version = format!("{:?}", req.version());
+                            let (head, frames) = stream_body(req.uri().path());
+                            let (send, recv) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(1);
+                            tokio::spawn(async move {
+                                if frames.is_empty() {
+                                    let _ = send.send(Ok(Frame::data(Bytes::from(version)))).await;
+                                }
+                                for (wait, frame) in frames {
+                                    tokio::time::sleep(wait).await;
+                                    if send.send(Ok(frame)).await.is_err() {
+                                        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                                        return;
+                                    }
+                                }
+                            });
+                            let body = StreamBody::new(tokio_stream(recv));
+                            let mut resp = http::Response::new(body);
+                            *resp.headers_mut() = head;
+                            Ok::<_, std::convert::Infallible>(resp)
+                        }
+                    });
+                    let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    match tls {
+                        None => {
+                            let _ = builder.serve_connection(TokioIo::new(tcp), service).await;
+                        }
+                        Some(cfg) => {
+                            let Ok(stream) = tokio_rustls::TlsAcceptor::from(cfg).accept(tcp).await else { return };
+                            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+                        }
+                    }
+                });
+            }
+        });
+    });
+    (rx.recv().expect("port"), gone)
+}
+
+/// The receiving end of a channel as a stream of frames.
+fn tokio_stream(
+    mut rx: tokio::sync::mpsc::Receiver<Result<Frame<Bytes>, std::io::Error>>,
+) -> impl futures_util::Stream<Item = Result<Frame<Bytes>, std::io::Error>> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[test]
+fn a_stream_is_read_in_pieces_with_its_trailers_and_logged_once() {
+    let (port, _) = stream_server(None);
+    let (g, records) = logged([("kms".to_string(), endpoint(&format!("http://127.0.0.1:{port}")))].into());
+    let a = allowed(&["kms"]);
+    let mut s = g.open(&a, ask("/pieces")).expect("head");
+    assert_eq!(s.status, 200);
+    let mut got = Vec::new();
+    while let Some(piece) = s.read(Duration::from_secs(5)).expect("piece") {
+        got.extend(piece);
+    }
+    assert_eq!(got, b"one two three");
+    assert_eq!(s.read(Duration::from_secs(1)).expect("still ended"), None);
+    let mut s = g.open(&a, ask("/trailers")).expect("head");
+    assert_eq!(s.read(Duration::from_secs(5)).expect("piece"), Some(b"msg".to_vec()));
+    assert_eq!(s.read(Duration::from_secs(5)).expect("end"), None);
+    assert_eq!(s.trailers(), [("grpc-status".to_string(), "0".to_string())]);
+    drop(s);
+    let records = records.lock().expect("records").clone();
+    assert_eq!(
+        records.iter().map(|r| (r.path.as_str(), r.received, r.streamed, r.error.clone())).collect::<Vec<_>>(),
+        [("/pieces", 13, true, None), ("/trailers", 3, true, None)]
+    );
+}
+
+#[test]
+fn a_slow_stream_waits_no_longer_than_asked_and_ends_at_its_time_and_a_dropped_one_is_cancelled() {
+    let (port, gone) = stream_server(None);
+    let (g, records) = logged([("kms".to_string(), endpoint(&format!("http://127.0.0.1:{port}")))].into());
+    let a = allowed(&["kms"]);
+    let mut s = g.open(&a, Ask { timeout: Duration::from_millis(800), ..ask("/slow") }).expect("head");
+    assert_eq!(s.read(Duration::from_secs(5)).expect("first"), Some(b"first".to_vec()));
+    // A short wait comes back empty-handed; the stream goes on.
+    assert_eq!(s.read(Duration::from_millis(50)).expect_err("nothing yet"), "endpoint \"kms\": no data within 50 ms");
+    // The request's own time ends it, for good.
+    let expected = "endpoint \"kms\": the stream outlived the request's time";
+    assert_eq!(s.read(Duration::from_secs(5)).expect_err("over time"), expected);
+    assert_eq!(s.read(Duration::from_secs(5)).expect_err("ended"), expected);
+    // Dropping a stream mid-way resets it: the server's next send finds nobody.
+    let s = g.open(&a, ask("/slow")).expect("head");
+    drop(s);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !gone.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(gone.load(std::sync::atomic::Ordering::SeqCst), "the server still had a reader");
+    let records = records.lock().expect("records").clone();
+    assert_eq!(
+        records.iter().map(|r| r.error.clone()).collect::<Vec<_>>(),
+        [Some(expected.to_string()), Some("cancelled by the plugin before the stream ended".into())]
+    );
+}
+
+/// A CA, a server certificate for 127.0.0.1 and a client certificate, as PEM.
+struct Pki {
+    ca: String,
+    server: (String, String),
+    client: (String, String),
+}
+
+fn pki() -> Pki {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().expect("key")).expect("ca");
+    let leaf = |names: Vec<String>| {
+        let key = KeyPair::generate().expect("key");
+        let cert = CertificateParams::new(names).expect("params").signed_by(&key, &ca).expect("leaf");
+        (cert.pem(), key.serialize_pem())
+    };
+    Pki { ca: ca.pem(), server: leaf(vec!["127.0.0.1".into()]), client: leaf(vec!["plimsoll-host".into()]) }
+}
+
+/// A server configuration that demands a client certificate from `pki`'s CA.
+fn mtls_server(pki: &Pki) -> Arc<rustls::ServerConfig> {
+    use rustls::pki_types::PrivateKeyDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pemfile_certs(pki.ca.as_bytes()).expect("ca") {
+        roots.add(c).expect("root");
+    }
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider))
+        .build()
+        .expect("verifier");
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(
+            rustls_pemfile_certs(pki.server.0.as_bytes()).expect("chain"),
+            PrivateKeyDer::from_pem_slice(pki.server.1.as_bytes()).expect("key"),
+        )
+        .expect("server config");
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Arc::new(cfg)
+}
+
+#[test]
+fn mutual_tls_uses_the_operators_ca_and_client_certificate_and_speaks_http2() {
+    let pki = pki();
+    let (port, _) = stream_server(Some(mtls_server(&pki)));
+    let base = format!("https://127.0.0.1:{port}");
+    let with = |tls: EndpointTls| {
+        HttpGate::new([("gw".to_string(), Endpoint { base: base.clone(), tls, ..Endpoint::default() })].into())
+            .expect("gate")
+    };
+    let a = allowed(&["gw"]);
+    let version = Ask { endpoint: "gw".into(), ..ask("/version") };
+    let full = EndpointTls {
+        ca_pem: Some(pki.ca.clone().into_bytes()),
+        client_pem: Some((pki.client.0.clone().into_bytes(), pki.client.1.clone().into_bytes())),
+    };
+    let mut s = with(full).open(&a, version.clone()).expect("mutual TLS");
+    assert_eq!(s.read(Duration::from_secs(5)).expect("body"), Some(b"HTTP/2.0".to_vec()));
+    // Without the client certificate the server ends the handshake; without the
+    // operator's CA the host does not trust the server.
+    let no_client = with(EndpointTls { ca_pem: Some(pki.ca.clone().into_bytes()), client_pem: None });
+    let e = no_client.send(&a, version.clone()).expect_err("no client certificate");
+    assert!(e.starts_with("endpoint \"gw\" did not answer: "), "{e}");
+    let e = with(EndpointTls::default()).send(&a, version).expect_err("untrusted server");
+    assert!(e.starts_with("endpoint \"gw\" did not answer: "), "{e}");
+    // Files that hold no certificate are refused when the gate is made.
+    let empty = EndpointTls { ca_pem: Some(b"not a pem".to_vec()), client_pem: None };
+    let e = HttpGate::new([("gw".to_string(), Endpoint { base, tls: empty, ..Endpoint::default() })].into())
+        .expect_err("no CA");
+    assert_eq!(e, "endpoint gw: its CA file holds no certificate");
+}
