@@ -207,6 +207,17 @@ pub(crate) struct Used {
     pub runtimes: BTreeSet<String>,
     /// Images of the containers the call created.
     pub images: BTreeSet<String>,
+    /// Requests that may change a remote backend (any method but GET and HEAD)
+    /// the host let through: after one, code may have run there.
+    pub remote_writes: u32,
+}
+
+impl Used {
+    /// Whether anything the call did may have run code: a container created, or
+    /// a request sent that may have changed a remote backend.
+    pub fn may_have_run(&self) -> bool {
+        !self.runtimes.is_empty() || self.remote_writes > 0
+    }
 }
 
 /// One plugin call's store.
@@ -580,7 +591,7 @@ impl containers::HostContainer for PluginState {
 impl PluginState {
     /// The gate and the ask for one of the plugin's requests, its time capped by
     /// the call's deadline.
-    fn ask(&self, req: http::Request) -> Result<(Arc<super::http::HttpGate>, super::http::Ask), String> {
+    fn ask(&mut self, req: http::Request) -> Result<(Arc<super::http::HttpGate>, super::http::Ask), String> {
         if !self.approved.contains(&Capability::Http) {
             return Err("the http capability is not approved for this plugin".into());
         }
@@ -600,6 +611,11 @@ impl PluginState {
             body: req.body,
             timeout: Duration::from_millis(u64::from(req.timeout_ms)).min(left),
         };
+        // Counted before sending: a request that fails on the way may still have
+        // reached the backend.
+        if !matches!(ask.method.as_str(), "GET" | "HEAD") && gate.admits(&self.allowed, &ask).is_ok() {
+            self.used.remote_writes += 1;
+        }
         Ok((Arc::clone(gate), ask))
     }
 }

@@ -38,6 +38,10 @@ const HOST_HEADERS: [&str; 8] = [
     "connection",
     "te",
 ];
+mod held;
+
+pub use held::{HeldSecret, MAX_HELD};
+
 /// Where a per-target endpoint's URL takes its target.
 const TARGET: &str = "{target}";
 
@@ -207,6 +211,7 @@ pub struct HttpGate {
     routes: BTreeMap<String, Route>,
     rt: tokio::runtime::Runtime,
     log: Option<CallLog>,
+    vault: held::Vault,
 }
 
 impl std::fmt::Debug for HttpGate {
@@ -296,7 +301,7 @@ fn check_base(alias: &str, base: &str) -> Result<(), String> {
 }
 
 /// Why a request goes nowhere: checked before anything is sent.
-fn check(allowed: &Allowed, route: Option<&Route>, ask: &Ask) -> Result<String, String> {
+fn check(allowed: &Allowed, route: Option<&Route>, vault: &held::Vault, ask: &Ask) -> Result<String, String> {
     let alias = &ask.endpoint;
     if !allowed.endpoints.contains(alias) {
         return Err(format!("endpoint {alias:?} is not named in the plugin's manifest; no request was sent"));
@@ -329,6 +334,7 @@ fn check(allowed: &Allowed, route: Option<&Route>, ask: &Ask) -> Result<String, 
         let name = k.to_ascii_lowercase();
         if HOST_HEADERS.contains(&name.as_str())
             || route.endpoint.headers.iter().any(|(h, _)| h.eq_ignore_ascii_case(k))
+            || vault.headers_for(alias).any(|h| h.eq_ignore_ascii_case(k))
         {
             return Err(format!("header {k:?} is the host's to set; no request was sent"));
         }
@@ -463,7 +469,32 @@ impl HttpGate {
             .enable_all()
             .build()
             .map_err(|e| format!("starting the plugin HTTP runtime: {e}"))?;
-        Ok(HttpGate { routes, rt, log: None })
+        Ok(HttpGate { routes, rt, log: None, vault: held::Vault::default() })
+    }
+
+    /// The gate, holding `kinds` of per-target secrets for the plugin.
+    ///
+    /// # Errors
+    ///
+    /// A kind names an endpoint that is not configured, or one whose URL has no
+    /// host per target to carry it to.
+    pub fn holding(mut self, kinds: Vec<HeldSecret>) -> Result<HttpGate, String> {
+        for k in &kinds {
+            if !self.routes.contains_key(&k.from) {
+                return Err(format!("a held secret comes from endpoint {:?}, which is not configured", k.from));
+            }
+            match self.routes.get(&k.to) {
+                Some(r) if r.endpoint.base.contains(TARGET) => {}
+                _ => return Err(format!("a held secret goes to endpoint {:?}, which has no host per target", k.to)),
+            }
+        }
+        self.vault = held::Vault::new(kinds);
+        Ok(self)
+    }
+
+    /// How many per-target secrets the gate holds.
+    pub fn held(&self) -> usize {
+        self.vault.len()
     }
 
     /// The gate, logging every call it sends through `log`.
@@ -473,12 +504,22 @@ impl HttpGate {
         self
     }
 
+    /// Whether `ask` would be sent: the checks `send` and `open` make first.
+    ///
+    /// # Errors
+    ///
+    /// Why nothing would be sent.
+    pub fn admits(&self, allowed: &Allowed, ask: &Ask) -> Result<(), String> {
+        check(allowed, self.routes.get(&ask.endpoint), &self.vault, ask).map(|_| ())
+    }
+
     fn request(&self, allowed: &Allowed, ask: &Ask) -> Result<(http::Request<Full<Bytes>>, Client), String> {
         let route = self.routes.get(&ask.endpoint);
-        let url = check(allowed, route, ask)?;
+        let url = check(allowed, route, &self.vault, ask)?;
         let Some(route) = route else { unreachable!("check refuses an unconfigured endpoint") };
         let mut req = http::Request::builder().method(ask.method.as_str()).uri(url);
-        for (k, v) in ask.headers.iter().chain(&route.endpoint.headers) {
+        let held = self.vault.attach(&ask.endpoint, ask.target.as_deref());
+        for (k, v) in ask.headers.iter().chain(&route.endpoint.headers).chain(&held) {
             req = req.header(k.as_str(), v.as_str());
         }
         // gRPC needs it, and over HTTP/1.1 it asks for trailers at all.
@@ -487,6 +528,16 @@ impl HttpGate {
             .body(Full::new(Bytes::from(ask.body.clone())))
             .map_err(|e| format!("a malformed request ({e}); no request was sent"))?;
         Ok((req, route.client.clone()))
+    }
+
+    /// After a deleted target: its held secrets go (the path's last segment names it).
+    fn forget(&self, ask: &Ask) {
+        if self.vault.scans(&ask.endpoint) {
+            let path = ask.path.split('?').next().unwrap_or_default();
+            if let Some(target) = path.rsplit('/').next().filter(|t| is_target(t)) {
+                self.vault.forget(target);
+            }
+        }
     }
 
     fn record(ask: &Ask, streamed: bool) -> CallRecord {
@@ -547,9 +598,13 @@ impl HttpGate {
         });
         record.elapsed = started.elapsed();
         let answer = match answer {
-            Ok(a) => {
+            Ok(mut a) => {
                 record.status = Some(a.status);
                 record.received = a.body.len() as u64;
+                a.body = self.vault.take(&ask.endpoint, a.body);
+                if ask.method == "DELETE" && ((200..300).contains(&a.status) || a.status == 404) {
+                    self.forget(&ask);
+                }
                 Ok(a)
             }
             Err((status, e)) => {
@@ -569,6 +624,12 @@ impl HttpGate {
     ///
     /// As [`HttpGate::send`], for the head.
     pub fn open(&self, allowed: &Allowed, ask: Ask) -> Result<Incoming, String> {
+        if self.vault.scans(&ask.endpoint) && allowed.endpoints.contains(&ask.endpoint) {
+            return Err(format!(
+                "endpoint {:?} answers with secrets the host holds, so it is read whole: use send; no request was sent",
+                ask.endpoint
+            ));
+        }
         let (req, client) = self.request(allowed, &ask)?;
         let alias = ask.endpoint.clone();
         let timeout = ask.timeout.min(MAX_STREAM_TIME);

@@ -113,6 +113,11 @@ pub struct PluginProvider {
     http: Option<Arc<HttpGate>>,
     /// What the manifest lets the plugin ask of `http`.
     allowed: Allowed,
+    /// For a plugin whose sandboxes are a remote backend's: the operator's cap on
+    /// the tier it may be credited with.
+    remote_cap: Option<Tier>,
+    /// The tier a remote plugin's smoke test proved (capped), stated before runs.
+    proven: std::sync::OnceLock<Tier>,
 }
 
 impl std::fmt::Debug for PluginProvider {
@@ -200,6 +205,8 @@ impl PluginProvider {
             sessions: false,
             http: None,
             allowed,
+            remote_cap: None,
+            proven: std::sync::OnceLock::new(),
         };
         let d = p
             .call(Duration::from_secs(10), 0, |store, plugin| plugin.plimsoll_provider_provider().call_describe(store))
@@ -218,6 +225,16 @@ impl PluginProvider {
     #[must_use]
     pub fn with_http(mut self, gate: Arc<HttpGate>) -> PluginProvider {
         self.http = Some(gate);
+        self
+    }
+
+    /// The provider of a remote backend reached through `gate`, credited at most
+    /// `cap` (and its manifest's `max-tier`), and only for what the plugin checked
+    /// and reported after its calls reached the backend.
+    #[must_use]
+    pub fn remote(mut self, gate: Arc<HttpGate>, cap: Tier) -> PluginProvider {
+        self.http = Some(gate);
+        self.remote_cap = Some(cap);
         self
     }
 
@@ -313,25 +330,25 @@ impl PluginProvider {
     }
 
     fn evidence(&self, used: &Used, e: &t::Evidence) -> Evidence {
-        evidence_of(self.wall.as_deref(), self.max_tier, used, e)
+        evidence_of(self.wall.as_deref(), self.remote_cap, self.max_tier, used, e)
     }
 
     /// A plugin error after a call: a refusal stands only if no container was
     /// created; otherwise the code may have run, whatever the plugin says.
     fn run_error(used: &Used, e: wit::RunError) -> RunError {
         match e {
-            wit::RunError::Refused(r) if used.runtimes.is_empty() => {
+            wit::RunError::Refused(r) if !used.may_have_run() => {
                 RunError::Refused(Refusal::new(reason(r.reason), r.message))
             }
             wit::RunError::Refused(r) => {
-                RunError::MayHaveRun(format!("the plugin refused after creating a container: {}", r.message))
+                RunError::MayHaveRun(format!("the plugin refused after creating a sandbox: {}", r.message))
             }
             wit::RunError::MayHaveRun(s) => RunError::MayHaveRun(s),
         }
     }
 
     fn failed(used: &Used, msg: String) -> RunError {
-        if used.runtimes.is_empty() {
+        if !used.may_have_run() {
             RunError::Refused(Refusal::new(Reason::Environment, format!("nothing ran: {msg}")))
         } else {
             RunError::MayHaveRun(msg)
@@ -349,7 +366,13 @@ impl PluginProvider {
         });
         let r = r.map_err(|e| format!("smoke test: {e}"))?;
         match r {
-            Ok(e) => Ok(self.evidence(&used, &e)),
+            Ok(e) => {
+                let evidence = self.evidence(&used, &e);
+                if self.remote_cap.is_some() {
+                    let _ = self.proven.set(evidence.tier);
+                }
+                Ok(evidence)
+            }
             Err(r) => Err(format!("smoke test: {}", r.message)),
         }
     }
@@ -459,9 +482,10 @@ impl Provider for PluginProvider {
     }
 
     fn tier(&self) -> Tier {
-        match &self.wall {
-            Some(w) => w.tier_of(&self.runtime).min(self.max_tier),
-            None => Tier::None,
+        match (&self.wall, self.remote_cap) {
+            (Some(w), _) => w.tier_of(&self.runtime).min(self.max_tier),
+            (None, Some(_)) => self.proven.get().copied().unwrap_or(Tier::None),
+            (None, None) => Tier::None,
         }
     }
 
@@ -570,17 +594,27 @@ impl Provider for PluginProvider {
     }
 }
 
-/// What a call stood behind, as the host states it. The tier is what the wall
-/// justifies for what the call used: the weakest runtime it created a container
-/// under, never above the manifest's `max_tier` or what the plugin claims; nothing
-/// without a wall or a container. The environment is the one image it used.
-pub(super) fn evidence_of(wall: Option<&Wall>, max_tier: Tier, used: &Used, e: &t::Evidence) -> Evidence {
-    let tier = match wall {
-        Some(wall) => {
+/// What a call stood behind, as the host states it. Behind the host's wall the
+/// tier is what the wall justifies for what the call used: the weakest runtime it
+/// created a container under. Behind a remote backend (`remote_cap`) it is what
+/// the plugin states from the evidence it checked, and only once a call reached
+/// the backend. Either way never above the manifest's `max_tier`, the operator's
+/// cap or what the plugin claims; nothing otherwise. The environment is the one
+/// image it used.
+pub(super) fn evidence_of(
+    wall: Option<&Wall>,
+    remote_cap: Option<Tier>,
+    max_tier: Tier,
+    used: &Used,
+    e: &t::Evidence,
+) -> Evidence {
+    let tier = match (wall, remote_cap) {
+        (Some(wall), _) => {
             let weakest = used.runtimes.iter().map(|r| wall.tier_of(r)).min().unwrap_or(Tier::None);
             weakest.min(max_tier).min(wit_tier(e.tier))
         }
-        None => Tier::None,
+        (None, Some(cap)) if used.remote_writes > 0 => wit_tier(e.tier).min(max_tier).min(cap),
+        (None, _) => Tier::None,
     };
     let environment = match used.images.iter().collect::<Vec<_>>().as_slice() {
         [only] => format!("docker-image:{only}"),
@@ -660,7 +694,12 @@ mod tests {
     use super::*;
 
     fn used(runtimes: &[&str]) -> Used {
-        Used { runtimes: runtimes.iter().map(|r| r.to_string()).collect(), images: Default::default() }
+        Used { runtimes: runtimes.iter().map(|r| r.to_string()).collect(), ..Used::default() }
+    }
+
+    /// What a remote plugin's call used: `writes` requests that may change its backend.
+    fn remote(writes: u32) -> Used {
+        Used { remote_writes: writes, ..Used::default() }
     }
 
     fn refusal() -> wit::RunError {
@@ -672,7 +711,12 @@ mod tests {
         let before = PluginProvider::run_error(&used(&[]), refusal());
         assert_eq!(before, RunError::Refused(Refusal::new(Reason::Unsupported, "no")));
         let after = PluginProvider::run_error(&used(&["runc"]), refusal());
-        assert_eq!(after, RunError::MayHaveRun("the plugin refused after creating a container: no".into()));
+        assert_eq!(after, RunError::MayHaveRun("the plugin refused after creating a sandbox: no".into()));
+        // A remote plugin's reads change nothing; one write may have started code.
+        let read_only = PluginProvider::run_error(&remote(0), refusal());
+        assert_eq!(read_only, RunError::Refused(Refusal::new(Reason::Unsupported, "no")));
+        let wrote = PluginProvider::run_error(&remote(1), refusal());
+        assert_eq!(wrote, RunError::MayHaveRun("the plugin refused after creating a sandbox: no".into()));
     }
 
     #[test]
@@ -680,6 +724,26 @@ mod tests {
         let e = PluginProvider::failed(&used(&[]), "trap".into());
         assert_eq!(e, RunError::Refused(Refusal::new(Reason::Environment, "nothing ran: trap")));
         assert_eq!(PluginProvider::failed(&used(&["runsc"]), "trap".into()), RunError::MayHaveRun("trap".into()));
+    }
+
+    #[test]
+    fn a_remote_plugin_is_credited_what_it_checked_capped_and_only_after_reaching_its_backend() {
+        let claim = |tier| t::Evidence {
+            tier,
+            environment: "e2b-template:base".into(),
+            software_identity: None,
+            instance: None,
+            claims: vec![],
+        };
+        let tier = |cap, used: &Used, claimed| evidence_of(None, cap, Tier::Vm, used, &claim(claimed)).tier;
+        assert_eq!(tier(Some(Tier::Vm), &remote(1), t::Tier::Vm), Tier::Vm);
+        // The operator's cap and the manifest's max-tier bound the claim.
+        assert_eq!(tier(Some(Tier::Container), &remote(1), t::Tier::Vm), Tier::Container);
+        assert_eq!(evidence_of(None, Some(Tier::Vm), Tier::Kernel, &remote(1), &claim(t::Tier::Vm)).tier, Tier::Kernel);
+        // A claim without a call that reached the backend is worth nothing, as is one
+        // from a plugin that is not remote.
+        assert_eq!(tier(Some(Tier::Vm), &remote(0), t::Tier::Vm), Tier::None);
+        assert_eq!(tier(None, &remote(3), t::Tier::Vm), Tier::None);
     }
 
     #[test]

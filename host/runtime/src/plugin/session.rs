@@ -207,7 +207,7 @@ impl PluginSession {
 
     /// The open's evidence with the tier the wall justifies now.
     fn evidence(&self) -> Evidence {
-        evidence_of(Some(&self.facts.wall), self.facts.max_tier, &self.used, &self.claimed)
+        evidence_of(Some(&self.facts.wall), None, self.facts.max_tier, &self.used, &self.claimed)
     }
 
     /// Reads every container back, unless the event stream vouches nothing named it

@@ -428,3 +428,116 @@ fn mutual_tls_uses_the_operators_ca_and_client_certificate_and_speaks_http2() {
         .expect_err("no CA");
     assert_eq!(e, "endpoint gw: its CA file holds no certificate");
 }
+
+/// A request as [`route_server`] hands it to its handler: method, path, headers
+/// (lowercase names).
+type Seen = (String, String, Vec<(String, String)>);
+
+/// A small HTTP/1.1 server answering each request with `answer(request)`'s
+/// status and body; returns its port.
+fn route_server(answer: impl Fn(&Seen) -> (u16, String) + Send + 'static) -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            let text = String::from_utf8_lossy(&buf).into_owned();
+            let mut lines = text.lines();
+            let mut first = lines.next().unwrap_or_default().split(' ');
+            let (method, path) =
+                (first.next().unwrap_or_default().to_string(), first.next().unwrap_or_default().to_string());
+            let headers = lines
+                .take_while(|l| !l.is_empty())
+                .filter_map(|l| l.split_once(": "))
+                .map(|(k, v)| (k.to_ascii_lowercase(), v.to_string()))
+                .collect();
+            let (status, body) = answer(&(method, path, headers));
+            let reply = format!(
+                "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = conn.write_all(reply.as_bytes());
+        }
+    });
+    port
+}
+
+#[test]
+fn a_per_target_secret_is_held_by_the_host_attached_for_its_target_and_forgotten_with_it() {
+    let api = route_server(|(method, path, _)| match (method.as_str(), path.as_str()) {
+        ("POST", "/sandboxes") => {
+            (201, r#"{"sandboxID":"abc123","envdAccessToken":"tok-s3cret","domain":"sandbox.test"}"#.into())
+        }
+        ("DELETE", "/sandboxes/abc123") => (204, String::new()),
+        _ => (404, r#"{"code":404,"message":"not found"}"#.into()),
+    });
+    let envd = route_server(|(_, _, headers)| {
+        let token = headers.iter().find(|(k, _)| k == "x-access-token").map(|(_, v)| v.as_str());
+        (200, format!("{{\"token\":{}}}", token == Some("tok-s3cret")))
+    });
+    let endpoints = [
+        ("api".to_string(), Endpoint { base: format!("http://127.0.0.1:{api}"), ..Endpoint::default() }),
+        (
+            "envd".to_string(),
+            Endpoint {
+                base: format!("http://49983-{{target}}.sandbox.test:{envd}"),
+                connect_to: Some([127, 0, 0, 1].into()),
+                ..Endpoint::default()
+            },
+        ),
+    ];
+    let kind = HeldSecret {
+        from: "api".into(),
+        field: "envdAccessToken".into(),
+        target_field: "sandboxID".into(),
+        to: "envd".into(),
+        header: "x-access-token".into(),
+    };
+    let g = HttpGate::new(endpoints.clone().into()).expect("gate").holding(vec![kind.clone()]).expect("holding");
+    let mut a = allowed(&["api", "envd"]);
+    a.headers.push("x-access-token".into());
+    let call = |endpoint: &str, method: &str, path: &str, target: Option<&str>| Ask {
+        endpoint: endpoint.into(),
+        target: target.map(String::from),
+        method: method.into(),
+        ..ask(path)
+    };
+    let created = g.send(&a, call("api", "POST", "/sandboxes", None)).expect("created");
+    assert_eq!(String::from_utf8_lossy(&created.body), r#"{"domain":"sandbox.test","sandboxID":"abc123"}"#);
+    assert_eq!(g.held(), 1);
+    let health = g.send(&a, call("envd", "GET", "/health", Some("abc123"))).expect("envd");
+    assert_eq!(health.body, br#"{"token":true}"#);
+    // Another target gets nothing; the plugin can neither set the header nor stream
+    // the answers that carry the secret.
+    let other = g.send(&a, call("envd", "GET", "/health", Some("zzz999"))).expect("envd");
+    assert_eq!(other.body, br#"{"token":false}"#);
+    let forged =
+        Ask { headers: vec![("X-Access-Token".into(), "guess".into())], ..call("envd", "GET", "/", Some("abc123")) };
+    assert_eq!(
+        g.send(&a, forged).expect_err("forged"),
+        "header \"X-Access-Token\" is the host's to set; no request was sent"
+    );
+    assert_eq!(
+        g.open(&a, call("api", "GET", "/sandboxes", None)).expect_err("streamed"),
+        "endpoint \"api\" answers with secrets the host holds, so it is read whole: use send; no request was sent"
+    );
+    // Deleting the sandbox forgets its secret.
+    g.send(&a, call("api", "DELETE", "/sandboxes/abc123", None)).expect("deleted");
+    assert_eq!(g.held(), 0);
+    let after = g.send(&a, call("envd", "GET", "/health", Some("abc123"))).expect("envd");
+    assert_eq!(after.body, br#"{"token":false}"#);
+    // A secret can only go to an endpoint with a host per target.
+    let e = HttpGate::new(endpoints.into())
+        .expect("gate")
+        .holding(vec![HeldSecret { to: "api".into(), ..kind }])
+        .expect_err("no target host");
+    assert_eq!(e, "a held secret goes to endpoint \"api\", which has no host per target");
+}
