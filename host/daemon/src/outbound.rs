@@ -34,3 +34,41 @@ pub fn call_log(log: Log, plugin: &str) -> CallLog {
         }
     })
 }
+
+/// The gate a remote plugin's requests pass: each endpoint the operator set, its
+/// credential, CA, client certificate and fixed address read here (the plugin
+/// sees none of them), and every call logged.
+///
+/// # Errors
+///
+/// A TLS file that cannot be read or holds no certificate, or a URL the gate refuses.
+pub fn gate(
+    plugin: &str,
+    endpoints: &std::collections::BTreeMap<String, crate::config::EndpointConfig>,
+    held: Vec<plimsoll_runtime::plugin::http::HeldSecret>,
+    log: Log,
+) -> Result<plimsoll_runtime::plugin::http::HttpGate, String> {
+    use plimsoll_runtime::plugin::http::{Endpoint, EndpointTls, HttpGate};
+    let read = |what: &str, alias: &str, p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| format!("endpoint {alias}: reading its {what} {}: {e}", p.display()))
+    };
+    let mut out = std::collections::BTreeMap::new();
+    for (alias, e) in endpoints {
+        let ca_pem = e.ca_file.as_deref().map(|p| read("CA file", alias, p)).transpose()?;
+        let client_pem = match &e.client_cert {
+            Some((cert, key)) => Some((read("client certificate", alias, cert)?, read("client key", alias, key)?)),
+            None => None,
+        };
+        let headers = e.headers.iter().map(|(k, v)| (k.clone(), v.expose().to_string())).collect();
+        out.insert(
+            alias.clone(),
+            Endpoint {
+                base: e.url.clone(),
+                headers,
+                tls: EndpointTls { ca_pem, client_pem },
+                connect_to: e.connect_to,
+            },
+        );
+    }
+    HttpGate::new(out)?.holding(held).map(|g| g.logging(call_log(log, plugin)))
+}

@@ -10,7 +10,7 @@ use plimsoll_runtime::jail::{Jail, JailConfig};
 use plimsoll_runtime::plugin::{self, Capability, PluginLimits, PluginProvider, Wall};
 use plimsoll_runtime::{Engine, EngineConfig, PythonGuest, WasmConfig, WasmProvider};
 
-use crate::config::{Config, DockerConfig, ProviderKind, WasmEngine};
+use crate::config::{Config, DockerConfig, ProviderKind, RemoteConfig, WasmEngine};
 use crate::log::Log;
 
 /// The text every run on a daemon without a provider gets.
@@ -105,6 +105,13 @@ pub fn build(config: &Config, log: Log) -> Result<Arc<dyn Provider>, BuildError>
             let docker = config.docker.as_ref().ok_or_else(|| docker_err("no docker settings".into()))?;
             Ok(Arc::new(docker_provider(config, docker, log)?))
         }
+        ProviderKind::E2b => {
+            let remote = config
+                .remote
+                .as_ref()
+                .ok_or_else(|| BuildError { provider: "e2b", message: "no e2b settings".into() })?;
+            Ok(Arc::new(remote_provider(config, remote, e2b_held(), log)?))
+        }
     }
 }
 
@@ -136,6 +143,94 @@ fn start_jail(
         slots: concurrent.div_ceil(workers),
     };
     Jail::start(JailConfig { exe, workers: workers as usize, hello }).map_err(fail)
+}
+
+/// What e2b hands out that the host keeps: the create answer's envd access token,
+/// which the host attaches to that sandbox's envd requests.
+fn e2b_held() -> Vec<plimsoll_runtime::plugin::http::HeldSecret> {
+    vec![plimsoll_runtime::plugin::http::HeldSecret {
+        from: "api".into(),
+        field: "envdAccessToken".into(),
+        target_field: "sandboxID".into(),
+        to: "envd".into(),
+        header: "x-access-token".into(),
+    }]
+}
+
+/// Verifies and loads a remote backend's plugin, gives it the gate to its
+/// endpoints, and runs its smoke test (which proves the tier the host then states,
+/// never above the operator's cap). Nothing is served unless all of it passes.
+fn remote_provider(
+    config: &Config,
+    remote: &RemoteConfig,
+    held: Vec<plimsoll_runtime::plugin::http::HeldSecret>,
+    log: Log,
+) -> Result<PluginProvider, BuildError> {
+    let fail = |message: String| BuildError { provider: remote.provider, message };
+    let mut keys = Vec::new();
+    for path in &remote.plugin.trusted_keys {
+        let pem =
+            std::fs::read_to_string(path).map_err(|e| fail(format!("reading trusted key {}: {e}", path.display())))?;
+        keys.push(
+            plugin::signature::public_key(&pem).map_err(|e| fail(format!("trusted key {}: {e}", path.display())))?,
+        );
+    }
+    let approved: Vec<Capability> =
+        remote.plugin.approve.iter().map(|c| Capability::parse(c)).collect::<Result<_, _>>().map_err(fail)?;
+    if approved.contains(&Capability::Containers) {
+        return Err(fail(format!(
+            "the {} plugin drives a remote backend; it may not have the containers capability (remove it from SANDBOX_{}_PLUGIN_APPROVE)",
+            remote.provider,
+            remote.provider.to_ascii_uppercase()
+        )));
+    }
+    let verified = plugin::verify(&remote.plugin.dir, &keys, &approved).map_err(|e| fail(e.to_string()))?;
+    if verified.manifest.name != remote.provider {
+        return Err(fail(format!(
+            "the plugin at {} is {:?}, not the {} plugin",
+            remote.plugin.dir.display(),
+            verified.manifest.name,
+            remote.provider
+        )));
+    }
+    for alias in &verified.manifest.endpoints {
+        if !remote.endpoints.contains_key(alias) {
+            return Err(fail(format!("the plugin calls endpoint {alias:?}, which this host does not map")));
+        }
+    }
+    let gate = crate::outbound::gate(remote.provider, &remote.endpoints, held, log).map_err(fail)?;
+    let r = &config.resources;
+    let limits = PluginLimits {
+        memory_mb: r.memory_mb,
+        cpus_milli: (r.cpus * 1000.0).round() as u32,
+        pids: 0,
+        disk_mb: r.disk_mb,
+        session_disk_mb: config.sessions.disk_mb,
+        session_lifetime: config.sessions.lifetime,
+        ..PluginLimits::default()
+    };
+    let cache_dir = config.cache_dir.clone().or_else(EngineConfig::default_cache_dir);
+    let max_instances = (config.admission.max_concurrent * 2).max(16);
+    let engine = Engine::new(&EngineConfig { max_instances, cache_dir }).map_err(|e| fail(e.to_string()))?;
+    let mut settings = remote.settings.clone();
+    settings.insert("instance".into(), instance_id());
+    let provider = PluginProvider::new(&engine, verified, approved, None, "", limits)
+        .map_err(|e| fail(e.to_string()))?
+        .remote(Arc::new(gate), remote.max_tier)
+        .with_settings(settings);
+    let proven = provider.smoke_test().map_err(fail)?;
+    log.info(
+        "the remote backend passed its smoke test",
+        &[("provider", serde_json::json!(remote.provider)), ("tier", serde_json::json!(proven.tier.as_str()))],
+    );
+    Ok(provider)
+}
+
+/// This daemon's ID on a remote backend: what it stamps on every sandbox it makes.
+fn instance_id() -> String {
+    let mut bytes = [0u8; 8];
+    let _ = getrandom::fill(&mut bytes);
+    format!("plimsoll-{}-{}", std::process::id(), hex::encode(bytes))
 }
 
 /// Says which containers a sweep removed, at startup or on a re-check.

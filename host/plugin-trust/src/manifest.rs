@@ -75,6 +75,11 @@ pub struct Manifest {
     /// reviewer never saw.
     #[serde(default)]
     pub headers: Vec<String>,
+    /// The endpoints where a request may start code (a remote backend's process
+    /// API); unset, every endpoint may. A refusal after a write to one of them is
+    /// "may have run"; writes elsewhere (creating, deleting a sandbox) are not.
+    #[serde(default)]
+    pub runs_code_at: Option<Vec<String>>,
 }
 
 fn tier<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Tier>, D::Error> {
@@ -109,6 +114,9 @@ impl Manifest {
         }
         if m.name.is_empty() || !m.name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-') {
             return Err(format!("plugin.toml: name {:?} must be lowercase letters, digits and dashes", m.name));
+        }
+        if let Some(unknown) = m.runs_code_at.iter().flatten().find(|e| !m.endpoints.contains(e)) {
+            return Err(format!("plugin.toml: runs-code-at names {unknown:?}, which is not among its endpoints"));
         }
         for h in &m.headers {
             let token = !h.is_empty() && h.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
@@ -167,6 +175,16 @@ capabilities = ["containers", "log"]
         .expect("parses");
         assert_eq!((m.max_tier, m.endpoints), (None, vec!["kms".to_string()]));
         assert!(m.headers.is_empty());
+    }
+
+    #[test]
+    fn code_runs_only_at_declared_endpoints() {
+        let base = format!("{GOOD}endpoints = [\"api\", \"envd\"]\n");
+        let m = Manifest::parse(&format!("{base}runs-code-at = [\"envd\"]\n")).expect("parses");
+        assert_eq!(m.runs_code_at, Some(vec!["envd".to_string()]));
+        assert_eq!(Manifest::parse(&base).expect("parses").runs_code_at, None);
+        let err = Manifest::parse(&format!("{base}runs-code-at = [\"exec\"]\n")).expect_err("undeclared");
+        assert_eq!(err, "plugin.toml: runs-code-at names \"exec\", which is not among its endpoints");
     }
 
     #[test]

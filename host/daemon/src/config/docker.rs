@@ -4,8 +4,15 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::env::{Pick, list};
-use super::plugins::{PluginConfig, PluginTable};
+use super::env::Pick;
+use super::plugins::{PluginConfig, PluginSettings, PluginTable, PluginVars};
+
+const DOCKER_PLUGIN: PluginVars = PluginVars {
+    provider: "docker",
+    dir: "SANDBOX_DOCKER_PLUGIN",
+    keys: "SANDBOX_DOCKER_PLUGIN_KEYS",
+    approve: "SANDBOX_DOCKER_PLUGIN_APPROVE",
+};
 use super::{ConfigError, ProviderKind};
 
 /// The `[docker]` table: the docker provider's image, runtime and guest.
@@ -44,21 +51,12 @@ pub(super) fn docker_config(
     t: DockerTable,
     plugin: Option<PluginTable>,
 ) -> Result<Option<DockerConfig>, ConfigError> {
-    let plugin = plugin.unwrap_or_default();
     let image = pick.string("SANDBOX_DOCKER_IMAGE", t.image);
     let runtime = pick.string("SANDBOX_DOCKER_RUNTIME", t.runtime);
     let guest_uid = pick.u32("SANDBOX_DOCKER_GUEST_UID", t.guest_uid)?;
     let seccomp = pick.string("SANDBOX_DOCKER_SECCOMP", t.seccomp.map(|p| p.display().to_string()));
     let warm_pool = pick.u32("SANDBOX_WARM_POOL", t.warm_pool)?;
-    let dir = pick.string("SANDBOX_DOCKER_PLUGIN", plugin.path.map(|p| p.display().to_string()));
-    let keys = match pick.string("SANDBOX_DOCKER_PLUGIN_KEYS", None) {
-        Some(v) => list(v).into_iter().map(PathBuf::from).collect(),
-        None => plugin.trusted_keys.unwrap_or_default(),
-    };
-    let approve = match pick.string("SANDBOX_DOCKER_PLUGIN_APPROVE", None) {
-        Some(v) => list(v),
-        None => plugin.approve.unwrap_or_default(),
-    };
+    let plugin = PluginSettings::read(pick, DOCKER_PLUGIN, plugin);
     if provider != ProviderKind::Docker {
         let set = [
             ("SANDBOX_DOCKER_IMAGE", image.is_some()),
@@ -66,7 +64,7 @@ pub(super) fn docker_config(
             ("SANDBOX_DOCKER_GUEST_UID", guest_uid.is_some()),
             ("SANDBOX_DOCKER_SECCOMP", seccomp.is_some()),
             ("SANDBOX_WARM_POOL", warm_pool.is_some()),
-            ("SANDBOX_DOCKER_PLUGIN", dir.is_some()),
+            ("SANDBOX_DOCKER_PLUGIN", plugin.dir.is_some()),
         ];
         if let Some((name, _)) = set.iter().find(|(_, s)| *s) {
             return Err(ConfigError::Value(format!(
@@ -86,14 +84,7 @@ pub(super) fn docker_config(
     if !matches!(runtime.as_str(), "runc" | "runsc") {
         return Err(ConfigError::Value(format!("SANDBOX_DOCKER_RUNTIME={runtime:?}: use runc or runsc")));
     }
-    let dir = dir.filter(|d| !d.is_empty()).ok_or_else(|| {
-        ConfigError::Value("SANDBOX_PROVIDER=docker needs SANDBOX_DOCKER_PLUGIN: the signed plugin's directory (plugins/build.sh, then plimsoll-host plugin sign)".into())
-    })?;
-    if keys.is_empty() {
-        return Err(ConfigError::Value(
-            "SANDBOX_DOCKER_PLUGIN_KEYS is empty: name the public key(s) whose plugin signatures you trust".into(),
-        ));
-    }
+    let plugin = plugin.require()?;
     let warm_pool = warm_pool.unwrap_or(0);
     if warm_pool > plimsoll_containers::pool::MAX_SIZE {
         return Err(ConfigError::Value(format!(
@@ -107,6 +98,6 @@ pub(super) fn docker_config(
         guest_uid: guest_uid.unwrap_or(plimsoll_containers::uid::DEFAULT_GUEST_UID),
         seccomp: seccomp.filter(|s| !s.is_empty()).map(PathBuf::from),
         warm_pool,
-        plugin: PluginConfig { dir: PathBuf::from(dir), trusted_keys: keys, approve },
+        plugin,
     }))
 }

@@ -10,20 +10,24 @@ use plimsoll_core::Floor;
 use serde::Deserialize;
 
 mod docker;
+mod e2b;
 mod env;
 mod grants;
 mod plugins;
+mod remote;
 mod variables;
 mod wasm;
 
 pub use docker::DockerConfig;
 use docker::{DockerTable, docker_config};
+use e2b::{E2bTable, e2b_config};
 pub use env::{Env, ProcessEnv};
 use env::{Pick, parse_duration};
 pub use grants::BrokerPlugins;
 use grants::{GrantsTable, broker_plugins};
 pub use plugins::PluginConfig;
 use plugins::PluginTable;
+pub use remote::{EndpointConfig, RemoteConfig, Secret};
 use variables::CLIENT_VARIABLES;
 pub use variables::{BROKER_AUTH_PREFIX, VARIABLES};
 pub use wasm::WasmEngine;
@@ -107,6 +111,8 @@ struct File {
     #[serde(default)]
     docker: DockerTable,
     #[serde(default)]
+    e2b: E2bTable,
+    #[serde(default)]
     plugins: std::collections::BTreeMap<String, PluginTable>,
     #[serde(default)]
     grants: GrantsTable,
@@ -121,6 +127,8 @@ pub enum ProviderKind {
     Wasm,
     /// Locked-down containers through the docker plugin: container (runc) or kernel (runsc).
     Docker,
+    /// E2B's microVMs through the e2b plugin, over the host's outbound HTTP.
+    E2b,
 }
 
 impl ProviderKind {
@@ -130,6 +138,7 @@ impl ProviderKind {
             ProviderKind::Disabled => "disabled",
             ProviderKind::Wasm => "wasm",
             ProviderKind::Docker => "docker",
+            ProviderKind::E2b => "e2b",
         }
     }
 }
@@ -254,6 +263,8 @@ pub struct Config {
     pub wasm_engine: WasmEngine,
     /// The docker provider's settings, when it is the provider.
     pub docker: Option<DockerConfig>,
+    /// A remote backend's settings, when one is the provider.
+    pub remote: Option<RemoteConfig>,
     /// Sessions: off unless `SANDBOX_MAX_SESSIONS` is above 0.
     pub sessions: SessionSettings,
     /// Settings the operator stated explicitly (hardened mode wants some of them).
@@ -308,7 +319,8 @@ impl Config {
                     .map_err(|e| ConfigError::File { path: p.display().to_string(), message: e.to_string() })?
             }
         };
-        let File { daemon: d, sandbox: s, docker: docker_table, mut plugins, grants: grants_table } = file;
+        let File { daemon: d, sandbox: s, docker: docker_table, e2b: e2b_table, mut plugins, grants: grants_table } =
+            file;
         let mut pick = Pick { env, explicit: Vec::new() };
 
         let addr = pick.string("PLIMSOLL_ADDR", d.addr).unwrap_or_else(|| ":8746".into());
@@ -381,20 +393,24 @@ impl Config {
             None | Some("") | Some("disabled") => ProviderKind::Disabled,
             Some("wasm") => ProviderKind::Wasm,
             Some("docker") => ProviderKind::Docker,
-            Some(p @ ("e2b" | "dockercloud" | "openshell" | "agentsandbox")) => {
+            Some("e2b") => ProviderKind::E2b,
+            Some(p @ ("dockercloud" | "openshell" | "agentsandbox")) => {
                 return Err(ConfigError::Value(format!(
-                    "SANDBOX_PROVIDER={p:?}: that provider is not built into this version yet; this build runs wasm and docker"
+                    "SANDBOX_PROVIDER={p:?}: that provider is not built into this version yet; this build runs wasm, docker and e2b"
                 )));
             }
             Some(other) => {
                 return Err(ConfigError::Value(format!(
-                    "SANDBOX_PROVIDER={other:?} is not a provider; use wasm or docker (or leave it unset)"
+                    "SANDBOX_PROVIDER={other:?} is not a provider; use wasm, docker or e2b (or leave it unset)"
                 )));
             }
         };
         let docker = docker_config(&mut pick, provider, docker_table, plugins.remove("docker"))?;
+        let remote = e2b_config(&mut pick, env, provider, e2b_table, plugins.remove("e2b"))?;
         if let Some(name) = plugins.keys().next() {
-            return Err(ConfigError::Value(format!("[plugins.{name}]: this build loads only the docker plugin")));
+            return Err(ConfigError::Value(format!(
+                "[plugins.{name}]: this build loads provider plugins docker and e2b only"
+            )));
         }
         let min_isolation = match pick.string("SANDBOX_MIN_ISOLATION", s.min_isolation) {
             None => None,
@@ -432,6 +448,11 @@ impl Config {
         };
         let pids = pick.u32("SANDBOX_PIDS", s.pids)?.unwrap_or(0);
         let disk_mb = pick.u32("SANDBOX_DISK_MB", s.disk_mb)?.unwrap_or(0);
+        if provider == ProviderKind::E2b && pids != 0 {
+            return Err(ConfigError::Value(
+                "SANDBOX_PIDS is set, but e2b cannot limit processes in its sandboxes; unset it".into(),
+            ));
+        }
         if provider == ProviderKind::Wasm {
             for (name, set) in
                 [("SANDBOX_CPUS", cpus != 0.0), ("SANDBOX_PIDS", pids != 0), ("SANDBOX_DISK_MB", disk_mb != 0)]
@@ -556,6 +577,7 @@ impl Config {
             wasm_python,
             wasm_engine,
             docker,
+            remote,
             sessions,
             explicit: pick.explicit,
         })

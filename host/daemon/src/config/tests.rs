@@ -88,7 +88,7 @@ fn malformed_values_name_the_variable() {
         ),
         (
             &[("SANDBOX_PROVIDER", "dokcer")],
-            "SANDBOX_PROVIDER=\"dokcer\" is not a provider; use wasm or docker (or leave it unset)",
+            "SANDBOX_PROVIDER=\"dokcer\" is not a provider; use wasm, docker or e2b (or leave it unset)",
         ),
         (
             &[("PLIMSOLL_TOKEN", "short")],
@@ -246,4 +246,85 @@ fn loopback_addresses() {
     assert!(is_loopback("localhost:9"));
     assert!(!is_loopback(":8746"));
     assert!(!is_loopback("0.0.0.0:8746"));
+}
+
+#[test]
+fn e2b_settings_are_required_for_e2b_checked_and_refused_elsewhere() {
+    let full: [(&str, &str); 4] = [
+        ("SANDBOX_PROVIDER", "e2b"),
+        ("E2B_API_KEY", "e2b_0123456789abcdef"),
+        ("SANDBOX_E2B_PLUGIN", "/opt/plimsoll/e2b"),
+        ("SANDBOX_E2B_PLUGIN_KEYS", "/etc/plimsoll/vendor.pub"),
+    ];
+    let c = load(&full).expect("loads");
+    let r = c.remote.as_ref().expect("e2b settings");
+    assert_eq!((r.provider, r.max_tier), ("e2b", plimsoll_core::Tier::Vm));
+    assert_eq!(r.endpoints["api"].url, "https://api.e2b.app");
+    assert_eq!(r.endpoints["envd"].url, "https://49983-{target}.e2b.app");
+    assert_eq!(r.settings.get("template").map(String::as_str), Some("base"));
+    // The key rides only as the api endpoint's header, and no Debug shows it.
+    assert_eq!(r.endpoints["api"].headers[0].0, "x-api-key");
+    assert_eq!(r.endpoints["api"].headers[0].1.expose(), "e2b_0123456789abcdef");
+    assert!(r.endpoints["envd"].headers.is_empty());
+    assert!(!format!("{c:?}").contains("e2b_0123456789abcdef"));
+    let without = |name: &str| full.iter().copied().filter(|(k, _)| *k != name).collect::<Vec<_>>();
+    let with = |pair: (&'static str, &'static str)| {
+        let mut v = full.to_vec();
+        v.push(pair);
+        v
+    };
+    let cases: [(Vec<(&str, &str)>, &str); 9] = [
+        (
+            without("E2B_API_KEY"),
+            "SANDBOX_PROVIDER=e2b needs E2B_API_KEY (or e2b.api-key-file): the host holds it; the plugin never sees it",
+        ),
+        (
+            without("SANDBOX_E2B_PLUGIN"),
+            "SANDBOX_PROVIDER=e2b needs SANDBOX_E2B_PLUGIN: the signed plugin's directory (plugins/build.sh, then plimsoll-host plugin sign)",
+        ),
+        (
+            with(("SANDBOX_E2B_API_URL", "http://api.e2b.app")),
+            "SANDBOX_E2B_API_URL=\"http://api.e2b.app\" must be https (http only to loopback)",
+        ),
+        (
+            with(("SANDBOX_E2B_ENVD_URL", "https://envd.e2b.app")),
+            "SANDBOX_E2B_ENVD_URL=\"https://envd.e2b.app\" must name {target} once, where the sandbox's ID goes (as in https://49983-{target}.e2b.app)",
+        ),
+        (with(("SANDBOX_E2B_CONNECT_TO", "localhost")), "SANDBOX_E2B_CONNECT_TO=\"localhost\" is not an IP address"),
+        (
+            with(("SANDBOX_E2B_MAX_TIER", "hypervisor")),
+            "SANDBOX_E2B_MAX_TIER=\"hypervisor\": use vm, kernel, container or process",
+        ),
+        (with(("E2B_TEMPLATE", "base;rm")), "E2B_TEMPLATE=\"base;rm\" must be letters, digits, dashes and underscores"),
+        (
+            with(("SANDBOX_PIDS", "64")),
+            "SANDBOX_PIDS is set, but e2b cannot limit processes in its sandboxes; unset it",
+        ),
+        (
+            vec![("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_E2B_API_URL", "https://api.e2b.app")],
+            "SANDBOX_E2B_API_URL is set, but SANDBOX_PROVIDER is wasm; set SANDBOX_PROVIDER=e2b or unset it",
+        ),
+    ];
+    for (pairs, want) in cases {
+        assert_eq!(load(&pairs).expect_err(want).to_string(), want);
+    }
+    // A local fake over plain HTTP on loopback is allowed; the caps and the CA carry through.
+    let c = load(
+        &[
+            &full[..],
+            &[
+                ("SANDBOX_E2B_API_URL", "http://127.0.0.1:9000"),
+                ("SANDBOX_E2B_ENVD_URL", "https://49983-{target}.e2b.test:9000"),
+                ("SANDBOX_E2B_CONNECT_TO", "127.0.0.1"),
+                ("SANDBOX_E2B_CA_FILE", "/tmp/ca.pem"),
+                ("SANDBOX_E2B_MAX_TIER", "container"),
+            ],
+        ]
+        .concat(),
+    )
+    .expect("a local fake");
+    let r = c.remote.expect("e2b settings");
+    assert_eq!(r.max_tier, plimsoll_core::Tier::Container);
+    assert_eq!(r.endpoints["envd"].ca_file.as_deref(), Some(std::path::Path::new("/tmp/ca.pem")));
+    assert_eq!(r.endpoints["api"].connect_to, Some([127, 0, 0, 1].into()));
 }

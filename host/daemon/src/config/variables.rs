@@ -5,7 +5,7 @@ pub const BROKER_AUTH_PREFIX: &str = "PLIMSOLL_BROKER_AUTH_";
 
 /// Every variable the daemon reads, with the file key it overrides and what it does.
 /// `serve --help` prints this table, so the usage text and the code cannot drift.
-pub const VARIABLES: [(&str, &str, &str); 42] = [
+pub const VARIABLES: [(&str, &str, &str); 52] = [
     ("PLIMSOLL_CONFIG", "", "path of plimsoll.toml"),
     ("PLIMSOLL_ADDR", "daemon.addr", "RPC listener, default :8746"),
     ("PLIMSOLL_METRICS_ADDR", "daemon.metrics-addr", "metrics listener, default 127.0.0.1:9464; off"),
@@ -64,6 +64,16 @@ pub const VARIABLES: [(&str, &str, &str); 42] = [
     ("SANDBOX_DOCKER_PLUGIN", "plugins.docker.path", "the docker plugin's directory"),
     ("SANDBOX_DOCKER_PLUGIN_KEYS", "plugins.docker.trusted-keys", "trusted public keys (PEM files), comma-separated"),
     ("SANDBOX_DOCKER_PLUGIN_APPROVE", "plugins.docker.approve", "capabilities approved, comma-separated"),
+    ("E2B_API_KEY", "e2b.api-key-file", "e2b: the API key; the host attaches it, the plugin never sees it"),
+    ("E2B_TEMPLATE", "e2b.template", "e2b: the sandbox template's name, default base"),
+    ("SANDBOX_E2B_API_URL", "e2b.api-url", "e2b: the control plane, default https://api.e2b.app"),
+    ("SANDBOX_E2B_ENVD_URL", "e2b.envd-url", "e2b: a sandbox's envd, default https://49983-{target}.e2b.app"),
+    ("SANDBOX_E2B_CA_FILE", "e2b.ca-file", "e2b: a CA trusted for both instead of the system's (a proxy, a fake)"),
+    ("SANDBOX_E2B_CONNECT_TO", "e2b.connect-to", "e2b: an IP every connection goes to, whatever the names resolve to"),
+    ("SANDBOX_E2B_MAX_TIER", "e2b.max-tier", "e2b: the strongest tier the host credits, default vm"),
+    ("SANDBOX_E2B_PLUGIN", "plugins.e2b.path", "the e2b plugin's directory"),
+    ("SANDBOX_E2B_PLUGIN_KEYS", "plugins.e2b.trusted-keys", "trusted public keys (PEM files), comma-separated"),
+    ("SANDBOX_E2B_PLUGIN_APPROVE", "plugins.e2b.approve", "capabilities approved, comma-separated (http,log)"),
 ];
 
 /// Names that belong to plimsoll's clients and tools, not the daemon: set in the

@@ -128,10 +128,7 @@ impl BrokerPlugin {
             pre,
             approved,
             http,
-            allowed: super::http::Allowed {
-                endpoints: verified.manifest.endpoints.clone(),
-                headers: verified.manifest.headers.clone(),
-            },
+            allowed: super::http::Allowed::of(&verified.manifest),
         })
     }
 

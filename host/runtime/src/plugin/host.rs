@@ -33,7 +33,7 @@ pub(crate) mod bindings {
     });
 }
 
-use bindings::plimsoll::host::{containers, http, log};
+use bindings::plimsoll::host::{config, containers, http, log};
 
 /// The container wall a plugin works behind: the local engine, the lockdown proven
 /// at startup, and the tier each proven runtime justifies.
@@ -208,15 +208,18 @@ pub(crate) struct Used {
     /// Images of the containers the call created.
     pub images: BTreeSet<String>,
     /// Requests that may change a remote backend (any method but GET and HEAD)
-    /// the host let through: after one, code may have run there.
+    /// the host let through: after one, the backend holds something of the run's.
     pub remote_writes: u32,
+    /// Of those, the ones to an endpoint where code may start: after one, code
+    /// may have run there.
+    pub code_writes: u32,
 }
 
 impl Used {
     /// Whether anything the call did may have run code: a container created, or
     /// a request sent that may have changed a remote backend.
     pub fn may_have_run(&self) -> bool {
-        !self.runtimes.is_empty() || self.remote_writes > 0
+        !self.runtimes.is_empty() || self.code_writes > 0
     }
 }
 
@@ -228,6 +231,9 @@ pub(crate) struct PluginState {
     pub approved: Vec<Capability>,
     pub wall: Option<Arc<Wall>>,
     pub deadline: Instant,
+    /// When the call's outbound HTTP must be done: a remote plugin creates,
+    /// reads back and deletes its sandbox around the run's budget.
+    pub http_deadline: Instant,
     /// The most bytes kept per stream of any process this call runs.
     pub collect_cap: usize,
     pub used: Used,
@@ -241,6 +247,8 @@ pub(crate) struct PluginState {
     pub allowed: super::http::Allowed,
     /// The run's broker mount: every container this call creates gets it.
     pub broker: Option<plimsoll_containers::BrokerMount>,
+    /// The operator's settings for the plugin, and the host's facts it needs.
+    pub settings: Arc<BTreeMap<String, String>>,
 }
 
 impl WasiView for PluginState {
@@ -287,6 +295,7 @@ impl HttpOnly<'_> {
             approved: self.approved.to_vec(),
             wall: None,
             deadline: Instant::now() + self.budget,
+            http_deadline: Instant::now() + self.budget,
             collect_cap: 0,
             used: Used::default(),
             live: BTreeSet::new(),
@@ -294,6 +303,7 @@ impl HttpOnly<'_> {
             http: self.http,
             allowed: self.allowed.clone(),
             broker: None,
+            settings: Arc::default(),
         };
         let mut store = wasmtime::Store::new(engine.wasmtime(), state);
         store.limiter(|s| &mut s.limits);
@@ -601,7 +611,7 @@ impl PluginState {
                 req.endpoint
             ));
         };
-        let left = self.deadline.saturating_duration_since(Instant::now());
+        let left = self.http_deadline.saturating_duration_since(Instant::now());
         let ask = super::http::Ask {
             endpoint: req.endpoint,
             target: req.target,
@@ -615,6 +625,9 @@ impl PluginState {
         // reached the backend.
         if !matches!(ask.method.as_str(), "GET" | "HEAD") && gate.admits(&self.allowed, &ask).is_ok() {
             self.used.remote_writes += 1;
+            if self.allowed.runs_code(&ask.endpoint) {
+                self.used.code_writes += 1;
+            }
         }
         Ok((Arc::clone(gate), ask))
     }
@@ -645,7 +658,7 @@ impl http::HostIncoming for PluginState {
 
     fn read(&mut self, s: Resource<super::http::Incoming>, timeout_ms: u32) -> Result<Option<Vec<u8>>, String> {
         // The wait never outlasts the plugin call's own deadline.
-        let left = self.deadline.saturating_duration_since(Instant::now());
+        let left = self.http_deadline.saturating_duration_since(Instant::now());
         let wait = Duration::from_millis(u64::from(timeout_ms)).min(left);
         let stream = self.table.get_mut(&s).map_err(|e| format!("no such stream: {e}"))?;
         stream.read(wait)
@@ -658,6 +671,12 @@ impl http::HostIncoming for PluginState {
     fn drop(&mut self, s: Resource<super::http::Incoming>) -> wasmtime::Result<()> {
         self.table.delete(s)?;
         Ok(())
+    }
+}
+
+impl config::Host for PluginState {
+    fn get(&mut self, key: String) -> Option<String> {
+        self.settings.get(&key).cloned()
     }
 }
 

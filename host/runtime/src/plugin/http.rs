@@ -119,6 +119,20 @@ pub struct Allowed {
     pub endpoints: Vec<String>,
     /// Lowercase header names.
     pub headers: Vec<String>,
+    /// Endpoints where a request may start code; `None`: every endpoint.
+    pub runs_code_at: Option<Vec<String>>,
+}
+
+impl Allowed {
+    /// What a plugin's manifest allows.
+    pub fn of(m: &plimsoll_plugin_trust::Manifest) -> Allowed {
+        Allowed { endpoints: m.endpoints.clone(), headers: m.headers.clone(), runs_code_at: m.runs_code_at.clone() }
+    }
+
+    /// Whether a write to `endpoint` may start code.
+    pub fn runs_code(&self, endpoint: &str) -> bool {
+        self.runs_code_at.as_ref().is_none_or(|e| e.iter().any(|x| x == endpoint))
+    }
 }
 
 /// The upstream's answer.
@@ -369,7 +383,8 @@ impl std::fmt::Debug for Incoming {
 }
 
 impl Incoming {
-    /// The next piece of the body, waiting at most `wait`; `None` at its end.
+    /// The next piece of the body, waiting at most `wait`: empty when nothing
+    /// arrived in that time (the stream goes on), `None` at its end.
     ///
     /// # Errors
     ///
@@ -392,7 +407,7 @@ impl Incoming {
         let frame = self.rt.block_on(async { tokio::time::timeout(wait.min(left), body.frame()).await });
         let result = match frame {
             Err(_) if over_time => Err(format!("endpoint {alias:?}: the stream outlived the request's time")),
-            Err(_) => return Err(format!("endpoint {alias:?}: no data within {} ms", wait.as_millis())),
+            Err(_) => return Ok(Some(Vec::new())),
             Ok(None) => Ok(None),
             Ok(Some(Err(e))) => Err(format!("endpoint {alias:?}: the stream broke off ({e})")),
             Ok(Some(Ok(frame))) => match frame.into_data() {

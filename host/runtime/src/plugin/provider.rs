@@ -118,6 +118,8 @@ pub struct PluginProvider {
     remote_cap: Option<Tier>,
     /// The tier a remote plugin's smoke test proved (capped), stated before runs.
     proven: std::sync::OnceLock<Tier>,
+    /// What `plimsoll:host/config` answers.
+    settings: Arc<std::collections::BTreeMap<String, String>>,
 }
 
 impl std::fmt::Debug for PluginProvider {
@@ -170,8 +172,7 @@ impl PluginProvider {
         limits: PluginLimits,
     ) -> Result<PluginProvider, PluginError> {
         let name = verified.manifest.name.clone();
-        let allowed =
-            Allowed { endpoints: verified.manifest.endpoints.clone(), headers: verified.manifest.headers.clone() };
+        let allowed = Allowed::of(&verified.manifest);
         let max_tier = verified.manifest.max_tier.ok_or_else(|| {
             component_error(
                 &name,
@@ -207,6 +208,7 @@ impl PluginProvider {
             allowed,
             remote_cap: None,
             proven: std::sync::OnceLock::new(),
+            settings: Arc::default(),
         };
         let d = p
             .call(Duration::from_secs(10), 0, |store, plugin| plugin.plimsoll_provider_provider().call_describe(store))
@@ -235,6 +237,13 @@ impl PluginProvider {
     pub fn remote(mut self, gate: Arc<HttpGate>, cap: Tier) -> PluginProvider {
         self.http = Some(gate);
         self.remote_cap = Some(cap);
+        self
+    }
+
+    /// The provider, answering its plugin's `config` reads from `settings`.
+    #[must_use]
+    pub fn with_settings(mut self, settings: std::collections::BTreeMap<String, String>) -> PluginProvider {
+        self.settings = Arc::new(settings);
         self
     }
 
@@ -283,6 +292,7 @@ impl PluginProvider {
             approved: self.approved.clone(),
             wall: self.wall.clone(),
             deadline: Instant::now() + budget,
+            http_deadline: Instant::now() + budget + PLUGIN_GRACE,
             collect_cap,
             used: Used::default(),
             live: Default::default(),
@@ -290,6 +300,7 @@ impl PluginProvider {
             http: self.http.clone(),
             allowed: self.allowed.clone(),
             broker: None,
+            settings: Arc::clone(&self.settings),
         };
         let mut store = Store::new(self.engine.wasmtime(), state);
         store.limiter(|s| &mut s.limits);
@@ -699,7 +710,7 @@ mod tests {
 
     /// What a remote plugin's call used: `writes` requests that may change its backend.
     fn remote(writes: u32) -> Used {
-        Used { remote_writes: writes, ..Used::default() }
+        Used { remote_writes: writes, code_writes: writes, ..Used::default() }
     }
 
     fn refusal() -> wit::RunError {

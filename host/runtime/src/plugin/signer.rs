@@ -88,10 +88,7 @@ impl SignerPlugin {
             pre,
             approved,
             http,
-            allowed: super::http::Allowed {
-                endpoints: verified.manifest.endpoints.clone(),
-                headers: verified.manifest.headers.clone(),
-            },
+            allowed: super::http::Allowed::of(&verified.manifest),
         })
     }
 

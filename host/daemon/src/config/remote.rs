@@ -1,0 +1,98 @@
+//! What every remote backend's settings resolve to: its plugin, the endpoints the
+//! host reaches for it (with the credentials and TLS files only the host reads),
+//! the plugin's own non-secret settings, and the operator's cap on its tier.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use plimsoll_core::Tier;
+
+use super::ConfigError;
+use super::plugins::PluginConfig;
+
+/// A credential: shown as `<redacted>` by `Debug`, so no log or error can print it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// Wraps a credential.
+    pub fn new(value: String) -> Secret {
+        Secret(value)
+    }
+
+    /// The credential, for the one place that attaches it to a request.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// How the host reaches one endpoint alias of a remote plugin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EndpointConfig {
+    /// Its base URL (`{target}` once in the host for a host per sandbox).
+    pub url: String,
+    /// A CA file trusted for it instead of the system's roots.
+    pub ca_file: Option<PathBuf>,
+    /// A client certificate and key (PEM files) for mutual TLS.
+    pub client_cert: Option<(PathBuf, PathBuf)>,
+    /// Where every connection goes, whatever the host resolves to.
+    pub connect_to: Option<IpAddr>,
+    /// Headers the host attaches (the credential).
+    pub headers: Vec<(String, Secret)>,
+}
+
+/// A remote backend's resolved settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteConfig {
+    /// The provider's name (`e2b`).
+    pub provider: &'static str,
+    /// The signed plugin.
+    pub plugin: PluginConfig,
+    /// Endpoint alias to how the host reaches it.
+    pub endpoints: BTreeMap<String, EndpointConfig>,
+    /// What the plugin reads through `plimsoll:host/config` (never a secret).
+    pub settings: BTreeMap<String, String>,
+    /// The strongest tier the operator lets the host credit it with.
+    pub max_tier: Tier,
+}
+
+/// Reads a tier cap: `vm`, `kernel`, `container` or `process`.
+pub(super) fn tier(var: &str, v: Option<String>, default: Tier) -> Result<Tier, ConfigError> {
+    match v.as_deref().map(str::trim) {
+        None | Some("") => Ok(default),
+        Some("vm") => Ok(Tier::Vm),
+        Some("kernel") => Ok(Tier::Kernel),
+        Some("container") => Ok(Tier::Container),
+        Some("process") => Ok(Tier::Process),
+        Some(other) => Err(ConfigError::Value(format!("{var}={other:?}: use vm, kernel, container or process"))),
+    }
+}
+
+/// Reads a fixed connect address.
+pub(super) fn address(var: &str, v: Option<String>) -> Result<Option<IpAddr>, ConfigError> {
+    match v.as_deref().map(str::trim) {
+        None | Some("") => Ok(None),
+        Some(a) => a.parse().map(Some).map_err(|_| ConfigError::Value(format!("{var}={a:?} is not an IP address"))),
+    }
+}
+
+/// Checks a base URL is absolute https (or http to loopback, for a local fake or
+/// a tunnel the operator runs), so a credential never crosses a network in clear.
+pub(super) fn url(var: &str, v: &str, connect_to: Option<IpAddr>) -> Result<(), ConfigError> {
+    let bad = |why: &str| ConfigError::Value(format!("{var}={v:?} {why}"));
+    let (scheme, rest) = v.split_once("://").ok_or_else(|| bad("is not an absolute URL"))?;
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = host.rsplit_once(':').map_or(host, |(h, _)| h);
+    match scheme {
+        "https" => Ok(()),
+        "http" if connect_to.is_some_and(|a| a.is_loopback()) || host == "127.0.0.1" || host == "localhost" => Ok(()),
+        _ => Err(bad("must be https (http only to loopback)")),
+    }
+}
