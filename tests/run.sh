@@ -69,6 +69,9 @@ guests/python/build.sh
 step "provider plugins (plugins/out; the docker suite signs them with a throwaway key)"
 plugins/build.sh
 
+step "the vendor fakes the remote providers' suites start (tests/fakes)"
+cargo build --locked -p plimsoll-fakes
+
 step "tests"
 cargo test --workspace --locked
 

@@ -196,67 +196,19 @@ r["host_env_visible"] = "PLIMSOLL_TOKEN" in env or "HOME=/root" in env
 print(json.dumps(r, sort_keys=True))
 "#;
 
-/// The conformance suite against one running daemon.
+/// The conformance suite against one running daemon, then docker's own walls.
 fn suite(d: &Daemon, runtime: &str) {
     let tier = if runtime == "runsc" { "kernel" } else { "container" };
+    let backend = super::conformance::Backend {
+        provider: "docker",
+        tier,
+        environment: "docker-image:sha256:",
+        above: Some(Floor::Vm),
+        output_cap: 1 << 20,
+    };
+    super::conformance::suite(d, TOKEN, &backend);
     let client = Client::new(&d.url(), Some(TOKEN.into())).expect("client");
     let rt = rt();
-
-    let desc = rt.block_on(client.describe()).expect("describe");
-    assert_eq!((desc.sandbox.as_str(), desc.isolation.as_str()), ("docker", tier));
-
-    // A JavaScript snippet, with the tier and the image it ran behind.
-    let r = rt.block_on(client.run_javascript("console.log(6*7)", &opts(0))).expect("js snippet");
-    assert_eq!(text(&r.javascript.as_ref().expect("js").stdout), "42\n");
-    let rec = r.record.expect("record");
-    assert_eq!((rec.provider.as_str(), rec.isolation.as_str()), ("docker", tier));
-    assert!(rec.environment.starts_with("docker-image:sha256:"), "{}", rec.environment);
-
-    // An uncaught exception is a result.
-    let r = rt.block_on(client.run_javascript("throw new Error('boom')", &opts(0))).expect("throw");
-    let js = r.javascript.expect("js");
-    assert_eq!(js.exit_code, 1);
-    assert!(text(&js.stderr).contains("boom"), "{}", text(&js.stderr));
-
-    // A snippet past its budget: exit 124.
-    let r = rt.block_on(client.run_javascript("for(;;){}", &opts(2000))).expect("loop");
-    let js = r.javascript.expect("js");
-    assert_eq!((js.exit_code, js.timed_out), (124, true));
-
-    // Output beyond the cap is cut and flagged.
-    let r = rt.block_on(client.run_javascript("process.stdout.write('x'.repeat(3*1024*1024))", &opts(0))).expect("big");
-    let js = r.javascript.expect("js");
-    assert!(js.stdout_truncated && js.stdout.len() == 1 << 20, "{} bytes", js.stdout.len());
-
-    // A project: three files, two steps (Python and shell), an artifact.
-    let files = [
-        ("main.py", "import helper\nprint(helper.answer())\n"),
-        ("helper.py", "def answer():\n    return 6 * 7\n"),
-        ("build/run.sh", "python3 main.py > out.txt && echo built\n"),
-    ];
-    let r = rt
-        .block_on(client.run_project(
-            &files,
-            &["python3 -c 'print(1+1)'", "sh build/run.sh"],
-            &["out.txt"],
-            &opts(60_000),
-        ))
-        .expect("project");
-    let p = r.project.expect("project");
-    assert_eq!(p.outcome, ProjectOutcome::Completed, "{}", p.outcome_detail);
-    assert_eq!(p.steps.len(), 2);
-    assert_eq!((text(&p.steps[0].stdout), text(&p.steps[1].stdout)), ("2\n".into(), "built\n".into()));
-    assert_eq!(p.artifacts.len(), 1);
-    assert_eq!((p.artifacts[0].path.as_str(), text(&p.artifacts[0].content)), ("out.txt", "42\n".into()));
-
-    // A failing step stops the plan.
-    let r = rt.block_on(client.run_project(&[], &["exit 3", "echo never"], &[], &opts(30_000))).expect("stop");
-    let p = r.project.expect("project");
-    assert_eq!((p.outcome, p.steps.len(), p.steps[0].exit_code), (ProjectOutcome::Completed, 1, 3));
-
-    // A step past the budget: timed_out.
-    let r = rt.block_on(client.run_project(&[], &["sleep 30"], &[], &opts(3000))).expect("slow");
-    assert_eq!(r.project.expect("project").outcome, ProjectOutcome::TimedOut);
 
     // Escape probes fail, and the run still reports.
     let r = rt.block_on(client.run_project(&[("escape.py", ESCAPES)], &["python3 escape.py"], &[], &opts(60_000)));
@@ -342,44 +294,7 @@ fn suite(d: &Daemon, runtime: &str) {
     assert!(killer.join().expect("killer"), "the running container was never seen");
     let err = err.expect_err("a removed container gives no result");
     assert!(err.may_have_run(), "{err}");
-
-    // The published Python client, which recomputes every record and checks every tier.
-    let o = super::python::python_cmd()
-        .args(["-c", PY_SCRIPT])
-        .env("URL", d.url())
-        .env("TOKEN", TOKEN)
-        .env("TIER", tier)
-        .output()
-        .expect("python");
-    assert!(o.status.success(), "{}\n{}", text(&o.stdout), text(&o.stderr));
-    assert_eq!(text(&o.stdout), "python client ok\n");
 }
-
-/// The published client against the docker daemon.
-const PY_SCRIPT: &str = r#"
-import os
-import plimsoll_client
-from plimsoll_client import Client
-from plimsoll_client.errors import InsufficientIsolationError
-assert plimsoll_client.__version__ == "0.23.0"
-tier = os.environ["TIER"]
-c = Client(os.environ["URL"], token=os.environ["TOKEN"])
-info = c.describe()
-assert (info.provider, info.isolation) == ("docker", tier), info
-r = c.run_javascript("console.log(6*7)", minimum_isolation=tier)
-assert (r.stdout, r.exit_code, r.isolation) == (b"42\n", 0, tier), r
-assert r.record.environment.startswith("docker-image:sha256:"), r.record
-p = c.run_project({"a.py": "print(6*7)", "b.txt": "hi"}, ["python3 a.py > out.txt", "cat b.txt"], ["out.txt"],
-                  minimum_isolation="container")
-assert p.outcome == "completed" and [s.exit_code for s in p.steps] == [0, 0], p
-assert p.steps[1].stdout == b"hi" and p.artifacts[0].content == b"42\n", p
-try:
-    c.run_javascript("1", minimum_isolation="vm")
-    raise AssertionError("a vm floor ran")
-except InsufficientIsolationError as e:
-    assert e.not_dispatched == "isolation", e
-print("python client ok")
-"#;
 
 /// The conformance suite against a fresh daemon under `runtime`.
 fn conformance(runtime: &str) {

@@ -4,10 +4,13 @@
 mod attest;
 mod bench;
 mod config;
+mod conformance;
 mod crash;
 mod daemon;
 mod docker;
 mod docker_sessions;
+mod e2b;
+mod fakes;
 mod grants;
 mod jail;
 mod mcp;

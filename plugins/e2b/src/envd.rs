@@ -1,0 +1,295 @@
+//! A sandbox's envd, through the host's `envd` endpoint (one host per sandbox;
+//! the host attaches that sandbox's access token): files in and out, and a
+//! process run over envd's streamed `Start` call.
+
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Value, json};
+
+use crate::api::vendor_error;
+use crate::connect::{self, Frame, Frames};
+use crate::plimsoll::host::http::{self, Request};
+use crate::plimsoll::types::types::Output;
+
+/// How long a file transfer may take.
+const FILE_TIMEOUT_MS: u32 = 60_000;
+/// Exit code of a process its deadline ended.
+pub const EXIT_TIMEOUT: i32 = 124;
+
+/// What a process did.
+#[derive(Debug)]
+pub struct Ran {
+    pub exit_code: i32,
+    pub timed_out: bool,
+    pub stdout: Output,
+    pub stderr: Output,
+    pub duration_ms: u32,
+}
+
+/// Percent-encodes a path for a query.
+fn query(path: &str) -> String {
+    let mut out = String::new();
+    for b in path.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+fn random_hex(n: usize) -> String {
+    let mut b = vec![0u8; n];
+    if getrandom::fill(&mut b).is_err() {
+        return "plimsoll-boundary-without-randomness".into();
+    }
+    hex::encode(b)
+}
+
+/// Writes `bytes` to `path` (parents made, an existing file replaced).
+pub fn upload(id: &str, path: &str, bytes: &[u8]) -> Result<(), String> {
+    let boundary = format!("plimsoll{}", random_hex(16));
+    let mut body = Vec::with_capacity(bytes.len() + 256);
+    body.extend_from_slice(
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{}\"\r\nContent-Type: application/octet-stream\r\n\r\n",
+            path.replace(['"', '\r', '\n'], "_")
+        )
+        .as_bytes(),
+    );
+    body.extend_from_slice(bytes);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let r = http::send(&Request {
+        endpoint: "envd".into(),
+        target: Some(id.into()),
+        method: "POST".into(),
+        path: format!("/files?path={}", query(path)),
+        headers: vec![("content-type".into(), format!("multipart/form-data; boundary={boundary}"))],
+        body,
+        timeout_ms: FILE_TIMEOUT_MS,
+    })?;
+    if r.status != 200 {
+        return Err(vendor_error(&format!("the upload of {path}"), r.status, &r.body));
+    }
+    Ok(())
+}
+
+/// Reads the file at `path`; `None` when it does not exist.
+pub fn download(id: &str, path: &str) -> Result<Option<Vec<u8>>, String> {
+    let r = http::send(&Request {
+        endpoint: "envd".into(),
+        target: Some(id.into()),
+        method: "GET".into(),
+        path: format!("/files?path={}", query(path)),
+        headers: vec![],
+        body: vec![],
+        timeout_ms: FILE_TIMEOUT_MS,
+    })?;
+    match r.status {
+        200 => Ok(Some(r.body)),
+        404 => Ok(None),
+        // A directory, or a path the guest made unreadable: not an artifact.
+        400 => Ok(None),
+        s => Err(vendor_error(&format!("the download of {path}"), s, &r.body)),
+    }
+}
+
+/// One stream's bytes, kept up to `cap`.
+struct Kept {
+    bytes: Vec<u8>,
+    truncated: bool,
+    cap: usize,
+}
+
+impl Kept {
+    fn new(cap: usize) -> Kept {
+        Kept { bytes: Vec::new(), truncated: false, cap }
+    }
+
+    fn add(&mut self, more: &[u8]) {
+        let room = self.cap.saturating_sub(self.bytes.len());
+        if more.len() > room {
+            self.truncated = true;
+        }
+        self.bytes.extend_from_slice(&more[..more.len().min(room)]);
+    }
+
+    fn output(self) -> Output {
+        Output { bytes: self.bytes, truncated: self.truncated }
+    }
+}
+
+/// How a process ended, from envd's `end` event.
+fn exit_code(end: &Value) -> i32 {
+    if end.get("exited").and_then(Value::as_bool) == Some(true) {
+        return end.get("exitCode").and_then(Value::as_i64).map_or(0, |c| c as i32);
+    }
+    match end.get("status").and_then(Value::as_str).unwrap_or_default() {
+        "signal: killed" => 137,
+        "signal: terminated" => 143,
+        _ => -1,
+    }
+}
+
+/// Runs `script` with `sh -c` in `cwd`, until it ends or `deadline` passes (then
+/// the stream is dropped, which cancels the call, and the result says timed out).
+/// Each output stream keeps `max_output` bytes.
+///
+/// # Errors
+///
+/// The call was refused or broke off: whether the process ran is unknown.
+pub fn run(id: &str, script: &str, cwd: &str, deadline: Instant, max_output: usize) -> Result<Ran, String> {
+    let started = Instant::now();
+    let left = deadline.saturating_duration_since(started);
+    let request = json!({
+        "process": {"cmd": "/bin/sh", "args": ["-c", script], "cwd": cwd},
+        "stdin": false,
+    });
+    // envd kills the process at its own deadline too, a little after ours.
+    let envd_deadline = left + Duration::from_secs(2);
+    let stream = http::open(&Request {
+        endpoint: "envd".into(),
+        target: Some(id.into()),
+        method: "POST".into(),
+        path: "/process.Process/Start".into(),
+        headers: vec![
+            ("content-type".into(), "application/connect+json".into()),
+            ("connect-protocol-version".into(), "1".into()),
+            ("connect-timeout-ms".into(), envd_deadline.as_millis().to_string()),
+            ("keepalive-ping-interval".into(), "30".into()),
+        ],
+        body: connect::envelope(request.to_string().as_bytes()),
+        timeout_ms: u32::try_from((envd_deadline + Duration::from_secs(5)).as_millis()).unwrap_or(u32::MAX),
+    })?;
+    if stream.status() != 200 {
+        let mut body = Vec::new();
+        while let Ok(Some(piece)) = stream.read(1000) {
+            if piece.is_empty() || body.len() > 4096 {
+                break;
+            }
+            body.extend(piece);
+        }
+        return Err(vendor_error("the process start", stream.status(), &body));
+    }
+    let mut frames = Frames::default();
+    let (mut out, mut err) = (Kept::new(max_output), Kept::new(max_output));
+    let mut started_pid = false;
+    let mut ended: Option<i32> = None;
+    let elapsed = |started: Instant| u32::try_from(started.elapsed().as_millis()).unwrap_or(u32::MAX);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            drop(stream);
+            return Ok(Ran {
+                exit_code: EXIT_TIMEOUT,
+                timed_out: true,
+                stdout: out.output(),
+                stderr: err.output(),
+                duration_ms: elapsed(started),
+            });
+        }
+        let wait = u32::try_from(left.as_millis().min(1000)).unwrap_or(1000).max(1);
+        let piece = match stream.read(wait)? {
+            Some(piece) => piece,
+            None => {
+                return Err(if frames.pending() {
+                    "envd's process stream broke off mid-message".into()
+                } else {
+                    "envd's process stream ended without its end-of-stream message".into()
+                });
+            }
+        };
+        frames.push(&piece);
+        while let Some(frame) = frames.next()? {
+            match frame {
+                Frame::Message(m) => {
+                    let v: Value =
+                        serde_json::from_slice(&m).map_err(|_| "an envd process event is not JSON".to_string())?;
+                    let event = v.get("event").ok_or("an envd process message has no event")?;
+                    if let Some(start) = event.get("start") {
+                        if start.get("pid").and_then(Value::as_u64).is_none() {
+                            return Err("envd's start event has no pid".into());
+                        }
+                        started_pid = true;
+                    } else if !started_pid {
+                        return Err("envd's process stream did not begin with its start event".into());
+                    } else if let Some(data) = event.get("data") {
+                        for (name, kept) in [("stdout", &mut out), ("stderr", &mut err)] {
+                            if let Some(b64) = data.get(name).and_then(Value::as_str) {
+                                let bytes =
+                                    STANDARD.decode(b64).map_err(|_| format!("envd's {name} data is not base64"))?;
+                                kept.add(&bytes);
+                            }
+                        }
+                    } else if let Some(end) = event.get("end") {
+                        ended = Some(exit_code(end));
+                    } else if event.get("keepalive").is_none() {
+                        return Err(format!("an envd process event plimsoll does not know: {event}"));
+                    }
+                }
+                Frame::End(end) => {
+                    // The body ends right after its end-of-stream message: read to
+                    // its end, so the call ends whole rather than cancelled.
+                    for _ in 0..5 {
+                        match stream.read(200) {
+                            Ok(Some(p)) if p.is_empty() => continue,
+                            _ => break,
+                        }
+                    }
+                    if let Some(e) = connect::end_error(&end)? {
+                        if e.starts_with("deadline_exceeded") && ended.is_none() {
+                            return Ok(Ran {
+                                exit_code: EXIT_TIMEOUT,
+                                timed_out: true,
+                                stdout: out.output(),
+                                stderr: err.output(),
+                                duration_ms: elapsed(started),
+                            });
+                        }
+                        if ended.is_none() {
+                            return Err(format!("envd ended the process call: {e}"));
+                        }
+                    }
+                    let exit_code = ended.ok_or("envd's process stream ended without the process's end")?;
+                    return Ok(Ran {
+                        exit_code,
+                        timed_out: false,
+                        stdout: out.output(),
+                        stderr: err.output(),
+                        duration_ms: elapsed(started),
+                    });
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_are_encoded_for_a_query() {
+        assert_eq!(query("/home/user/project/a b&c=d.txt"), "/home/user/project/a%20b%26c%3Dd.txt");
+    }
+
+    #[test]
+    fn end_events_give_the_exit_code() {
+        assert_eq!(exit_code(&json!({"exited": true, "status": "exit status 0"})), 0);
+        assert_eq!(exit_code(&json!({"exitCode": 3, "exited": true})), 3);
+        assert_eq!(exit_code(&json!({"exitCode": -1, "status": "signal: killed"})), 137);
+        assert_eq!(exit_code(&json!({"status": "signal: hangup"})), -1);
+    }
+
+    #[test]
+    fn output_is_kept_to_its_cap_and_flagged() {
+        let mut k = Kept::new(4);
+        k.add(b"abc");
+        k.add(b"def");
+        let o = k.output();
+        assert_eq!((o.bytes, o.truncated), (b"abcd".to_vec(), true));
+    }
+}

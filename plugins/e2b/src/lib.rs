@@ -1,0 +1,333 @@
+//! The e2b provider plugin. It drives E2B's sandboxes (Firecracker microVMs) only
+//! through the host's `plimsoll:host/http` capability, at two endpoints the host
+//! maps: `api` (the control plane; the host attaches the API key and keeps each
+//! sandbox's envd access token out of the answers) and `envd` (one host per
+//! sandbox; the host attaches that sandbox's token). The plugin holds no secret.
+//!
+//! Every run gets a fresh sandbox: created secured, denying all egress and public
+//! traffic, stamped with this daemon's instance; read back before any code goes
+//! in (this sandbox, running, ours, within the operator's maxima, still denying
+//! all egress, and no network field plimsoll does not know); deleted on every
+//! path. The tier it states, `vm`, rests on that read-back; the host caps it.
+
+mod api;
+mod connect;
+mod envd;
+
+wit_bindgen::generate!({
+    world: "plimsoll:provider/provider-plugin",
+    path: ["../../wit/types", "../../wit/host", "../../wit/provider"],
+    generate_all,
+});
+
+use std::time::{Duration, Instant};
+
+use exports::plimsoll::provider::provider::{Answer, CallError, Description, Guest, GuestSession, RunError, Session};
+use plimsoll::host::{config, log};
+use plimsoll::types::types::{
+    Evidence, File, Limits, ModuleRequest, ModuleResult, ProjectOutcome, ProjectResult, Refusal, RefusalReason,
+    SnippetResult, StepResult, Tier,
+};
+
+/// Where a snippet's code goes.
+const RUN_DIR: &str = "/home/user/plimsoll";
+/// A project's work directory.
+const PROJECT_DIR: &str = "/home/user/project";
+/// Seconds E2B keeps a sandbox past the run's budget, should every delete be lost.
+const LIFETIME_MARGIN_S: u32 = 120;
+/// The most artifact bytes read back from one project.
+const MAX_ARTIFACT_BYTES: usize = 4 << 20;
+/// The longest snippet and project E2B runs here.
+const MAX_TIMEOUT_MS: u32 = 300_000;
+const MAX_PROJECT_TIMEOUT_MS: u32 = 1_800_000;
+
+struct Plugin;
+
+fn refused(reason: RefusalReason, message: impl Into<String>) -> Refusal {
+    Refusal { reason, message: message.into() }
+}
+
+/// The operator's and the host's settings this plugin reads.
+struct Settings {
+    template: String,
+    instance: String,
+}
+
+fn settings() -> Result<Settings, Refusal> {
+    let get = |key: &str| config::get(key).filter(|v| !v.is_empty());
+    let template =
+        get("template").ok_or_else(|| refused(RefusalReason::Environment, "no e2b template is configured"))?;
+    let instance =
+        get("instance").ok_or_else(|| refused(RefusalReason::Environment, "the host gave no instance to stamp"))?;
+    Ok(Settings { template, instance })
+}
+
+/// A sandbox of this run; deleted when dropped, whatever happened.
+struct Sandbox {
+    id: String,
+    template: String,
+    envd_version: String,
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        if let Err(e) = api::delete(&self.id) {
+            log::warn(&format!(
+                "deleting e2b sandbox {} failed ({e}); it ends at its own timeout, and the next startup's sweep deletes it",
+                self.id
+            ));
+        }
+    }
+}
+
+impl Sandbox {
+    /// Creates and reads back a sandbox for a run of `budget`. Nothing of the
+    /// caller's is in it yet, so every failure is a refusal.
+    fn open(limits: &Limits, budget: Duration) -> Result<Sandbox, Refusal> {
+        let s = settings()?;
+        let lifetime = u32::try_from(budget.as_secs()).unwrap_or(u32::MAX).saturating_add(LIFETIME_MARGIN_S);
+        let created = api::create(&s.template, lifetime, &s.instance)
+            .map_err(|e| refused(RefusalReason::Environment, format!("creating an e2b sandbox: {e}")))?;
+        let sandbox = Sandbox { id: created.id, template: s.template, envd_version: created.envd_version };
+        let detail = api::detail(&sandbox.id)
+            .map_err(|e| refused(RefusalReason::Environment, format!("reading the e2b sandbox back: {e}")))?;
+        let max = api::Maxima { memory_mb: limits.memory_mb, cpus_milli: limits.cpus_milli, disk_mb: limits.disk_mb };
+        api::verify(&detail, &sandbox.id, &s.instance, max)
+            .map_err(|e| refused(RefusalReason::Isolation, format!("the e2b sandbox is not what was asked: {e}")))?;
+        Ok(sandbox)
+    }
+
+    fn evidence(&self) -> Evidence {
+        Evidence {
+            tier: Tier::Vm,
+            environment: format!("e2b-template:{}", self.template),
+            software_identity: None,
+            instance: Some(format!("e2b-sandbox:{}", self.id)),
+            claims: vec![("envd-version".into(), self.envd_version.clone())],
+        }
+    }
+}
+
+fn budget(limits: &Limits) -> Duration {
+    Duration::from_millis(u64::from(limits.timeout_ms.max(1)))
+}
+
+fn may_have_run(what: &str, e: String) -> RunError {
+    RunError::MayHaveRun(format!("{what}: {e}"))
+}
+
+fn snippet(language: &str, code: &str, limits: &Limits) -> Result<(SnippetResult, Evidence), RunError> {
+    let (file, command) = match language {
+        "javascript" => ("main.js", "exec node main.js"),
+        "python" => ("main.py", "exec python3 main.py"),
+        other => {
+            return Err(RunError::Refused(refused(
+                RefusalReason::Unsupported,
+                format!("the e2b provider runs javascript and python, not {other}"),
+            )));
+        }
+    };
+    let budget = budget(limits);
+    let sandbox = Sandbox::open(limits, budget).map_err(RunError::Refused)?;
+    // The budget counts from when the code is in place and starts.
+    envd::upload(&sandbox.id, &format!("{RUN_DIR}/{file}"), code.as_bytes())
+        .map_err(|e| may_have_run("writing the snippet", e))?;
+    let ran = envd::run(&sandbox.id, command, RUN_DIR, Instant::now() + budget, limits.max_output_bytes as usize)
+        .map_err(|e| may_have_run("running the snippet", e))?;
+    let result =
+        SnippetResult { exit_code: ran.exit_code, timed_out: ran.timed_out, stdout: ran.stdout, stderr: ran.stderr };
+    Ok((result, sandbox.evidence()))
+}
+
+fn project(
+    files: &[File],
+    steps: &[String],
+    artifacts: &[String],
+    limits: &Limits,
+) -> Result<(ProjectResult, Evidence), RunError> {
+    let budget = budget(limits);
+    let sandbox = Sandbox::open(limits, budget).map_err(RunError::Refused)?;
+    let deadline = Instant::now() + budget;
+    for f in files {
+        envd::upload(&sandbox.id, &format!("{PROJECT_DIR}/{}", f.path), &f.content)
+            .map_err(|e| may_have_run(&format!("writing {}", f.path), e))?;
+    }
+    if files.is_empty() {
+        // Uploads make the work directory; without any, make it, or envd refuses
+        // every step's working directory.
+        let made = envd::run(&sandbox.id, &format!("mkdir -p {PROJECT_DIR}"), "/", deadline, 4096)
+            .map_err(|e| may_have_run("making the work directory", e))?;
+        if made.exit_code != 0 {
+            return Err(may_have_run("making the work directory", String::from_utf8_lossy(&made.stderr.bytes).into()));
+        }
+    }
+    let mut done = Vec::new();
+    let mut outcome = ProjectOutcome::Completed;
+    let mut detail = String::new();
+    for step in steps {
+        if Instant::now() >= deadline {
+            outcome = ProjectOutcome::TimedOut;
+            detail = "the project's budget ran out before this step".into();
+            break;
+        }
+        let ran = envd::run(&sandbox.id, step, PROJECT_DIR, deadline, limits.max_output_bytes as usize)
+            .map_err(|e| may_have_run(&format!("running step {step:?}"), e))?;
+        let failed = ran.exit_code != 0;
+        let timed_out = ran.timed_out;
+        done.push(StepResult {
+            command: step.clone(),
+            exit_code: ran.exit_code,
+            timed_out,
+            duration_ms: ran.duration_ms,
+            stdout: ran.stdout,
+            stderr: ran.stderr,
+        });
+        if timed_out {
+            outcome = ProjectOutcome::TimedOut;
+            detail = "the project's budget ran out during this step".into();
+            break;
+        }
+        if failed {
+            break;
+        }
+    }
+    let mut read = Vec::new();
+    let mut total = 0usize;
+    let mut truncated = false;
+    for path in artifacts {
+        let Some(bytes) = envd::download(&sandbox.id, &format!("{PROJECT_DIR}/{path}"))
+            .map_err(|e| may_have_run(&format!("reading artifact {path}"), e))?
+        else {
+            continue;
+        };
+        if total + bytes.len() > MAX_ARTIFACT_BYTES {
+            truncated = true;
+            continue;
+        }
+        total += bytes.len();
+        read.push(File { path: path.clone(), content: bytes });
+    }
+    let result = ProjectResult { outcome, detail, steps: done, artifacts: read, artifacts_truncated: truncated };
+    Ok((result, sandbox.evidence()))
+}
+
+/// The behavioural proof at startup: a real sandbox, read back, runs node and
+/// python in its directory, and reaches nothing outside.
+fn smoke() -> Result<Evidence, Refusal> {
+    let limits =
+        Limits { timeout_ms: 60_000, memory_mb: 0, cpus_milli: 0, pids: 0, disk_mb: 0, max_output_bytes: 64 << 10 };
+    let sandbox = Sandbox::open(&limits, budget(&limits))?;
+    let fail = |check: &str, why: String| refused(RefusalReason::Environment, format!("smoke test, {check}: {why}"));
+    let run = |script: &str| {
+        envd::run(&sandbox.id, script, "/", Instant::now() + Duration::from_secs(20), 64 << 10)
+            .map_err(|e| fail(script, e))
+            .map(|r| (r.exit_code, String::from_utf8_lossy(&r.stdout.bytes).trim().to_string()))
+    };
+    envd::upload(&sandbox.id, &format!("{RUN_DIR}/probe.txt"), b"probe").map_err(|e| fail("upload", e))?;
+    let (code, cwd) = run(&format!("cd {RUN_DIR} && pwd && cat probe.txt"))?;
+    if code != 0 || cwd != format!("{RUN_DIR}\nprobe") {
+        return Err(fail("working directory", format!("exit {code}, printed {cwd:?}")));
+    }
+    let (code, node) = run("node -e 'console.log(process.version)'")?;
+    if code != 0 || !node.starts_with('v') {
+        return Err(fail("node", format!("exit {code}, printed {node:?}")));
+    }
+    let (code, python) = run("python3 -c 'print(6*7)'")?;
+    if code != 0 || python != "42" {
+        return Err(fail("python", format!("exit {code}, printed {python:?}")));
+    }
+    for url in ["https://1.1.1.1", "https://example.com"] {
+        let script = format!(
+            "node -e \"fetch('{url}',{{signal:AbortSignal.timeout(5000)}}).then(()=>console.log('reached'),()=>console.log('refused'))\""
+        );
+        let (_, seen) = run(&script)?;
+        if seen != "refused" {
+            return Err(fail("egress", format!("{url}: {seen:?}")));
+        }
+    }
+    log::info(&format!("smoke test passed in e2b sandbox {}: node {node}, python, no egress", sandbox.id));
+    Ok(sandbox.evidence())
+}
+
+/// Sessions are not offered: `describe` says so, and the host never opens one.
+struct E2bSession;
+
+impl GuestSession for E2bSession {
+    fn open(_: Limits, _: u32) -> Result<Session, Refusal> {
+        Err(refused(RefusalReason::Unsupported, "the e2b provider does not keep sessions"))
+    }
+
+    fn evidence(&self) -> Evidence {
+        Evidence {
+            tier: Tier::None,
+            environment: String::new(),
+            software_identity: None,
+            instance: None,
+            claims: vec![],
+        }
+    }
+
+    fn cell(&self, _: String, _: String, _: Vec<File>, _: Limits) -> Result<Answer, CallError> {
+        Err(CallError::Refused(refused(RefusalReason::Unsupported, "the e2b provider does not keep sessions")))
+    }
+
+    fn snippet(&self, _: String, _: String, _: Limits) -> Result<Answer, CallError> {
+        Err(CallError::Refused(refused(RefusalReason::Unsupported, "the e2b provider does not keep sessions")))
+    }
+
+    fn project(&self, _: Vec<File>, _: Vec<String>, _: Vec<String>, _: Limits) -> Result<Answer, CallError> {
+        Err(CallError::Refused(refused(RefusalReason::Unsupported, "the e2b provider does not keep sessions")))
+    }
+
+    fn close(&self) {}
+}
+
+impl Guest for Plugin {
+    type Session = E2bSession;
+
+    fn describe() -> Description {
+        Description {
+            name: "e2b".into(),
+            languages: vec!["javascript".into(), "python".into()],
+            projects: true,
+            modules: false,
+            sessions: false,
+            max_timeout_ms: MAX_TIMEOUT_MS,
+            max_project_timeout_ms: MAX_PROJECT_TIMEOUT_MS,
+        }
+    }
+
+    fn preflight() -> Result<Evidence, Refusal> {
+        let s = settings()?;
+        Ok(Evidence {
+            tier: Tier::Vm,
+            environment: format!("e2b-template:{}", s.template),
+            software_identity: None,
+            instance: None,
+            claims: vec![],
+        })
+    }
+
+    fn smoke_test() -> Result<Evidence, Refusal> {
+        smoke()
+    }
+
+    fn run_snippet(language: String, code: String, limits: Limits) -> Result<(SnippetResult, Evidence), RunError> {
+        snippet(&language, &code, &limits)
+    }
+
+    fn run_project(
+        files: Vec<File>,
+        steps: Vec<String>,
+        artifacts: Vec<String>,
+        limits: Limits,
+    ) -> Result<(ProjectResult, Evidence), RunError> {
+        project(&files, &steps, &artifacts, &limits)
+    }
+
+    fn run_module(_request: ModuleRequest, _limits: Limits) -> Result<(ModuleResult, Evidence), RunError> {
+        Err(RunError::Refused(refused(RefusalReason::Unsupported, "the e2b provider does not run module tables")))
+    }
+}
+
+export!(Plugin);

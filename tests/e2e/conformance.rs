@@ -1,0 +1,146 @@
+//! The provider conformance suite, written once: what every backend that runs
+//! snippets and projects must do through a daemon, checked with the Rust client
+//! and the published Python client (which recomputes every record and checks
+//! every tier). A backend adds one line: its [`Backend`] and a daemon serving it.
+//! Backend-specific walls (escape probes, bombs, a sandbox removed mid-run) are
+//! each backend's own suite's.
+
+use plimsoll_client::{Client, Options};
+use plimsoll_core::wire::ProjectOutcome;
+use plimsoll_core::{Floor, Reason};
+
+use super::{Daemon, rt};
+
+/// What a backend states about itself.
+pub(super) struct Backend<'a> {
+    /// Its name on the wire.
+    pub provider: &'a str,
+    /// The tier it proves.
+    pub tier: &'a str,
+    /// How its records name what ran (`docker-image:sha256:`, `e2b-template:`).
+    pub environment: &'a str,
+    /// A floor above its tier, refused before dispatch (none above `vm`).
+    pub above: Option<Floor>,
+    /// The bytes each output stream keeps.
+    pub output_cap: usize,
+}
+
+fn opts(timeout_ms: i32) -> Options {
+    Options { timeout_ms, ..Options::default() }
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The suite against `d`, whose callers present `token`.
+pub(super) fn suite(d: &Daemon, token: &str, b: &Backend<'_>) {
+    let client = Client::new(&d.url(), Some(token.into())).expect("client");
+    let rt = rt();
+    let name = b.provider;
+
+    let desc = rt.block_on(client.describe()).expect("describe");
+    assert_eq!((desc.sandbox.as_str(), desc.isolation.as_str()), (name, b.tier));
+
+    // A JavaScript snippet, with the tier and what it ran behind.
+    let r = rt.block_on(client.run_javascript("console.log(6*7)", &opts(0))).expect("js snippet");
+    assert_eq!(text(&r.javascript.as_ref().expect("js").stdout), "42\n", "{name}");
+    let rec = r.record.expect("record");
+    assert_eq!((rec.provider.as_str(), rec.isolation.as_str()), (name, b.tier));
+    assert!(rec.environment.starts_with(b.environment), "{name}: {}", rec.environment);
+
+    // An uncaught exception is a result.
+    let r = rt.block_on(client.run_javascript("throw new Error('boom')", &opts(0))).expect("throw");
+    let js = r.javascript.expect("js");
+    assert_eq!(js.exit_code, 1, "{name}");
+    assert!(text(&js.stderr).contains("boom"), "{name}: {}", text(&js.stderr));
+
+    // A snippet past its budget: exit 124.
+    let r = rt.block_on(client.run_javascript("for(;;){}", &opts(2000))).expect("loop");
+    let js = r.javascript.expect("js");
+    assert_eq!((js.exit_code, js.timed_out), (124, true), "{name}");
+
+    // Output beyond the cap is cut and flagged.
+    let r = rt.block_on(client.run_javascript("process.stdout.write('x'.repeat(3*1024*1024))", &opts(0))).expect("big");
+    let js = r.javascript.expect("js");
+    assert!(js.stdout_truncated && js.stdout.len() == b.output_cap, "{name}: {} bytes", js.stdout.len());
+
+    // A project: three files, two steps (Python and shell), an artifact.
+    let files = [
+        ("main.py", "import helper\nprint(helper.answer())\n"),
+        ("helper.py", "def answer():\n    return 6 * 7\n"),
+        ("build/run.sh", "python3 main.py > out.txt && echo built\n"),
+    ];
+    let r = rt
+        .block_on(client.run_project(
+            &files,
+            &["python3 -c 'print(1+1)'", "sh build/run.sh"],
+            &["out.txt", "not-made.txt"],
+            &opts(60_000),
+        ))
+        .expect("project");
+    let p = r.project.expect("project");
+    assert_eq!(p.outcome, ProjectOutcome::Completed, "{name}: {}", p.outcome_detail);
+    assert_eq!(p.steps.len(), 2, "{name}");
+    assert_eq!((text(&p.steps[0].stdout), text(&p.steps[1].stdout)), ("2\n".into(), "built\n".into()), "{name}");
+    assert_eq!(p.artifacts.len(), 1, "{name}: an artifact that was not made is left out");
+    assert_eq!((p.artifacts[0].path.as_str(), text(&p.artifacts[0].content)), ("out.txt", "42\n".into()));
+
+    // A failing step stops the plan.
+    let r = rt.block_on(client.run_project(&[], &["exit 3", "echo never"], &[], &opts(30_000))).expect("stop");
+    let p = r.project.expect("project");
+    assert_eq!((p.outcome, p.steps.len(), p.steps[0].exit_code), (ProjectOutcome::Completed, 1, 3), "{name}");
+
+    // A step past the budget: timed out.
+    let r = rt.block_on(client.run_project(&[], &["sleep 30"], &[], &opts(3000))).expect("slow");
+    assert_eq!(r.project.expect("project").outcome, ProjectOutcome::TimedOut, "{name}");
+
+    // A floor above the tier is refused before dispatch.
+    if let Some(floor) = b.above {
+        let above = Options { floor: Some(floor), ..Options::default() };
+        let err = rt.block_on(client.run_javascript("console.log(1)", &above)).expect_err("floor above");
+        assert_eq!(err.not_dispatched(), Some(Reason::Isolation), "{name}: {err}");
+    }
+
+    // The published Python client, which recomputes every record and checks every tier.
+    let above = b.above.map(|f| f.as_str().to_string()).unwrap_or_default();
+    let o = super::python::python_cmd()
+        .args(["-c", PY_SCRIPT])
+        .env("URL", d.url())
+        .env("TOKEN", token)
+        .env("PROVIDER", name)
+        .env("TIER", b.tier)
+        .env("ENVIRONMENT", b.environment)
+        .env("ABOVE", above)
+        .output()
+        .expect("python");
+    assert!(o.status.success(), "{name}: {}\n{}", text(&o.stdout), text(&o.stderr));
+    assert_eq!(text(&o.stdout), "python client ok\n", "{name}");
+}
+
+/// The published client against any backend.
+const PY_SCRIPT: &str = r#"
+import os
+import plimsoll_client
+from plimsoll_client import Client
+from plimsoll_client.errors import InsufficientIsolationError
+assert plimsoll_client.__version__ == "0.23.0"
+provider, tier, above = os.environ["PROVIDER"], os.environ["TIER"], os.environ["ABOVE"]
+c = Client(os.environ["URL"], token=os.environ["TOKEN"])
+info = c.describe()
+assert (info.provider, info.isolation) == (provider, tier), info
+r = c.run_javascript("console.log(6*7)", minimum_isolation=tier)
+assert (r.stdout, r.exit_code, r.isolation) == (b"42\n", 0, tier), r
+assert r.record.environment.startswith(os.environ["ENVIRONMENT"]), r.record
+p = c.run_project({"a.py": "print(6*7)", "b.txt": "hi"}, ["python3 a.py > out.txt", "cat b.txt"], ["out.txt"],
+                  minimum_isolation=tier)
+assert p.outcome == "completed" and [s.exit_code for s in p.steps] == [0, 0], p
+assert p.steps[1].stdout == b"hi" and p.artifacts[0].content == b"42\n", p
+if above:
+    try:
+        c.run_javascript("1", minimum_isolation=above)
+        raise AssertionError("a floor above the tier ran")
+    except InsufficientIsolationError as e:
+        assert e.not_dispatched == "isolation", e
+print("python client ok")
+"#;

@@ -1,0 +1,117 @@
+//! The vendor fakes (`tests/fakes`, the `plimsoll-fake` binary) as the remote
+//! backends' suites start them: a fake per test, its `KEY=VALUE` settings read from
+//! its stdout exactly as an operator would, stopped (and its containers removed)
+//! when dropped.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::docker::{required, skipped};
+use super::host;
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+/// A running fake.
+pub(super) struct Fake {
+    child: Child,
+    /// The settings it printed, in order.
+    pub settings: Vec<(String, String)>,
+}
+
+impl Fake {
+    /// The setting `key` printed.
+    pub fn get(&self, key: &str) -> &str {
+        self.settings.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str()).unwrap_or_default()
+    }
+
+    /// Starts the `vendor` fake, misbehaving as `mode` says; None (with a skipped
+    /// line) when the binary, docker or the image is missing outside required mode.
+    pub fn start(vendor: &str, mode: Option<&str>) -> Option<Fake> {
+        let missing = |what: String| {
+            assert!(!required(), "required mode: {what}");
+            skipped(&what);
+            None
+        };
+        let binary = binary();
+        if !binary.exists() {
+            return missing(format!("no {} (cargo build -p plimsoll-fakes)", binary.display()));
+        }
+        let image = match std::fs::read_to_string(Path::new(ROOT).join("images/out/sandbox.id")) {
+            Ok(id) => id.trim().to_string(),
+            Err(_) => return missing("no sandbox image (run images/build.sh)".into()),
+        };
+        if !Command::new("docker").arg("info").output().is_ok_and(|o| o.status.success()) {
+            return missing("no docker engine answers".into());
+        }
+        let mut cmd = Command::new(&binary);
+        cmd.args([vendor, "--listen", "127.0.0.1:0", "--image", &image]);
+        if let Some(m) = mode {
+            cmd.args(["--misbehave", m]);
+        }
+        let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("start the fake");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut settings = Vec::new();
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if line == "READY=1" {
+                    let _ = tx.send(settings);
+                    return;
+                }
+                if let Some((k, v)) = line.split_once('=') {
+                    settings.push((k.to_string(), v.to_string()));
+                }
+            }
+        });
+        let settings = rx.recv_timeout(Duration::from_secs(60)).expect("the fake printed its settings and READY=1");
+        Some(Fake { child, settings })
+    }
+
+    /// How many containers back its sandboxes now.
+    pub fn sandboxes(&self) -> usize {
+        let o = Command::new("docker")
+            .args(["ps", "-q", "--filter", &format!("label=dev.plimsoll.fake={}", self.child.id())])
+            .output()
+            .expect("docker ps");
+        String::from_utf8_lossy(&o.stdout).lines().count()
+    }
+}
+
+impl Drop for Fake {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
+    }
+}
+
+/// The fakes' binary, built beside the test binaries by `cargo build -p plimsoll-fakes`.
+fn binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary");
+    // target/<profile>/deps/e2e-<hash>
+    exe.parent().and_then(Path::parent).map(|p| p.join("plimsoll-fake")).expect("target directory")
+}
+
+/// Copies the built plugin `name` into `dir/<name>`, signs it with a throwaway key
+/// and returns its directory and the public key.
+pub(super) fn signed(name: &str, dir: &Path) -> Option<(PathBuf, PathBuf)> {
+    let built = Path::new(ROOT).join("plugins/out").join(name);
+    if !built.join(format!("{name}.wasm")).exists() {
+        assert!(!required(), "required mode: no {name} plugin (run plugins/build.sh)");
+        skipped(&format!("no {name} plugin in {} (run plugins/build.sh)", built.display()));
+        return None;
+    }
+    let plugin = dir.join(name);
+    std::fs::create_dir_all(&plugin).expect("mkdir");
+    for f in [format!("{name}.wasm"), "plugin.toml".into()] {
+        std::fs::copy(built.join(&f), plugin.join(&f)).expect("copy the plugin");
+    }
+    let key = dir.join("vendor");
+    let o = host().args(["plugin", "keygen"]).arg(&key).output().expect("keygen");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o =
+        host().args(["plugin", "sign", "--key"]).arg(key.with_extension("key")).arg(&plugin).output().expect("sign");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    Some((plugin, key.with_extension("pub")))
+}

@@ -1,0 +1,232 @@
+//! What backs a fake's sandboxes: local docker containers (no network, the
+//! resources asked), so the code a plugin sends really runs.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::process::Command;
+
+/// The guest's uid and gid, as in plimsoll's own containers.
+pub const GUEST_UID: u32 = 61000;
+/// The label every container a fake makes carries, with the fake's pid.
+const LABEL: &str = "dev.plimsoll.fake";
+
+/// The image `images/build.sh` wrote down, from the checkout this runs in.
+pub fn default_image() -> Option<String> {
+    let here = std::env::current_dir().ok()?;
+    for dir in here.ancestors() {
+        if let Ok(id) = std::fs::read_to_string(dir.join("images/out/sandbox.id")) {
+            return Some(id.trim().to_string());
+        }
+    }
+    None
+}
+
+/// The docker containers of one fake.
+#[derive(Debug)]
+pub struct Backing {
+    image: String,
+}
+
+/// Output of a process as it runs.
+#[derive(Debug)]
+pub enum Chunk {
+    Stdout(Bytes),
+    Stderr(Bytes),
+    /// It ended, with this exit status (None: killed by a signal).
+    Exit(Option<i32>),
+}
+
+async fn docker(args: &[&str], stdin: Option<&[u8]>) -> Result<Vec<u8>, String> {
+    let mut child = Command::new("docker")
+        .args(args)
+        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| format!("docker: {e}"))?;
+    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(input).await.map_err(|e| format!("docker stdin: {e}"))?;
+    }
+    let out = child.wait_with_output().await.map_err(|e| format!("docker: {e}"))?;
+    if out.status.success() {
+        Ok(out.stdout)
+    } else {
+        Err(format!(
+            "docker {} exited {}: {}",
+            args.first().copied().unwrap_or_default(),
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+impl Backing {
+    /// Containers of `image`.
+    pub fn new(image: String) -> Backing {
+        Backing { image }
+    }
+
+    /// Starts a container for sandbox `id` with `memory_mb` and `cpus`, its guest's
+    /// home at `/home/user`.
+    pub async fn create(&self, id: &str, memory_mb: u32, cpus: u32) -> Result<(), String> {
+        let label = format!("{LABEL}={}", std::process::id());
+        let memory = format!("{memory_mb}m");
+        let cpus = cpus.to_string();
+        let name = format!("plimsoll-fake-{id}");
+        docker(
+            &[
+                "run",
+                "-d",
+                "--name",
+                &name,
+                "--label",
+                &label,
+                "--network",
+                "none",
+                "--memory",
+                &memory,
+                "--memory-swap",
+                &memory,
+                "--cpus",
+                &cpus,
+                "--pids-limit",
+                "512",
+                &self.image,
+                "sleep",
+                "infinity",
+            ],
+            None,
+        )
+        .await?;
+        let home = format!("mkdir -p /home/user && chown {GUEST_UID}:{GUEST_UID} /home/user");
+        docker(&["exec", "-u", "0", &name, "sh", "-c", &home], None).await.map(|_| ())
+    }
+
+    /// Removes sandbox `id`'s container.
+    pub async fn remove(&self, id: &str) -> Result<(), String> {
+        docker(&["rm", "-f", &format!("plimsoll-fake-{id}")], None).await.map(|_| ())
+    }
+
+    /// Removes every container this fake made.
+    pub async fn remove_all(&self) {
+        let filter = format!("label={LABEL}={}", std::process::id());
+        if let Ok(out) = docker(&["ps", "-aq", "--filter", &filter], None).await {
+            for id in String::from_utf8_lossy(&out).split_whitespace() {
+                let _ = docker(&["rm", "-f", id], None).await;
+            }
+        }
+    }
+
+    fn user_exec<'a>(&self, id: &'a str, cwd: &'a str) -> Vec<String> {
+        vec![
+            "exec".into(),
+            "-i".into(),
+            "-u".into(),
+            format!("{GUEST_UID}:{GUEST_UID}"),
+            "-w".into(),
+            cwd.into(),
+            "-e".into(),
+            "HOME=/home/user".into(),
+            "-e".into(),
+            "PATH=/usr/local/bin:/usr/bin:/bin".into(),
+            format!("plimsoll-fake-{id}"),
+        ]
+    }
+
+    /// Writes a file as the guest, making its directories.
+    pub async fn write(&self, id: &str, path: &str, bytes: &[u8]) -> Result<(), String> {
+        let mut args = self.user_exec(id, "/");
+        args.extend(["sh".into(), "-c".into(), "mkdir -p \"$(dirname \"$1\")\" && cat > \"$1\"".into(), "sh".into()]);
+        args.push(path.into());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        docker(&args, Some(bytes)).await.map(|_| ())
+    }
+
+    /// Reads a file as the guest: `Ok(None)` when it is missing, `Err` for a directory.
+    pub async fn read(&self, id: &str, path: &str) -> Result<Option<Vec<u8>>, String> {
+        let mut args = self.user_exec(id, "/");
+        let script = "if [ -d \"$1\" ]; then exit 45; fi; if [ ! -f \"$1\" ]; then exit 44; fi; cat \"$1\"";
+        args.extend(["sh".into(), "-c".into(), script.into(), "sh".into(), path.into()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        match docker(&args, None).await {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.contains("exited 44") => Ok(None),
+            Err(e) if e.contains("exited 45") => Err(format!("path '{path}' is a directory")),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Runs `cmd args` in `cwd` as the guest; its output and end go to `out`. When
+    /// `deadline` passes first, every guest process is killed and `Ok(false)` returned.
+    pub async fn run(
+        &self,
+        id: &str,
+        cmd: &str,
+        args: &[String],
+        cwd: &str,
+        deadline: Option<Duration>,
+        out: tokio::sync::mpsc::Sender<Chunk>,
+    ) -> Result<bool, String> {
+        let mut argv = self.user_exec(id, cwd);
+        argv.push(cmd.into());
+        argv.extend(args.iter().cloned());
+        let mut child = Command::new("docker")
+            .args(&argv)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("docker exec: {e}"))?;
+        let (Some(mut so), Some(mut se)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err("docker exec gave no pipes".into());
+        };
+        let o = out.clone();
+        let pump_out = tokio::spawn(async move {
+            let mut buf = vec![0u8; 32 << 10];
+            while let Ok(n) = so.read(&mut buf).await {
+                if n == 0 || o.send(Chunk::Stdout(Bytes::copy_from_slice(&buf[..n]))).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let e = out.clone();
+        let pump_err = tokio::spawn(async move {
+            let mut buf = vec![0u8; 32 << 10];
+            while let Ok(n) = se.read(&mut buf).await {
+                if n == 0 || e.send(Chunk::Stderr(Bytes::copy_from_slice(&buf[..n]))).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let waited = match deadline {
+            Some(d) => tokio::time::timeout(d, child.wait()).await.ok(),
+            None => Some(child.wait().await),
+        };
+        match waited {
+            Some(status) => {
+                let _ = pump_out.await;
+                let _ = pump_err.await;
+                let status = status.map_err(|e| format!("docker exec: {e}"))?;
+                let _ = out.send(Chunk::Exit(status.code())).await;
+                Ok(true)
+            }
+            None => {
+                self.kill_guest(id).await;
+                let _ = child.kill().await;
+                Ok(false)
+            }
+        }
+    }
+
+    /// Kills every process of the guest in sandbox `id`.
+    pub async fn kill_guest(&self, id: &str) {
+        let name = format!("plimsoll-fake-{id}");
+        let uid = format!("{GUEST_UID}:{GUEST_UID}");
+        let _ = docker(&["exec", "-u", &uid, &name, "sh", "-c", "kill -9 -1"], None).await;
+    }
+}

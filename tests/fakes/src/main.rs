@@ -1,0 +1,102 @@
+//! `plimsoll-fake`: fake vendor backends for the remote provider plugins, written
+//! from the vendors' published APIs and backed by local docker containers so code
+//! really runs. Each serves HTTPS on one address with a CA it generates, prints
+//! every setting a daemon needs as `KEY=VALUE` lines once it is ready, and can
+//! misbehave in the ways the plugins must catch.
+//!
+//! ```text
+//! plimsoll-fake e2b --listen 127.0.0.1:PORT [--misbehave MODE] [--image ID]
+//! ```
+
+mod backing;
+mod e2b;
+mod pki;
+mod server;
+
+use std::sync::Arc;
+
+const USAGE: &str = "usage: plimsoll-fake <e2b> --listen 127.0.0.1:PORT [--misbehave MODE] [--image ID] [--dir DIR]
+
+  --listen ADDR     where to serve HTTPS (loopback only)
+  --misbehave MODE  answer wrongly in one way (modes below); default: behave
+  --image ID        the docker image sandboxes run (default: images/out/sandbox.id)
+  --dir DIR         where to write the generated CA (default: a new temporary directory)
+
+Once ready it prints the daemon's settings as KEY=VALUE lines, then serves until
+it is sent SIGTERM or SIGINT, and removes every container it made.";
+
+fn fail(message: &str) -> ! {
+    eprintln!("plimsoll-fake: {message}");
+    std::process::exit(2);
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.is_empty() || args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}\n\ne2b modes:");
+        for (mode, what) in e2b::MODES {
+            println!("  {mode:<14} {what}");
+        }
+        return;
+    }
+    let vendor = args[0].clone();
+    let mut listen = None;
+    let mut mode = None;
+    let mut image = None;
+    let mut dir = None;
+    let mut rest = args[1..].iter();
+    while let Some(flag) = rest.next() {
+        let value = rest.next().cloned().unwrap_or_else(|| fail(&format!("{flag} needs a value\n{USAGE}")));
+        match flag.as_str() {
+            "--listen" => listen = Some(value),
+            "--misbehave" => mode = Some(value),
+            "--image" => image = Some(value),
+            "--dir" => dir = Some(std::path::PathBuf::from(value)),
+            other => fail(&format!("unknown flag {other}\n{USAGE}")),
+        }
+    }
+    let listen: std::net::SocketAddr = listen
+        .unwrap_or_else(|| fail("--listen is required"))
+        .parse()
+        .unwrap_or_else(|_| fail("--listen must be an IP address and port"));
+    if !listen.ip().is_loopback() {
+        fail("--listen must be a loopback address: a fake serves only this machine");
+    }
+    let image = image.or_else(backing::default_image).unwrap_or_else(|| {
+        fail("no sandbox image: pass --image ID, or build one with images/build.sh (it writes images/out/sandbox.id)")
+    });
+    let dir =
+        dir.unwrap_or_else(|| std::env::temp_dir().join(format!("plimsoll-fake-{}-{}", vendor, std::process::id())));
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap_or_else(|e| fail(&e.to_string()));
+    let code = rt.block_on(async move {
+        let pki = pki::Pki::generate(&dir, &["api.e2b.test", "*.e2b.test"]).unwrap_or_else(|e| fail(&e));
+        let backing = Arc::new(backing::Backing::new(image));
+        let handler: Arc<dyn server::Handler> = match vendor.as_str() {
+            "e2b" => {
+                let mode = mode.as_deref().map(|m| {
+                    e2b::Mode::parse(m)
+                        .unwrap_or_else(|| fail(&format!("e2b has no mode {m:?}; plimsoll-fake --help lists them")))
+                });
+                Arc::new(e2b::Fake::new(Arc::clone(&backing), mode))
+            }
+            other => fail(&format!("no fake for {other:?}; this build fakes e2b")),
+        };
+        let listener = tokio::net::TcpListener::bind(listen).await.unwrap_or_else(|e| fail(&format!("{listen}: {e}")));
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or_else(|e| fail(&e.to_string()));
+        for (k, v) in handler.settings(port, &pki) {
+            println!("{k}={v}");
+        }
+        println!("READY=1");
+        let served = tokio::spawn(server::serve(listener, pki.server_config(), Arc::clone(&handler)));
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .unwrap_or_else(|e| fail(&e.to_string()));
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+            _ = served => {}
+        }
+        backing.remove_all().await;
+        0
+    });
+    std::process::exit(code);
+}

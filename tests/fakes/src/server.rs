@@ -1,0 +1,139 @@
+//! The HTTPS server every fake shares: TLS, HTTP/1.1 and HTTP/2, one handler.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt as _, Full, StreamBody};
+use hyper::body::Frame;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+use crate::pki::Pki;
+
+/// A response body: whole, or streamed from a channel.
+pub type Body = BoxBody<Bytes, std::io::Error>;
+
+/// A request as a handler sees it: head and whole body.
+pub struct Request {
+    pub method: String,
+    /// The host the client asked for (`:authority` or `Host`), without its port.
+    pub host: String,
+    pub path: String,
+    pub query: String,
+    pub headers: http::HeaderMap,
+    pub body: Bytes,
+}
+
+impl Request {
+    /// A header's value as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// A query parameter, percent-decoded.
+    pub fn param(&self, name: &str) -> Option<String> {
+        self.query.split('&').filter_map(|kv| kv.split_once('=')).find(|(k, _)| *k == name).map(|(_, v)| decode(v))
+    }
+}
+
+fn decode(v: &str) -> String {
+    let bytes = v.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%'
+            && i + 2 < bytes.len()
+            && let Ok(b) = u8::from_str_radix(&v[i + 1..i + 3], 16)
+        {
+            out.push(b);
+            i += 3;
+            continue;
+        }
+        out.push(if bytes[i] == b'+' { b' ' } else { bytes[i] });
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A vendor's fake.
+pub trait Handler: Send + Sync + 'static {
+    /// The daemon's settings to use this fake listening on `port`.
+    fn settings(&self, port: u16, pki: &Pki) -> Vec<(String, String)>;
+    /// Answers one request.
+    fn handle(self: Arc<Self>, req: Request) -> std::pin::Pin<Box<dyn Future<Output = http::Response<Body>> + Send>>;
+}
+
+/// A whole response.
+pub fn whole(status: u16, content_type: &str, body: impl Into<Bytes>) -> http::Response<Body> {
+    let mut r = http::Response::new(Full::new(body.into()).map_err(|never: Infallible| match never {}).boxed());
+    *r.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    if !content_type.is_empty()
+        && let Ok(v) = http::HeaderValue::from_str(content_type)
+    {
+        r.headers_mut().insert(http::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+/// A JSON response.
+pub fn json(status: u16, v: &serde_json::Value) -> http::Response<Body> {
+    whole(status, "application/json", v.to_string())
+}
+
+/// A streamed response and the sender that feeds it.
+pub fn streamed(content_type: &str) -> (http::Response<Body>, tokio::sync::mpsc::Sender<Bytes>) {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    let stream = futures_util::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx).map(|b| b.map(|b| Ok::<_, std::io::Error>(Frame::data(b))))
+    });
+    let mut r = http::Response::new(StreamBody::new(stream).boxed());
+    if let Ok(v) = http::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(http::header::CONTENT_TYPE, v);
+    }
+    (r, tx)
+}
+
+/// Serves `listener` over TLS with `handler` until the listener fails.
+pub async fn serve(listener: tokio::net::TcpListener, tls: Arc<rustls::ServerConfig>, handler: Arc<dyn Handler>) {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else { continue };
+        let acceptor = acceptor.clone();
+        let handler = Arc::clone(&handler);
+        tokio::spawn(async move {
+            let Ok(stream) = acceptor.accept(tcp).await else { return };
+            let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                let handler = Arc::clone(&handler);
+                async move {
+                    let (parts, body) = req.into_parts();
+                    let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                    let authority = parts
+                        .uri
+                        .authority()
+                        .map(|a| a.host().to_string())
+                        .or_else(|| {
+                            parts
+                                .headers
+                                .get(http::header::HOST)
+                                .and_then(|h| h.to_str().ok())
+                                .map(|h| h.rsplit_once(':').map_or(h, |(n, _)| n).to_string())
+                        })
+                        .unwrap_or_default();
+                    let request = Request {
+                        method: parts.method.as_str().to_string(),
+                        host: authority,
+                        path: parts.uri.path().to_string(),
+                        query: parts.uri.query().unwrap_or_default().to_string(),
+                        headers: parts.headers,
+                        body,
+                    };
+                    Ok::<_, Infallible>(handler.handle(request).await)
+                }
+            });
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
