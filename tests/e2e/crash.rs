@@ -1,9 +1,9 @@
 //! Crash recovery: the daemon killed (SIGKILL) while runs and a session are in
 //! flight on docker. Its callers are told the calls may have run, and nothing
-//! retries them; receipts signed before the kill verify; and the next daemon's
-//! startup sweep (or a live daemon's periodic one, if it comes first) removes every
-//! container the dead one left, while a live
-//! daemon's session beside them is never touched.
+//! retries them; receipts signed before the kill verify; and a daemon's sweep (the
+//! next one's at startup, a live one's periodic re-check, or any other daemon's on
+//! this machine) removes every container the dead one left, while a live daemon's
+//! session beside them is never touched.
 
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -145,29 +145,19 @@ fn a_daemon_killed_mid_run_leaves_nothing_behind_and_its_calls_may_have_run() {
     assert!(text(&o).ends_with("whole to its last checkpoint: 2 single runs\n"), "{}", text(&o));
 
     // The dead daemon's containers outlive it until a daemon sweeps them: the next
-    // one as it starts, or the live one on its periodic re-check if that comes
-    // first. Either way none is left, and the four it was running are named in the
-    // log of the daemon that swept them.
-    // Both may try the same container at once: the one whose removal is second is
-    // told it is already under way and leaves it (and its log line) to the other, so
-    // wait for the other to finish its pass.
+    // one as it starts, the live one on its periodic re-check, or any other daemon
+    // on this machine (the suite runs many at once) as it starts. Whichever does,
+    // none is left.
     let next = start(&env);
     let deadline = Instant::now() + Duration::from_secs(90);
-    let (still, swept) = loop {
+    let still = loop {
         let still = made_by(pid);
-        let swept: Vec<String> =
-            next.log().into_iter().chain(other.log()).filter(|l| l.contains("swept the containers")).collect();
-        let named = in_flight.iter().all(|id| swept.iter().any(|l| l.contains(id.as_str())));
-        if (still.is_empty() && named) || Instant::now() > deadline {
-            break (still, swept);
+        if still.is_empty() || Instant::now() > deadline {
+            break still;
         }
         std::thread::sleep(Duration::from_millis(200));
     };
-    assert!(still.is_empty(), "the sweeps left the dead daemon's containers: {still:?}");
-    assert!(
-        in_flight.iter().all(|id| swept.iter().any(|l| l.contains(id.as_str()))),
-        "the daemons log what they swept: {in_flight:?} in {swept:?}"
-    );
+    assert!(still.is_empty(), "the sweeps left the dead daemon's containers: {still:?} (in flight: {in_flight:?})");
     // The live daemon's session was never judged: its container runs and it answers.
     assert_eq!(running(other.pid()), live, "the sweep touched a live daemon's container");
     let r = rt.block_on(kept.run_cell("python", "6 * 7", &[], &Options::default())).expect("the live session answers");

@@ -114,10 +114,11 @@ fn a_slow_e2b_control_plane_is_refused_at_the_hosts_time_limit() {
 }
 
 #[test]
-fn a_sandbox_that_will_not_delete_is_logged_and_the_daemon_keeps_serving() {
+fn sandboxes_that_will_not_delete_hold_capacity_and_the_daemon_keeps_serving() {
     let Some(fake) = Fake::start("e2b", Some("undeletable")) else { return };
     let dir = scratch("e2b-undeletable");
-    let Some(env) = env(&fake, &dir, &[]) else { return };
+    let cap = [("SANDBOX_MAX_CONCURRENT", "3"), ("SANDBOX_PER_KEY_CONCURRENT", "3")];
+    let Some(env) = env(&fake, &dir, &cap) else { return };
     let d = Daemon::start(&pairs(&env));
     let client = Client::new(&d.url(), Some(TOKEN.into())).expect("client");
     let rt = rt();
@@ -127,8 +128,45 @@ fn a_sandbox_that_will_not_delete_is_logged_and_the_daemon_keeps_serving() {
     }
     let warned = d.log().iter().filter(|l| l.contains("deleting e2b sandbox") && l.contains("failed")).count();
     assert!(warned >= 2, "{:?}", d.log());
-    // The smoke test's sandbox and both runs' are still at the vendor.
+    // The smoke test's sandbox and both runs' are still at the vendor, and count
+    // against the cap of 3 until a sweep deletes them: the next run is shed.
     assert_eq!(fake.sandboxes(), 3);
+    let err = rt.block_on(client.run_javascript("console.log(1)", &Options::default())).expect_err("at capacity");
+    assert_eq!(err.not_dispatched(), Some(Reason::Capacity), "{err}");
+    assert!(
+        err.to_string().contains("3 sandbox(es) whose delete failed count against SANDBOX_MAX_CONCURRENT=3"),
+        "{err}"
+    );
+    assert_eq!(fake.sandboxes(), 3, "a shed run made a sandbox");
+}
+
+#[test]
+fn a_killed_daemons_sandboxes_are_swept_by_the_next_with_its_instance() {
+    let Some(fake) = Fake::start("e2b", None) else { return };
+    let dir = scratch("e2b-sweep");
+    let Some(env) = env(&fake, &dir, &[("SANDBOX_E2B_INSTANCE", "plimsoll@sweep-test")]) else { return };
+    let first = Daemon::start(&pairs(&env));
+    let url = first.url();
+    let slow = std::thread::spawn(move || {
+        let client = Client::new(&url, Some(TOKEN.into())).expect("client");
+        let opts = Options { timeout_ms: 60_000, ..Options::default() };
+        rt().block_on(client.run_javascript("setTimeout(() => console.log('done'), 50000)", &opts))
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while fake.sandboxes() == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(fake.sandboxes(), 1, "the run's sandbox");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let _ = first.kill();
+    let err = slow.join().expect("join").expect_err("the daemon was killed");
+    assert!(err.may_have_run(), "{err}");
+    assert_eq!(fake.sandboxes(), 1, "the killed daemon's sandbox outlives it");
+    // The next daemon of this instance deletes it before it makes anything.
+    let next = Daemon::start(&pairs(&env));
+    assert_eq!(fake.sandboxes(), 0);
+    let swept = next.log().into_iter().find(|l| l.contains("swept this instance's sandboxes")).expect("logged");
+    assert!(swept.contains(r#""count":1"#), "{swept}");
 }
 
 /// The live suite: the same conformance suite against E2B itself. It runs only when

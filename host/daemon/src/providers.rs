@@ -110,7 +110,7 @@ pub fn build(config: &Config, log: Log) -> Result<Arc<dyn Provider>, BuildError>
                 .remote
                 .as_ref()
                 .ok_or_else(|| BuildError { provider: "e2b", message: "no e2b settings".into() })?;
-            Ok(Arc::new(remote_provider(config, remote, e2b_held(), log)?))
+            Ok(remote_provider(config, remote, e2b_held(), log)?)
         }
     }
 }
@@ -165,7 +165,7 @@ fn remote_provider(
     remote: &RemoteConfig,
     held: Vec<plimsoll_runtime::plugin::http::HeldSecret>,
     log: Log,
-) -> Result<PluginProvider, BuildError> {
+) -> Result<Arc<PluginProvider>, BuildError> {
     let fail = |message: String| BuildError { provider: remote.provider, message };
     let mut keys = Vec::new();
     for path in &remote.plugin.trusted_keys {
@@ -207,30 +207,58 @@ fn remote_provider(
         disk_mb: r.disk_mb,
         session_disk_mb: config.sessions.disk_mb,
         session_lifetime: config.sessions.lifetime,
+        max_sandboxes: config.admission.max_concurrent,
         ..PluginLimits::default()
     };
     let cache_dir = config.cache_dir.clone().or_else(EngineConfig::default_cache_dir);
     let max_instances = (config.admission.max_concurrent * 2).max(16);
     let engine = Engine::new(&EngineConfig { max_instances, cache_dir }).map_err(|e| fail(e.to_string()))?;
-    let mut settings = remote.settings.clone();
-    settings.insert("instance".into(), instance_id());
     let provider = PluginProvider::new(&engine, verified, approved, None, "", limits)
         .map_err(|e| fail(e.to_string()))?
         .remote(Arc::new(gate), remote.max_tier)
-        .with_settings(settings);
+        .with_settings(remote.settings.clone());
+    // What a killed predecessor of this instance left goes before anything new is made.
+    let swept = provider.sweep().map_err(fail)?;
+    log_remote_swept(&log, remote.provider, &swept);
     let proven = provider.smoke_test().map_err(fail)?;
     log.info(
         "the remote backend passed its smoke test",
         &[("provider", serde_json::json!(remote.provider)), ("tier", serde_json::json!(proven.tier.as_str()))],
     );
+    let provider = Arc::new(provider);
+    let weak = Arc::downgrade(&provider);
+    let name = remote.provider;
+    std::thread::Builder::new()
+        .name("plimsoll-sweep".into())
+        .spawn(move || {
+            loop {
+                std::thread::sleep(RECHECK_EVERY);
+                let Some(provider) = weak.upgrade() else { return };
+                match provider.sweep() {
+                    Ok(swept) => log_remote_swept(&log, name, &swept),
+                    Err(e) => log.warn(
+                        "the remote backend's sweep failed; undeleted sandboxes keep holding capacity",
+                        &[("provider", serde_json::json!(name)), ("error", serde_json::json!(e))],
+                    ),
+                }
+            }
+        })
+        .map_err(|e| fail(format!("starting the sweep: {e}")))?;
     Ok(provider)
 }
 
-/// This daemon's ID on a remote backend: what it stamps on every sandbox it makes.
-fn instance_id() -> String {
-    let mut bytes = [0u8; 8];
-    let _ = getrandom::fill(&mut bytes);
-    format!("plimsoll-{}-{}", std::process::id(), hex::encode(bytes))
+/// Says which sandboxes a remote sweep deleted (nothing when it deleted none).
+fn log_remote_swept(log: &Log, provider: &str, swept: &[String]) {
+    if !swept.is_empty() {
+        log.info(
+            "swept this instance's sandboxes that no run holds (a killed daemon's, or failed deletes)",
+            &[
+                ("provider", serde_json::json!(provider)),
+                ("count", serde_json::json!(swept.len())),
+                ("sandboxes", serde_json::json!(swept)),
+            ],
+        );
+    }
 }
 
 /// Says which containers a sweep removed, at startup or on a re-check.

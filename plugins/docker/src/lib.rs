@@ -638,6 +638,11 @@ impl Guest for Plugin {
         smoke()
     }
 
+    fn sweep(_keep: Vec<String>) -> Result<Vec<String>, String> {
+        // The host sweeps containers itself (their owner and lifetime labels).
+        Ok(Vec::new())
+    }
+
     fn run_snippet(language: String, code: String, limits: Limits) -> Result<(SnippetResult, Evidence), RunError> {
         snippet(&language, &code, &limits)
     }

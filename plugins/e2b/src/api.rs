@@ -89,6 +89,66 @@ pub fn delete(id: &str) -> Result<(), String> {
     }
 }
 
+/// The most pages of a listing read in one sweep (100 sandboxes each).
+const MAX_PAGES: usize = 50;
+
+/// Percent-encodes a query value.
+fn encode(v: &str) -> String {
+    v.bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
+
+/// The IDs of every sandbox, running or paused, stamped with `instance`.
+pub fn stamped(instance: &str) -> Result<Vec<String>, String> {
+    let metadata = encode(&format!("plimsoll-instance={}", encode(instance)));
+    let mut ids = Vec::new();
+    let mut next: Option<String> = None;
+    for _ in 0..MAX_PAGES {
+        let mut path = format!("/v2/sandboxes?metadata={metadata}&state=running,paused&limit=100");
+        if let Some(token) = &next {
+            path.push_str(&format!("&nextToken={}", encode(token)));
+        }
+        let r = http::send(&Request {
+            endpoint: "api".into(),
+            target: None,
+            method: "GET".into(),
+            path,
+            headers: vec![],
+            body: vec![],
+            timeout_ms: TIMEOUT_MS,
+        })?;
+        if r.status != 200 {
+            return Err(vendor_error("the listing", r.status, &r.body));
+        }
+        let v: Value = serde_json::from_slice(&r.body).map_err(|_| "e2b's listing is not JSON".to_string())?;
+        for item in v.as_array().ok_or("e2b's listing is not a list")? {
+            // Only what carries our stamp is ours, whatever the filter matched.
+            let stamp = item.get("metadata").and_then(|m| m.get("plimsoll-instance")).and_then(Value::as_str);
+            let id = item.get("sandboxID").and_then(Value::as_str).unwrap_or_default();
+            if stamp == Some(instance) && is_sandbox_id(id) {
+                ids.push(id.to_string());
+            }
+        }
+        next = r
+            .headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case("x-next-token"))
+            .map(|(_, v)| v.clone())
+            .filter(|t| !t.is_empty());
+        if next.is_none() {
+            return Ok(ids);
+        }
+    }
+    Err(format!("e2b's listing of this daemon's sandboxes runs past {MAX_PAGES} pages"))
+}
+
 /// What a run may use, as the operator set it (0: no maximum).
 #[derive(Clone, Copy, Debug)]
 pub struct Maxima {

@@ -312,6 +312,25 @@ impl Guest for Plugin {
         smoke()
     }
 
+    fn sweep(keep: Vec<String>) -> Result<Vec<String>, String> {
+        let s = settings().map_err(|r| r.message)?;
+        let mut deleted = Vec::new();
+        let mut failed = Vec::new();
+        for id in api::stamped(&s.instance)? {
+            if keep.contains(&id) {
+                continue;
+            }
+            match api::delete(&id) {
+                Ok(()) => deleted.push(id),
+                Err(e) => failed.push(format!("{id}: {e}")),
+            }
+        }
+        if !failed.is_empty() {
+            log::warn(&format!("the sweep could not delete {} e2b sandbox(es): {}", failed.len(), failed.join("; ")));
+        }
+        Ok(deleted)
+    }
+
     fn run_snippet(language: String, code: String, limits: Limits) -> Result<(SnippetResult, Evidence), RunError> {
         snippet(&language, &code, &limits)
     }

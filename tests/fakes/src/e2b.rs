@@ -279,7 +279,7 @@ impl Fake {
             .unwrap_or_default()
             .split('&')
             .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .map(|(k, v)| (server::decode(k), server::decode(v)))
             .collect();
         let items: Vec<Value> = self
             .sandboxes()

@@ -37,7 +37,8 @@ impl Request {
     }
 }
 
-fn decode(v: &str) -> String {
+/// Percent-decodes a query value (`+` as a space).
+pub fn decode(v: &str) -> String {
     let bytes = v.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;

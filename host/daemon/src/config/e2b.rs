@@ -35,6 +35,14 @@ pub(super) struct E2bTable {
     connect_to: Option<String>,
     max_tier: Option<String>,
     api_key_file: Option<PathBuf>,
+    instance: Option<String>,
+}
+
+/// This machine's name, as the instance stamp of a daemon that names none.
+fn default_instance() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host: String = host.trim().chars().filter(|c| c.is_ascii_alphanumeric() || "._-".contains(*c)).collect();
+    format!("plimsoll@{}", if host.is_empty() { "localhost" } else { &host })
 }
 
 /// Reads the e2b settings: required when e2b is the provider, refused when it is not.
@@ -52,6 +60,7 @@ pub(super) fn e2b_config(
     let ca_file = pick.string("SANDBOX_E2B_CA_FILE", t.ca_file.map(|p| p.display().to_string()));
     let connect_to = pick.string("SANDBOX_E2B_CONNECT_TO", t.connect_to);
     let max_tier = pick.string("SANDBOX_E2B_MAX_TIER", t.max_tier);
+    let instance = pick.string("SANDBOX_E2B_INSTANCE", t.instance);
     let key = match env.get("E2B_API_KEY").filter(|k| !k.is_empty()) {
         Some(k) => Some(k),
         None => match t.api_key_file {
@@ -72,6 +81,7 @@ pub(super) fn e2b_config(
             ("SANDBOX_E2B_CA_FILE", ca_file.is_some()),
             ("SANDBOX_E2B_CONNECT_TO", connect_to.is_some()),
             ("SANDBOX_E2B_MAX_TIER", max_tier.is_some()),
+            ("SANDBOX_E2B_INSTANCE", instance.is_some()),
         ];
         if let Some((name, _)) = set.iter().find(|(_, s)| *s) {
             return Err(ConfigError::Value(format!(
@@ -106,6 +116,15 @@ pub(super) fn e2b_config(
             "E2B_TEMPLATE={template:?} must be letters, digits, dashes and underscores"
         )));
     }
+    let instance = instance.filter(|i| !i.is_empty()).unwrap_or_else(default_instance);
+    let plain = !instance.is_empty()
+        && instance.len() <= 64
+        && instance.bytes().all(|b| b.is_ascii_alphanumeric() || b"@._-".contains(&b));
+    if !plain {
+        return Err(ConfigError::Value(format!(
+            "SANDBOX_E2B_INSTANCE={instance:?} must be 1 to 64 letters, digits and @ . _ -"
+        )));
+    }
     let ca_file = ca_file.filter(|c| !c.is_empty()).map(PathBuf::from);
     let endpoint = |url: String, headers: Vec<(String, Secret)>| EndpointConfig {
         url,
@@ -122,7 +141,7 @@ pub(super) fn e2b_config(
         provider: "e2b",
         plugin: plugin.require()?,
         endpoints,
-        settings: BTreeMap::from([("template".to_string(), template)]),
+        settings: BTreeMap::from([("template".to_string(), template), ("instance".to_string(), instance)]),
         max_tier: remote::tier("SANDBOX_E2B_MAX_TIER", max_tier, Tier::Vm)?,
     }))
 }

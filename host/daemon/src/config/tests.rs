@@ -262,6 +262,7 @@ fn e2b_settings_are_required_for_e2b_checked_and_refused_elsewhere() {
     assert_eq!(r.endpoints["api"].url, "https://api.e2b.app");
     assert_eq!(r.endpoints["envd"].url, "https://49983-{target}.e2b.app");
     assert_eq!(r.settings.get("template").map(String::as_str), Some("base"));
+    assert!(r.settings["instance"].starts_with("plimsoll@"), "{:?}", r.settings);
     // The key rides only as the api endpoint's header, and no Debug shows it.
     assert_eq!(r.endpoints["api"].headers[0].0, "x-api-key");
     assert_eq!(r.endpoints["api"].headers[0].1.expose(), "e2b_0123456789abcdef");
@@ -273,7 +274,11 @@ fn e2b_settings_are_required_for_e2b_checked_and_refused_elsewhere() {
         v.push(pair);
         v
     };
-    let cases: [(Vec<(&str, &str)>, &str); 9] = [
+    let cases: [(Vec<(&str, &str)>, &str); 10] = [
+        (
+            with(("SANDBOX_E2B_INSTANCE", "two words")),
+            "SANDBOX_E2B_INSTANCE=\"two words\" must be 1 to 64 letters, digits and @ . _ -",
+        ),
         (
             without("E2B_API_KEY"),
             "SANDBOX_PROVIDER=e2b needs E2B_API_KEY (or e2b.api-key-file): the host holds it; the plugin never sees it",

@@ -5,7 +5,7 @@ pub const BROKER_AUTH_PREFIX: &str = "PLIMSOLL_BROKER_AUTH_";
 
 /// Every variable the daemon reads, with the file key it overrides and what it does.
 /// `serve --help` prints this table, so the usage text and the code cannot drift.
-pub const VARIABLES: [(&str, &str, &str); 52] = [
+pub const VARIABLES: [(&str, &str, &str); 53] = [
     ("PLIMSOLL_CONFIG", "", "path of plimsoll.toml"),
     ("PLIMSOLL_ADDR", "daemon.addr", "RPC listener, default :8746"),
     ("PLIMSOLL_METRICS_ADDR", "daemon.metrics-addr", "metrics listener, default 127.0.0.1:9464; off"),
@@ -71,6 +71,11 @@ pub const VARIABLES: [(&str, &str, &str); 52] = [
     ("SANDBOX_E2B_CA_FILE", "e2b.ca-file", "e2b: a CA trusted for both instead of the system's (a proxy, a fake)"),
     ("SANDBOX_E2B_CONNECT_TO", "e2b.connect-to", "e2b: an IP every connection goes to, whatever the names resolve to"),
     ("SANDBOX_E2B_MAX_TIER", "e2b.max-tier", "e2b: the strongest tier the host credits, default vm"),
+    (
+        "SANDBOX_E2B_INSTANCE",
+        "e2b.instance",
+        "e2b: this daemon's stamp on its sandboxes, default plimsoll@<hostname>; one per daemon sharing a key",
+    ),
     ("SANDBOX_E2B_PLUGIN", "plugins.e2b.path", "the e2b plugin's directory"),
     ("SANDBOX_E2B_PLUGIN_KEYS", "plugins.e2b.trusted-keys", "trusted public keys (PEM files), comma-separated"),
     ("SANDBOX_E2B_PLUGIN_APPROVE", "plugins.e2b.approve", "capabilities approved, comma-separated (http,log)"),

@@ -249,6 +249,8 @@ pub(crate) struct PluginState {
     pub broker: Option<plimsoll_containers::BrokerMount>,
     /// The operator's settings for the plugin, and the host's facts it needs.
     pub settings: Arc<BTreeMap<String, String>>,
+    /// For a remote plugin: its book, and this call's number in it.
+    pub book: Option<(Arc<super::book::Book>, u64)>,
 }
 
 impl WasiView for PluginState {
@@ -259,6 +261,9 @@ impl WasiView for PluginState {
 
 impl Drop for PluginState {
     fn drop(&mut self) {
+        if let (Some((book, call)), Some(gate)) = (&self.book, &self.http) {
+            book.end(*call, |t| gate.holds(t));
+        }
         if let Some(wall) = &self.wall {
             for id in std::mem::take(&mut self.live) {
                 if let Err(e) = wall.block_on(wall.engine.remove(&id)) {
@@ -304,6 +309,7 @@ impl HttpOnly<'_> {
             allowed: self.allowed.clone(),
             broker: None,
             settings: Arc::default(),
+            book: None,
         };
         let mut store = wasmtime::Store::new(engine.wasmtime(), state);
         store.limiter(|s| &mut s.limits);
@@ -637,6 +643,9 @@ impl http::Host for PluginState {
     fn send(&mut self, req: http::Request) -> Result<http::Response, String> {
         let (gate, ask) = self.ask(req)?;
         let a = gate.send(&self.allowed, ask)?;
+        if let Some((book, call)) = &self.book {
+            book.made(*call, &a.captured);
+        }
         Ok(http::Response { status: a.status, headers: a.headers, body: a.body })
     }
 

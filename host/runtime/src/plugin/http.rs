@@ -144,6 +144,9 @@ pub struct Answer {
     pub headers: Vec<(String, String)>,
     /// The body, within [`MAX_RESPONSE_BYTES`].
     pub body: Vec<u8>,
+    /// Targets whose secrets the host took out of this answer and now holds (a
+    /// sandbox just created).
+    pub captured: Vec<String>,
 }
 
 /// One call as the log sees it: never a body, a header value or a query.
@@ -512,6 +515,12 @@ impl HttpGate {
         self.vault.len()
     }
 
+    /// Whether the gate holds a secret for `target`: its sandbox was made and not
+    /// seen deleted.
+    pub fn holds(&self, target: &str) -> bool {
+        self.vault.holds(target)
+    }
+
     /// The gate, logging every call it sends through `log`.
     #[must_use]
     pub fn logging(mut self, log: CallLog) -> HttpGate {
@@ -604,7 +613,7 @@ impl HttpGate {
                 );
                 (Some(code), e)
             })?;
-            Ok(Answer { status: code, headers, body: body.to_bytes().to_vec() })
+            Ok(Answer { status: code, headers, body: body.to_bytes().to_vec(), captured: Vec::new() })
         };
         let answer = self.rt.block_on(async {
             tokio::time::timeout(timeout, work).await.unwrap_or_else(|_| {
@@ -616,7 +625,7 @@ impl HttpGate {
             Ok(mut a) => {
                 record.status = Some(a.status);
                 record.received = a.body.len() as u64;
-                a.body = self.vault.take(&ask.endpoint, a.body);
+                (a.body, a.captured) = self.vault.take(&ask.endpoint, a.body);
                 if ask.method == "DELETE" && ((200..300).contains(&a.status) || a.status == 404) {
                     self.forget(&ask);
                 }

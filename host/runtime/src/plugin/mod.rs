@@ -9,6 +9,7 @@
 
 pub use plimsoll_plugin_trust::{manifest, signature};
 
+mod book;
 pub mod broker;
 mod host;
 pub mod http;

@@ -54,6 +54,9 @@ pub struct PluginLimits {
     /// The longest a session lives (`SANDBOX_SESSION_LIFETIME`); its container's
     /// lifetime label adds a margin, so the orphan sweep never takes a live one.
     pub session_lifetime: Duration,
+    /// A remote backend's sandboxes at once, in flight and undeleted together
+    /// (`SANDBOX_MAX_CONCURRENT`); 0: no cap of the provider's own.
+    pub max_sandboxes: u32,
 }
 
 impl PluginLimits {
@@ -85,6 +88,7 @@ impl Default for PluginLimits {
             plugin_memory_mb: 128,
             session_disk_mb: 1024,
             session_lifetime: Duration::from_secs(30 * 60),
+            max_sandboxes: 0,
         }
     }
 }
@@ -120,6 +124,8 @@ pub struct PluginProvider {
     proven: std::sync::OnceLock<Tier>,
     /// What `plimsoll:host/config` answers.
     settings: Arc<std::collections::BTreeMap<String, String>>,
+    /// A remote plugin's sandboxes as the host saw them made.
+    book: Arc<super::book::Book>,
 }
 
 impl std::fmt::Debug for PluginProvider {
@@ -209,6 +215,7 @@ impl PluginProvider {
             remote_cap: None,
             proven: std::sync::OnceLock::new(),
             settings: Arc::default(),
+            book: Arc::default(),
         };
         let d = p
             .call(Duration::from_secs(10), 0, |store, plugin| plugin.plimsoll_provider_provider().call_describe(store))
@@ -267,8 +274,9 @@ impl PluginProvider {
                 kind(d.max_project_timeout_ms, self.limits.max_project_timeout, self.limits.max_project_timeout)
             }),
             // A module table runs as a project of the judge's table mode, which
-            // every sandbox image images/build.sh makes carries.
-            module: d.projects.then(|| {
+            // every sandbox image images/build.sh makes carries (a remote
+            // backend's template does not).
+            module: (d.projects && self.wall.is_some()).then(|| {
                 kind(d.max_project_timeout_ms, self.limits.max_project_timeout, self.limits.max_project_timeout)
             }),
             memory_mb: self.limits.memory_mb,
@@ -301,6 +309,7 @@ impl PluginProvider {
             allowed: self.allowed.clone(),
             broker: None,
             settings: Arc::clone(&self.settings),
+            book: self.remote_cap.map(|_| (Arc::clone(&self.book), self.book.begin())),
         };
         let mut store = Store::new(self.engine.wasmtime(), state);
         store.limiter(|s| &mut s.limits);
@@ -364,6 +373,53 @@ impl PluginProvider {
         } else {
             RunError::MayHaveRun(msg)
         }
+    }
+
+    /// A remote backend's reconciliation: the plugin deletes every sandbox stamped
+    /// with this daemon's instance but those of the calls in flight; then what the
+    /// host counts as undeleted is what it still holds. Returns the IDs deleted.
+    ///
+    /// # Errors
+    ///
+    /// The plugin could not list or failed; nothing the host counts changes.
+    pub fn sweep(&self) -> Result<Vec<String>, String> {
+        if self.remote_cap.is_none() {
+            return Ok(Vec::new());
+        }
+        let keep = self.book.in_flight();
+        let (r, _) = self.call(Duration::from_secs(60), 0, |store, plugin| {
+            plugin.plimsoll_provider_provider().call_sweep(store, &keep)
+        });
+        let deleted = r.map_err(|e| format!("sweep: {e}"))?.map_err(|e| format!("sweep: {e}"))?;
+        if let Some(gate) = &self.http {
+            self.book.settle(|t| gate.holds(t) && !deleted.iter().any(|d| d == t));
+        }
+        Ok(deleted)
+    }
+
+    /// Sandboxes whose delete failed, holding capacity until a sweep deletes them.
+    pub fn undeleted(&self) -> Vec<String> {
+        self.book.undeleted()
+    }
+
+    /// Refuses a run while the backend's sandboxes (the calls in flight and those
+    /// whose delete failed) fill the operator's cap.
+    fn admit_remote(&self) -> Result<(), Refusal> {
+        let cap = self.limits.max_sandboxes as usize;
+        if self.remote_cap.is_none() || cap == 0 {
+            return Ok(());
+        }
+        let undeleted = self.book.undeleted().len();
+        if self.book.calls() + undeleted >= cap {
+            return Err(Refusal::new(
+                Reason::Capacity,
+                format!(
+                    "the {} provider is at capacity: {undeleted} sandbox(es) whose delete failed count against SANDBOX_MAX_CONCURRENT={cap} until the next sweep deletes them; retry shortly",
+                    self.name
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// The plugin's behavioural proof, run once at startup.
@@ -515,6 +571,7 @@ impl Provider for PluginProvider {
 
     fn run_snippet(&self, snippet: &Snippet<'_>) -> Result<Ran<JavaScriptResult>, RunError> {
         provider::check_floor(self.tier(), snippet.floor)?;
+        self.admit_remote()?;
         let socket = self.socket(snippet.grant, "snippets")?;
         let limits = self.wit_limits(snippet.timeout);
         let lang = snippet.language.as_str();
@@ -540,6 +597,7 @@ impl Provider for PluginProvider {
         if self.description.project.is_none() {
             return Err(provider::unsupported_kind(&self.name, "projects").into());
         }
+        self.admit_remote()?;
         let socket = self.socket(grant, "projects")?;
         let files = wit_files(&project.files);
         let limits = self.wit_limits(timeout);

@@ -68,17 +68,19 @@ impl Vault {
     }
 
     /// Takes every held field out of an answer from `endpoint`, keeping each
-    /// whose target is named beside it; returns the body the plugin may read.
-    pub(super) fn take(&self, endpoint: &str, body: Vec<u8>) -> Vec<u8> {
+    /// whose target is named beside it; returns the body the plugin may read and
+    /// the targets whose secrets it now holds.
+    pub(super) fn take(&self, endpoint: &str, body: Vec<u8>) -> (Vec<u8>, Vec<String>) {
         let kinds: Vec<(usize, &HeldSecret)> =
             self.kinds.iter().enumerate().filter(|(_, k)| k.from == endpoint).collect();
         if kinds.is_empty() {
-            return body;
+            return (body, Vec::new());
         }
         let Ok(mut value) = serde_json::from_slice::<serde_json::Value>(&body) else {
             // Not JSON: it cannot carry the field by name, but it must not carry it
             // at all, so nothing of it reaches the plugin if a held value appears.
-            return if kinds.iter().any(|(_, k)| contains(&body, k.field.as_bytes())) { Vec::new() } else { body };
+            let body = if kinds.iter().any(|(_, k)| contains(&body, k.field.as_bytes())) { Vec::new() } else { body };
+            return (body, Vec::new());
         };
         let mut found = Vec::new();
         let mut strip = |obj: &mut serde_json::Map<String, serde_json::Value>| {
@@ -103,8 +105,9 @@ impl Vault {
             _ => {}
         }
         if found.is_empty() && !kinds.iter().any(|(_, k)| contains(&body, k.field.as_bytes())) {
-            return body;
+            return (body, Vec::new());
         }
+        let captured: Vec<String> = found.iter().map(|(_, t, _)| t.clone()).collect();
         let mut held = lock(&self.held);
         for (i, target, secret) in found {
             let key = (i, target);
@@ -117,7 +120,12 @@ impl Vault {
                 }
             }
         }
-        serde_json::to_vec(&value).unwrap_or_default()
+        (serde_json::to_vec(&value).unwrap_or_default(), captured)
+    }
+
+    /// Whether a secret is held for `target` (its sandbox not seen deleted).
+    pub(super) fn holds(&self, target: &str) -> bool {
+        lock(&self.held).values.keys().any(|(_, t)| t == target)
     }
 
     /// Forgets every secret held for `target` (its sandbox was deleted).
