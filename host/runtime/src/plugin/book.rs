@@ -4,8 +4,8 @@
 //! deletes them.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 /// The book of one remote provider.
 #[derive(Debug, Default)]
@@ -13,6 +13,9 @@ pub struct Book {
     next: AtomicU64,
     calls: Mutex<BTreeMap<u64, Vec<String>>>,
     undeleted: Mutex<BTreeSet<String>>,
+    /// Held shared by each write a call sends until what it made is booked, and
+    /// whole by a sweep: a sweep never sees a sandbox whose create is in flight.
+    writes: RwLock<()>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -20,6 +23,16 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Book {
+    /// Held while one write is sent and what it made is booked.
+    pub fn writing(&self) -> RwLockReadGuard<'_, ()> {
+        self.writes.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Held for a whole sweep: no write of any call is in flight meanwhile.
+    pub fn sweeping(&self) -> RwLockWriteGuard<'_, ()> {
+        self.writes.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// A call starts; returns its number.
     pub fn begin(&self) -> u64 {
         let call = self.next.fetch_add(1, Ordering::Relaxed);
@@ -82,5 +95,18 @@ mod tests {
         assert_eq!(book.undeleted(), ["s3"]);
         book.settle(|_| false);
         assert!(book.undeleted().is_empty());
+    }
+
+    #[test]
+    fn a_sweep_waits_for_every_write_in_flight_and_writes_wait_for_a_sweep() {
+        let book = Book::default();
+        let writing = book.writing();
+        let also = book.writing();
+        assert!(book.writes.try_write().is_err(), "a sweep went ahead of a write in flight");
+        drop((writing, also));
+        let sweeping = book.sweeping();
+        assert!(book.writes.try_read().is_err(), "a write went ahead of a sweep");
+        drop(sweeping);
+        assert!(book.writes.try_read().is_ok());
     }
 }

@@ -642,8 +642,12 @@ impl PluginState {
 impl http::Host for PluginState {
     fn send(&mut self, req: http::Request) -> Result<http::Response, String> {
         let (gate, ask) = self.ask(req)?;
+        let write = !matches!(ask.method.as_str(), "GET" | "HEAD");
+        let book = self.book.clone();
+        // A write's sandbox is booked before a sweep may list it.
+        let _writing = book.as_ref().filter(|_| write).map(|(b, _)| b.writing());
         let a = gate.send(&self.allowed, ask)?;
-        if let Some((book, call)) = &self.book {
+        if let Some((book, call)) = &book {
             book.made(*call, &a.captured);
         }
         Ok(http::Response { status: a.status, headers: a.headers, body: a.body })

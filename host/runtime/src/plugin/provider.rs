@@ -291,6 +291,13 @@ impl PluginProvider {
     /// A fresh store for the plugin, bounded by `budget` (plus the plugin's grace)
     /// and its memory cap; each process it runs keeps `collect_cap` bytes per stream.
     pub(super) fn store(&self, budget: Duration, collect_cap: usize) -> Store<PluginState> {
+        let mut store = self.unbooked_store(budget, collect_cap);
+        store.data_mut().book = self.remote_cap.map(|_| (Arc::clone(&self.book), self.book.begin()));
+        store
+    }
+
+    /// A store whose call is not in the book (the sweep's own).
+    fn unbooked_store(&self, budget: Duration, collect_cap: usize) -> Store<PluginState> {
         let limits: StoreLimits =
             StoreLimitsBuilder::new().memory_size(self.limits.plugin_memory_mb as usize * 1024 * 1024).build();
         let state = PluginState {
@@ -309,7 +316,7 @@ impl PluginProvider {
             allowed: self.allowed.clone(),
             broker: None,
             settings: Arc::clone(&self.settings),
-            book: self.remote_cap.map(|_| (Arc::clone(&self.book), self.book.begin())),
+            book: None,
         };
         let mut store = Store::new(self.engine.wasmtime(), state);
         store.limiter(|s| &mut s.limits);
@@ -386,11 +393,16 @@ impl PluginProvider {
         if self.remote_cap.is_none() {
             return Ok(Vec::new());
         }
+        let _sweeping = self.book.sweeping();
         let keep = self.book.in_flight();
-        let (r, _) = self.call(Duration::from_secs(60), 0, |store, plugin| {
-            plugin.plimsoll_provider_provider().call_sweep(store, &keep)
-        });
-        let deleted = r.map_err(|e| format!("sweep: {e}"))?.map_err(|e| format!("sweep: {e}"))?;
+        let mut store = self.unbooked_store(Duration::from_secs(60), 0);
+        let r = self
+            .pre
+            .instantiate(&mut store)
+            .and_then(|plugin| plugin.plimsoll_provider_provider().call_sweep(&mut store, &keep))
+            .map_err(|e| format!("sweep: the plugin failed: {e:#}"));
+        drop(store);
+        let deleted = r?.map_err(|e| format!("sweep: {e}"))?;
         if let Some(gate) = &self.http {
             self.book.settle(|t| gate.holds(t) && !deleted.iter().any(|d| d == t));
         }
