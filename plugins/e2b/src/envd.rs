@@ -134,6 +134,21 @@ fn exit_code(end: &Value) -> i32 {
     }
 }
 
+fn elapsed(started: Instant) -> u32 {
+    u32::try_from(started.elapsed().as_millis()).unwrap_or(u32::MAX)
+}
+
+/// What a process its deadline ended printed.
+fn timed_out(out: Kept, err: Kept, started: Instant) -> Ran {
+    Ran {
+        exit_code: EXIT_TIMEOUT,
+        timed_out: true,
+        stdout: out.output(),
+        stderr: err.output(),
+        duration_ms: elapsed(started),
+    }
+}
+
 /// Runs `script` with `sh -c` in `cwd`, until it ends or `deadline` passes (then
 /// the stream is dropped, which cancels the call, and the result says timed out).
 /// Each output stream keeps `max_output` bytes.
@@ -178,18 +193,11 @@ pub fn run(id: &str, script: &str, cwd: &str, deadline: Instant, max_output: usi
     let (mut out, mut err) = (Kept::new(max_output), Kept::new(max_output));
     let mut started_pid = false;
     let mut ended: Option<i32> = None;
-    let elapsed = |started: Instant| u32::try_from(started.elapsed().as_millis()).unwrap_or(u32::MAX);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             drop(stream);
-            return Ok(Ran {
-                exit_code: EXIT_TIMEOUT,
-                timed_out: true,
-                stdout: out.output(),
-                stderr: err.output(),
-                duration_ms: elapsed(started),
-            });
+            return Ok(timed_out(out, err, started));
         }
         let wait = u32::try_from(left.as_millis().min(1000)).unwrap_or(1000).max(1);
         let piece = match stream.read(wait)? {
@@ -241,13 +249,7 @@ pub fn run(id: &str, script: &str, cwd: &str, deadline: Instant, max_output: usi
                     }
                     if let Some(e) = connect::end_error(&end)? {
                         if e.starts_with("deadline_exceeded") && ended.is_none() {
-                            return Ok(Ran {
-                                exit_code: EXIT_TIMEOUT,
-                                timed_out: true,
-                                stdout: out.output(),
-                                stderr: err.output(),
-                                duration_ms: elapsed(started),
-                            });
+                            return Ok(timed_out(out, err, started));
                         }
                         if ended.is_none() {
                             return Err(format!("envd ended the process call: {e}"));

@@ -11,27 +11,8 @@ use plimsoll_core::Tier;
 use super::ConfigError;
 use super::plugins::PluginConfig;
 
-/// A credential: shown as `<redacted>` by `Debug`, so no log or error can print it.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    /// Wraps a credential.
-    pub fn new(value: String) -> Secret {
-        Secret(value)
-    }
-
-    /// The credential, for the one place that attaches it to a request.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("<redacted>")
-    }
-}
+/// A credential; its `Debug` never shows it, so no log or error can print it.
+pub use plimsoll_grants::token::Secret;
 
 /// How the host reaches one endpoint alias of a remote plugin.
 #[derive(Clone, Debug, PartialEq, Eq)]
