@@ -2,8 +2,9 @@
 //! snippets and projects must do through a daemon, checked with the Rust client
 //! and the published Python client (which recomputes every record and checks
 //! every tier). A backend adds one line: its [`Backend`] and a daemon serving it.
-//! Backend-specific walls (escape probes, bombs, a sandbox removed mid-run) are
-//! each backend's own suite's.
+//! Projects are `python3 FILE` steps, which every backend runs (the wasm provider
+//! runs nothing else). Backend-specific walls (escape probes, bombs, a sandbox
+//! removed mid-run) are each backend's own suite's.
 
 use plimsoll_client::{Client, Options};
 use plimsoll_core::wire::ProjectOutcome;
@@ -61,20 +62,21 @@ pub(super) fn suite(d: &Daemon, token: &str, b: &Backend<'_>) {
     assert_eq!((js.exit_code, js.timed_out), (124, true), "{name}");
 
     // Output beyond the cap is cut and flagged.
-    let r = rt.block_on(client.run_javascript("process.stdout.write('x'.repeat(3*1024*1024))", &opts(0))).expect("big");
+    let r = rt.block_on(client.run_javascript("console.log('x'.repeat(3*1024*1024))", &opts(0))).expect("big");
     let js = r.javascript.expect("js");
     assert!(js.stdout_truncated && js.stdout.len() == b.output_cap, "{name}: {} bytes", js.stdout.len());
 
-    // A project: three files, two steps (Python and shell), an artifact.
+    // A project: four files, two steps, an artifact a step made.
     let files = [
-        ("main.py", "import helper\nprint(helper.answer())\n"),
+        ("two.py", "print(1 + 1)\n"),
+        ("main.py", "import helper\nopen('out.txt', 'w').write(str(helper.answer()) + '\\n')\nprint('built')\n"),
         ("helper.py", "def answer():\n    return 6 * 7\n"),
-        ("build/run.sh", "python3 main.py > out.txt && echo built\n"),
+        ("spin.py", "while True:\n    pass\n"),
     ];
     let r = rt
         .block_on(client.run_project(
             &files,
-            &["python3 -c 'print(1+1)'", "sh build/run.sh"],
+            &["python3 two.py", "python3 main.py"],
             &["out.txt", "not-made.txt"],
             &opts(60_000),
         ))
@@ -87,12 +89,14 @@ pub(super) fn suite(d: &Daemon, token: &str, b: &Backend<'_>) {
     assert_eq!((p.artifacts[0].path.as_str(), text(&p.artifacts[0].content)), ("out.txt", "42\n".into()));
 
     // A failing step stops the plan.
-    let r = rt.block_on(client.run_project(&[], &["exit 3", "echo never"], &[], &opts(30_000))).expect("stop");
+    let stop = [("fail.py", "import sys\nsys.exit(3)\n"), ("never.py", "print('never')\n")];
+    let r = rt.block_on(client.run_project(&stop, &["python3 fail.py", "python3 never.py"], &[], &opts(30_000)));
+    let r = r.expect("stop");
     let p = r.project.expect("project");
     assert_eq!((p.outcome, p.steps.len(), p.steps[0].exit_code), (ProjectOutcome::Completed, 1, 3), "{name}");
 
     // A step past the budget: timed out.
-    let r = rt.block_on(client.run_project(&[], &["sleep 30"], &[], &opts(3000))).expect("slow");
+    let r = rt.block_on(client.run_project(&files, &["python3 spin.py"], &[], &opts(3000))).expect("slow");
     assert_eq!(r.project.expect("project").outcome, ProjectOutcome::TimedOut, "{name}");
 
     // A floor above the tier is refused before dispatch.
@@ -132,8 +136,8 @@ assert (info.provider, info.isolation) == (provider, tier), info
 r = c.run_javascript("console.log(6*7)", minimum_isolation=tier)
 assert (r.stdout, r.exit_code, r.isolation) == (b"42\n", 0, tier), r
 assert r.record.environment.startswith(os.environ["ENVIRONMENT"]), r.record
-p = c.run_project({"a.py": "print(6*7)", "b.txt": "hi"}, ["python3 a.py > out.txt", "cat b.txt"], ["out.txt"],
-                  minimum_isolation=tier)
+p = c.run_project({"a.py": "open('out.txt', 'w').write(str(6*7) + '\\n')", "b.py": "print(open('b.txt').read(), end='')",
+                   "b.txt": "hi"}, ["python3 a.py", "python3 b.py"], ["out.txt"], minimum_isolation=tier)
 assert p.outcome == "completed" and [s.exit_code for s in p.steps] == [0, 0], p
 assert p.steps[1].stdout == b"hi" and p.artifacts[0].content == b"42\n", p
 if above:
@@ -144,3 +148,16 @@ if above:
         assert e.not_dispatched == "isolation", e
 print("python client ok")
 "#;
+
+#[test]
+fn the_wasm_provider_passes_the_suite_at_tier_process() {
+    let (d, token) = super::wasm_daemon("conformance-wasm", "suite", &[]);
+    let backend = Backend {
+        provider: "wasm",
+        tier: "process",
+        environment: "quickjs-wasm:sha256:",
+        above: Some(Floor::Container),
+        output_cap: plimsoll_core::limits::OUTPUT_CAP_BYTES,
+    };
+    suite(&d, &token, &backend);
+}
