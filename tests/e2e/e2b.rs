@@ -100,6 +100,7 @@ fn every_misbehaviour_of_the_e2b_fake_is_refused_by_name() {
         ("malformed", "creating an e2b sandbox: e2b's create answer is not JSON"),
         ("oversized", "reading the e2b sandbox back: endpoint \\\"api\\\": the response body is over 4194304 bytes"),
         ("truncated", "envd's process stream ended without its end-of-stream message"),
+        ("leaky", "internal error creating a sandbox for key <redacted>: placement failed"),
     ];
     for (mode, why) in cases {
         let Some(err) = refused(mode) else { return };

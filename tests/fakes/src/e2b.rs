@@ -16,7 +16,7 @@ use crate::pki::Pki;
 use crate::server::{self, Body, Handler, Request};
 
 /// Each way this fake can misbehave, and what it does.
-pub const MODES: [(&str, &str); 9] = [
+pub const MODES: [(&str, &str); 10] = [
     ("redirect", "every answer is a 307 redirect elsewhere"),
     ("weaker", "the read-back grants more than asked: internet access, egress to 0.0.0.0/0, 8 CPUs and 8 GiB"),
     ("open-policy", "the read-back's egress policy is not deny-all (denyOut empty)"),
@@ -26,6 +26,7 @@ pub const MODES: [(&str, &str); 9] = [
     ("slow", "the control plane answers after 35 s"),
     ("truncated", "a process stream ends after its start event, without an end or end-of-stream message"),
     ("undeletable", "deletes answer 500 and leave the sandbox running"),
+    ("leaky", "a create answers 500 with the caller's API key echoed in its message"),
 ];
 
 /// A misbehaviour.
@@ -40,6 +41,7 @@ pub enum Mode {
     Slow,
     Truncated,
     Undeletable,
+    Leaky,
 }
 
 impl Mode {
@@ -55,6 +57,7 @@ impl Mode {
             "slow" => Mode::Slow,
             "truncated" => Mode::Truncated,
             "undeletable" => Mode::Undeletable,
+            "leaky" => Mode::Leaky,
             _ => return None,
         })
     }
@@ -164,6 +167,10 @@ impl Fake {
     }
 
     async fn create(&self, req: &Request) -> http::Response<Body> {
+        if self.mode == Some(Mode::Leaky) {
+            let key = req.header("x-api-key").unwrap_or_default();
+            return error(500, &format!("internal error creating a sandbox for key {key}: placement failed"));
+        }
         let Ok(body) = serde_json::from_slice::<Value>(&req.body) else {
             return error(400, "Error when parsing request: the body is not JSON");
         };

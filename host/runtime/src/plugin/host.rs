@@ -696,14 +696,21 @@ impl config::Host for PluginState {
 impl log::Host for PluginState {
     fn info(&mut self, msg: String) {
         if self.approved.contains(&Capability::Log) {
-            eprintln!("plugin {}: {}", self.name, msg.escape_debug());
+            eprintln!("plugin {}: {}", self.name, self.redacted(&msg).escape_debug());
         }
     }
 
     fn warn(&mut self, msg: String) {
         if self.approved.contains(&Capability::Log) {
-            eprintln!("plugin {} warning: {}", self.name, msg.escape_debug());
+            eprintln!("plugin {} warning: {}", self.name, self.redacted(&msg).escape_debug());
         }
+    }
+}
+
+impl PluginState {
+    /// `msg` with every credential the call's gate attaches redacted.
+    fn redacted(&self, msg: &str) -> String {
+        self.http.as_ref().map_or_else(|| msg.to_string(), |g| g.redact(msg))
     }
 }
 

@@ -515,6 +515,25 @@ impl HttpGate {
         self.vault.len()
     }
 
+    /// `text` with every credential the gate attaches (the operator's headers and
+    /// the per-target secrets it holds) replaced by `<redacted>`: what a vendor
+    /// echoed into an answer never reaches a log line or a caller through a plugin.
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = text.to_string();
+        let operator = self.routes.values().flat_map(|r| r.endpoint.headers.iter().map(|(_, v)| v.clone()));
+        for secret in operator.chain(self.vault.values()) {
+            // A value this short is no credential, and would redact ordinary words.
+            if secret.len() >= 8 {
+                out = out.replace(&secret, "<redacted>");
+                // A bearer's token alone, too.
+                if let Some(token) = secret.strip_prefix("Bearer ").filter(|t| t.len() >= 8) {
+                    out = out.replace(token, "<redacted>");
+                }
+            }
+        }
+        out
+    }
+
     /// Whether the gate holds a secret for `target`: its sandbox was made and not
     /// seen deleted.
     pub fn holds(&self, target: &str) -> bool {

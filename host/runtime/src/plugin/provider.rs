@@ -374,6 +374,20 @@ impl PluginProvider {
         }
     }
 
+    /// `e` with every credential the plugin's gate attaches redacted from its words.
+    fn scrubbed(&self, e: RunError) -> RunError {
+        let Some(gate) = &self.http else { return e };
+        match e {
+            RunError::Refused(r) => RunError::Refused(Refusal::new(r.reason, gate.redact(&r.message))),
+            RunError::MayHaveRun(m) => RunError::MayHaveRun(gate.redact(&m)),
+        }
+    }
+
+    /// `text` with every credential the plugin's gate attaches redacted.
+    fn redact(&self, text: &str) -> String {
+        self.http.as_ref().map_or_else(|| text.to_string(), |g| g.redact(text))
+    }
+
     fn failed(used: &Used, msg: String) -> RunError {
         if !used.may_have_run() {
             RunError::Refused(Refusal::new(Reason::Environment, format!("nothing ran: {msg}")))
@@ -402,7 +416,7 @@ impl PluginProvider {
             .and_then(|plugin| plugin.plimsoll_provider_provider().call_sweep(&mut store, &keep))
             .map_err(|e| format!("sweep: the plugin failed: {e:#}"));
         drop(store);
-        let deleted = r?.map_err(|e| format!("sweep: {e}"))?;
+        let deleted = r?.map_err(|e| format!("sweep: {}", self.redact(&e)))?;
         if let Some(gate) = &self.http {
             self.book.settle(|t| gate.holds(t) && !deleted.iter().any(|d| d == t));
         }
@@ -452,7 +466,7 @@ impl PluginProvider {
                 }
                 Ok(evidence)
             }
-            Err(r) => Err(format!("smoke test: {}", r.message)),
+            Err(r) => Err(format!("smoke test: {}", self.redact(&r.message))),
         }
     }
 }
@@ -578,7 +592,7 @@ impl Provider for PluginProvider {
             .call(Duration::from_secs(10), 0, |store, plugin| plugin.plimsoll_provider_provider().call_preflight(store))
             .0
             .map_err(|e| Refusal::new(Reason::Environment, e))?;
-        r.map(|_| ()).map_err(|r| Refusal::new(reason(r.reason), r.message))
+        r.map(|_| ()).map_err(|r| Refusal::new(reason(r.reason), self.redact(&r.message)))
     }
 
     fn run_snippet(&self, snippet: &Snippet<'_>) -> Result<Ran<JavaScriptResult>, RunError> {
@@ -591,8 +605,8 @@ impl Provider for PluginProvider {
         let (r, used) = self.call_granted(snippet.timeout, cap, socket.as_ref(), |store, plugin| {
             plugin.plimsoll_provider_provider().call_run_snippet(store, lang, snippet.code, limits)
         });
-        let r = r.map_err(|e| Self::failed(&used, e))?;
-        let (result, e) = r.map_err(|e| Self::run_error(&used, e))?;
+        let r = r.map_err(|e| self.scrubbed(Self::failed(&used, e)))?;
+        let (result, e) = r.map_err(|e| self.scrubbed(Self::run_error(&used, e)))?;
         let evidence = self.evidence(&used, &e);
         after_run_floor(evidence.tier, snippet.floor)?;
         Ok(Ran { result: snippet_result(result), evidence })
@@ -622,8 +636,8 @@ impl Provider for PluginProvider {
                 limits,
             )
         });
-        let r = r.map_err(|e| Self::failed(&used, e))?;
-        let (result, e) = r.map_err(|e| Self::run_error(&used, e))?;
+        let r = r.map_err(|e| self.scrubbed(Self::failed(&used, e)))?;
+        let (result, e) = r.map_err(|e| self.scrubbed(Self::run_error(&used, e)))?;
         let evidence = self.evidence(&used, &e);
         after_run_floor(evidence.tier, floor)?;
         Ok(Ran { result: project_result(result), evidence })

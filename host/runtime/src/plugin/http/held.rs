@@ -135,6 +135,11 @@ impl Vault {
         held.order.retain(|(_, t)| t != target);
     }
 
+    /// Every secret held now.
+    pub(super) fn values(&self) -> Vec<String> {
+        lock(&self.held).values.values().cloned().collect()
+    }
+
     /// How many secrets are held.
     pub(super) fn len(&self) -> usize {
         lock(&self.held).values.len()

@@ -543,3 +543,30 @@ fn a_per_target_secret_is_held_by_the_host_attached_for_its_target_and_forgotten
         .expect_err("no target host");
     assert_eq!(e, "a held secret goes to endpoint \"api\", which has no host per target");
 }
+
+#[test]
+fn every_credential_the_gate_attaches_is_redacted_from_text_a_plugin_passes_on() {
+    let api = route_server(|_| (201, r#"{"sandboxID":"abc123","envdAccessToken":"tok-s3cret-0123"}"#.into()));
+    let mut e = endpoint(&format!("http://127.0.0.1:{api}"));
+    e.headers.push(("x-api-key".into(), "e2b_0123456789".into()));
+    e.headers.push(("x-short".into(), "1".into()));
+    let envd = Endpoint { base: "http://{target}.sandbox.test:9".into(), ..Endpoint::default() };
+    let kind = HeldSecret {
+        from: "kms".into(),
+        field: "envdAccessToken".into(),
+        target_field: "sandboxID".into(),
+        to: "envd".into(),
+        header: "x-access-token".into(),
+    };
+    let g = HttpGate::new([("kms".to_string(), e), ("envd".to_string(), envd)].into())
+        .expect("gate")
+        .holding(vec![kind])
+        .expect("holding");
+    g.send(&allowed(&["kms"]), Ask { method: "POST".into(), ..ask("/sandboxes") }).expect("created");
+    let said = "the vendor said: key e2b_0123456789, bearer Bearer s3cret, token s3cret, envd tok-s3cret-0123, 1 item";
+    assert_eq!(
+        g.redact(said),
+        "the vendor said: key <redacted>, bearer <redacted>, token s3cret, envd <redacted>, 1 item",
+        "the operator's headers and the held token go; a value under 8 bytes (\"1\", \"s3cret\") is no credential"
+    );
+}
