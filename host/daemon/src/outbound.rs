@@ -48,7 +48,7 @@ pub fn gate(
     held: Vec<plimsoll_runtime::plugin::http::HeldSecret>,
     log: Log,
 ) -> Result<plimsoll_runtime::plugin::http::HttpGate, String> {
-    use plimsoll_runtime::plugin::http::{Endpoint, EndpointTls, HttpGate};
+    use plimsoll_runtime::plugin::http::{Endpoint, EndpointTls, HttpGate, TokenExchange};
     let read = |what: &str, alias: &str, p: &std::path::Path| {
         std::fs::read(p).map_err(|e| format!("endpoint {alias}: reading its {what} {}: {e}", p.display()))
     };
@@ -67,6 +67,11 @@ pub fn gate(
                 headers,
                 tls: EndpointTls { ca_pem, client_pem },
                 connect_to: e.connect_to,
+                exchange: e.exchange.as_ref().map(|x| TokenExchange {
+                    url: x.url.clone(),
+                    identifier: x.identifier.clone(),
+                    secret: x.secret.expose().to_string(),
+                }),
             },
         );
     }

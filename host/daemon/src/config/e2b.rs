@@ -132,6 +132,7 @@ pub(super) fn e2b_config(
         client_cert: None,
         connect_to,
         headers,
+        exchange: None,
     };
     let endpoints = BTreeMap::from([
         ("api".to_string(), endpoint(api_url, vec![("x-api-key".into(), Secret::new(key))])),

@@ -27,7 +27,7 @@ pub use grants::BrokerPlugins;
 use grants::{GrantsTable, broker_plugins};
 pub use plugins::PluginConfig;
 use plugins::PluginTable;
-pub use remote::{EndpointConfig, RemoteConfig, Secret};
+pub use remote::{EndpointConfig, ExchangeConfig, RemoteConfig, Secret};
 use variables::CLIENT_VARIABLES;
 pub use variables::{BROKER_AUTH_PREFIX, VARIABLES};
 pub use wasm::WasmEngine;

@@ -27,6 +27,20 @@ pub struct EndpointConfig {
     pub connect_to: Option<IpAddr>,
     /// Headers the host attaches (the credential).
     pub headers: Vec<(String, Secret)>,
+    /// A long-lived credential the host trades for a short-lived bearer.
+    pub exchange: Option<ExchangeConfig>,
+}
+
+/// Where and with what the host trades for a short-lived bearer (Docker Hub's
+/// personal access token exchange).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExchangeConfig {
+    /// The exchange's URL.
+    pub url: String,
+    /// The account.
+    pub identifier: String,
+    /// The long-lived secret.
+    pub secret: Secret,
 }
 
 /// A remote backend's resolved settings.

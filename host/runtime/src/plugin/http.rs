@@ -38,8 +38,10 @@ const HOST_HEADERS: [&str; 8] = [
     "connection",
     "te",
 ];
+mod exchange;
 mod held;
 
+pub use exchange::TokenExchange;
 pub use held::{HeldSecret, MAX_HELD};
 
 /// Where a per-target endpoint's URL takes its target.
@@ -79,6 +81,9 @@ pub struct Endpoint {
     /// gateway reached by a private address, a test's local fake); the URL's
     /// host still names the server for TLS and the `Host` header.
     pub connect_to: Option<std::net::IpAddr>,
+    /// A long-lived credential the host trades for a short-lived bearer, which it
+    /// attaches as `authorization` (renewed before it ends).
+    pub exchange: Option<TokenExchange>,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -89,6 +94,7 @@ impl std::fmt::Debug for Endpoint {
             .field("headers", &names)
             .field("tls", &self.tls)
             .field("connect_to", &self.connect_to)
+            .field("exchange", &self.exchange)
             .finish()
     }
 }
@@ -221,6 +227,8 @@ type Client = Hyper<Connector, Full<Bytes>>;
 struct Route {
     endpoint: Endpoint,
     client: Client,
+    /// The bearer the exchange gave, and until when it is used.
+    bearer: std::sync::Mutex<Option<(String, Instant)>>,
 }
 
 /// The gate every plugin request passes.
@@ -479,7 +487,7 @@ impl HttpGate {
         for (alias, endpoint) in endpoints {
             check_base(&alias, &endpoint.base)?;
             let client = client(&alias, &endpoint)?;
-            routes.insert(alias, Route { endpoint, client });
+            routes.insert(alias, Route { endpoint, client, bearer: std::sync::Mutex::new(None) });
         }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
@@ -521,7 +529,11 @@ impl HttpGate {
     pub fn redact(&self, text: &str) -> String {
         let mut out = text.to_string();
         let operator = self.routes.values().flat_map(|r| r.endpoint.headers.iter().map(|(_, v)| v.clone()));
-        for secret in operator.chain(self.vault.values()) {
+        let exchanged = self.routes.values().flat_map(|r| {
+            let bearer = r.bearer.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone();
+            r.endpoint.exchange.iter().map(|x| x.secret.clone()).chain(bearer.map(|(t, _)| t))
+        });
+        for secret in operator.chain(exchanged).chain(self.vault.values()) {
             // A value this short is no credential, and would redact ordinary words.
             if secret.len() >= 8 {
                 out = out.replace(&secret, "<redacted>");
@@ -560,7 +572,11 @@ impl HttpGate {
         let route = self.routes.get(&ask.endpoint);
         let url = check(allowed, route, &self.vault, ask)?;
         let Some(route) = route else { unreachable!("check refuses an unconfigured endpoint") };
+        let bearer = self.bearer(&ask.endpoint, route)?;
         let mut req = http::Request::builder().method(ask.method.as_str()).uri(url);
+        if let Some(token) = bearer {
+            req = req.header("authorization", format!("Bearer {token}"));
+        }
         let held = self.vault.attach(&ask.endpoint, ask.target.as_deref());
         for (k, v) in ask.headers.iter().chain(&route.endpoint.headers).chain(&held) {
             req = req.header(k.as_str(), v.as_str());
@@ -581,6 +597,81 @@ impl HttpGate {
                 self.vault.forget(target);
             }
         }
+    }
+
+    /// The bearer an endpoint with a token exchange carries: the one held, or a
+    /// new one from the exchange when it is within a minute of its end.
+    fn bearer(&self, alias: &str, route: &Route) -> Result<Option<String>, String> {
+        let Some(x) = &route.endpoint.exchange else { return Ok(None) };
+        let mut held = route.bearer.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((token, until)) = held.as_ref()
+            && Instant::now() < *until
+        {
+            return Ok(Some(token.clone()));
+        }
+        let started = Instant::now();
+        let req = http::Request::builder()
+            .method("POST")
+            .uri(x.url.as_str())
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(exchange::request_body(x))))
+            .map_err(|e| {
+                format!("endpoint {alias:?}: the token exchange's URL is malformed ({e}); no request was sent")
+            })?;
+        let client = route.client.clone();
+        let url = x.url.clone();
+        let answer = self.rt.block_on(async move {
+            let work = async {
+                let resp = client
+                    .request(req)
+                    .await
+                    .map_err(|e| format!("the token exchange at {url} did not answer: {e}"))?;
+                let status = resp.status();
+                if status.is_redirection() {
+                    return Err(format!(
+                        "the token exchange at {url} answered with a redirect ({status}), which is not followed"
+                    ));
+                }
+                if status == http::StatusCode::UNAUTHORIZED || status == http::StatusCode::FORBIDDEN {
+                    return Err(format!("the token exchange at {url} refused the operator's credential ({status})"));
+                }
+                if status != http::StatusCode::OK {
+                    return Err(format!("the token exchange at {url} answered {status}"));
+                }
+                let body = Limited::new(resp.into_body(), exchange::MAX_ANSWER).collect().await.map_err(|_| {
+                    format!("the token exchange's answer is over {} bytes or broke off", exchange::MAX_ANSWER)
+                })?;
+                exchange::bearer(&body.to_bytes())
+            };
+            tokio::time::timeout(MAX_TIMEOUT, work).await.unwrap_or_else(|_| {
+                Err(format!("the token exchange did not answer within {} s", MAX_TIMEOUT.as_secs()))
+            })
+        });
+        self.log(&CallRecord {
+            endpoint: format!("{alias}:token-exchange"),
+            target: None,
+            method: "POST".into(),
+            path: x
+                .url
+                .split("://")
+                .nth(1)
+                .and_then(|r| r.find('/').map(|i| &r[i..]))
+                .unwrap_or("/")
+                .split('?')
+                .next()
+                .unwrap_or("/")
+                .to_string(),
+            status: None,
+            sent: 0,
+            received: 0,
+            elapsed: started.elapsed(),
+            error: answer.as_ref().err().cloned(),
+            streamed: false,
+        });
+        let token = answer.map_err(|e| format!("endpoint {alias:?}: {e}; no request was sent"))?;
+        let until = Instant::now() + exchange::usable_for(&token, std::time::SystemTime::now());
+        *held = Some((token.clone(), until));
+        Ok(Some(token))
     }
 
     fn record(ask: &Ask, streamed: bool) -> CallRecord {

@@ -570,3 +570,81 @@ fn every_credential_the_gate_attaches_is_redacted_from_text_a_plugin_passes_on()
         "the operator's headers and the held token go; a value under 8 bytes (\"1\", \"s3cret\") is no credential"
     );
 }
+
+/// A JWT whose `exp` is `secs` from now (unsigned: the host reads `exp` only to
+/// schedule the renewal).
+fn jwt_expiring_in(secs: u64) -> String {
+    use base64::Engine as _;
+    let b = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_secs();
+    format!("{}.{}.sig", b(r#"{"alg":"RS256"}"#), b(&format!("{{\"exp\":{}}}", now + secs)))
+}
+
+#[test]
+fn the_host_trades_the_operators_token_for_a_bearer_and_renews_it_before_it_ends() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let trades = Arc::new(AtomicUsize::new(0));
+    let life = Arc::new(std::sync::atomic::AtomicU64::new(900));
+    let (t, l) = (Arc::clone(&trades), Arc::clone(&life));
+    let hub = route_server(move |(method, path, _)| {
+        if (method.as_str(), path.as_str()) != ("POST", "/v2/auth/token") {
+            return (404, "{}".into());
+        }
+        t.fetch_add(1, Ordering::SeqCst);
+        (200, format!("{{\"access_token\":\"{}\"}}", jwt_expiring_in(l.load(Ordering::SeqCst))))
+    });
+    let api = route_server(|(_, _, headers)| {
+        let auth = headers.iter().find(|(k, _)| k == "authorization").map(|(_, v)| v.clone()).unwrap_or_default();
+        (200, format!("{{\"bearer\":{}}}", auth.starts_with("Bearer ey")))
+    });
+    let exchange = TokenExchange {
+        url: format!("http://127.0.0.1:{hub}/v2/auth/token"),
+        identifier: "me".into(),
+        secret: "dckr_pat_s3cret".into(),
+    };
+    let e =
+        Endpoint { base: format!("http://127.0.0.1:{api}"), exchange: Some(exchange.clone()), ..Endpoint::default() };
+    let g = HttpGate::new([("kms".to_string(), e)].into()).expect("gate");
+    let a = allowed(&["kms"]);
+    for _ in 0..3 {
+        assert_eq!(g.send(&a, ask("/v1/sandboxes")).expect("answered").body, br#"{"bearer":true}"#);
+    }
+    assert_eq!(trades.load(Ordering::SeqCst), 1, "a bearer good for 15 minutes is traded once");
+    assert!(!g.redact("pat dckr_pat_s3cret").contains("s3cret"), "the operator's token is redacted");
+    // A bearer within a minute of its end is renewed before the next request.
+    life.store(30, Ordering::SeqCst);
+    let g = HttpGate::new(
+        [(
+            "kms".to_string(),
+            Endpoint {
+                base: format!("http://127.0.0.1:{api}"),
+                exchange: Some(exchange.clone()),
+                ..Endpoint::default()
+            },
+        )]
+        .into(),
+    )
+    .expect("gate");
+    g.send(&a, ask("/")).expect("first");
+    g.send(&a, ask("/")).expect("second");
+    assert_eq!(trades.load(Ordering::SeqCst), 3);
+    // A refused exchange sends nothing, and never echoes what the exchange said.
+    let refusing =
+        route_server(|_| (401, r#"{"detail":"incorrect authentication credentials dckr_pat_s3cret"}"#.into()));
+    let bad = TokenExchange { url: format!("http://127.0.0.1:{refusing}/v2/auth/token"), ..exchange };
+    let g = HttpGate::new(
+        [(
+            "kms".to_string(),
+            Endpoint { base: "http://127.0.0.1:9".into(), exchange: Some(bad.clone()), ..Endpoint::default() },
+        )]
+        .into(),
+    )
+    .expect("gate");
+    assert_eq!(
+        g.send(&a, ask("/")).expect_err("refused"),
+        format!(
+            "endpoint \"kms\": the token exchange at {} refused the operator's credential (401 Unauthorized); no request was sent",
+            bad.url
+        )
+    );
+}
