@@ -24,6 +24,7 @@
 
 #![deny(missing_docs)]
 
+pub mod date;
 pub mod dispatch;
 pub mod duration;
 pub mod limits;
