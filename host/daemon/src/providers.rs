@@ -10,7 +10,7 @@ use plimsoll_runtime::jail::{Jail, JailConfig};
 use plimsoll_runtime::plugin::{self, Capability, PluginLimits, PluginProvider, Wall};
 use plimsoll_runtime::{Engine, EngineConfig, PythonGuest, WasmConfig, WasmProvider};
 
-use crate::config::{Config, DockerConfig, ProviderKind, RemoteConfig, WasmEngine};
+use crate::config::{Config, DockerConfig, PluginConfig, ProviderKind, RemoteConfig, WasmEngine};
 use crate::log::Log;
 
 /// The text every run on a daemon without a provider gets.
@@ -145,6 +145,23 @@ fn start_jail(
     Jail::start(JailConfig { exe, workers: workers as usize, hello }).map_err(fail)
 }
 
+/// A provider plugin verified against the keys its operator trusts, with the
+/// capabilities the operator approved (`approve_var` names where, for errors).
+fn verified_plugin(p: &PluginConfig, approve_var: &str) -> Result<(plugin::Verified, Vec<Capability>), String> {
+    let mut keys = Vec::new();
+    for path in &p.trusted_keys {
+        let pem = std::fs::read_to_string(path).map_err(|e| format!("reading trusted key {}: {e}", path.display()))?;
+        keys.push(plugin::signature::public_key(&pem).map_err(|e| format!("trusted key {}: {e}", path.display()))?);
+    }
+    let approved: Vec<Capability> = p
+        .approve
+        .iter()
+        .map(|c| Capability::parse(c).map_err(|e| format!("{approve_var}: {e}")))
+        .collect::<Result<_, _>>()?;
+    let verified = plugin::verify(&p.dir, &keys, &approved).map_err(|e| e.to_string())?;
+    Ok((verified, approved))
+}
+
 /// What e2b hands out that the host keeps: the create answer's envd access token,
 /// which the host attaches to that sandbox's envd requests.
 fn e2b_held() -> Vec<plimsoll_runtime::plugin::http::HeldSecret> {
@@ -167,24 +184,14 @@ fn remote_provider(
     log: Log,
 ) -> Result<Arc<PluginProvider>, BuildError> {
     let fail = |message: String| BuildError { provider: remote.provider, message };
-    let mut keys = Vec::new();
-    for path in &remote.plugin.trusted_keys {
-        let pem =
-            std::fs::read_to_string(path).map_err(|e| fail(format!("reading trusted key {}: {e}", path.display())))?;
-        keys.push(
-            plugin::signature::public_key(&pem).map_err(|e| fail(format!("trusted key {}: {e}", path.display())))?,
-        );
-    }
-    let approved: Vec<Capability> =
-        remote.plugin.approve.iter().map(|c| Capability::parse(c)).collect::<Result<_, _>>().map_err(fail)?;
+    let approve_var = format!("SANDBOX_{}_PLUGIN_APPROVE", remote.provider.to_ascii_uppercase());
+    let (verified, approved) = verified_plugin(&remote.plugin, &approve_var).map_err(fail)?;
     if approved.contains(&Capability::Containers) {
         return Err(fail(format!(
-            "the {} plugin drives a remote backend; it may not have the containers capability (remove it from SANDBOX_{}_PLUGIN_APPROVE)",
+            "the {} plugin drives a remote backend; it may not have the containers capability (remove it from {approve_var})",
             remote.provider,
-            remote.provider.to_ascii_uppercase()
         )));
     }
-    let verified = plugin::verify(&remote.plugin.dir, &keys, &approved).map_err(|e| fail(e.to_string()))?;
     if verified.manifest.name != remote.provider {
         return Err(fail(format!(
             "the plugin at {} is {:?}, not the {} plugin",
@@ -286,22 +293,7 @@ const RECHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 /// uid, resolver, the probe), runs the plugin's own smoke test, and starts the
 /// periodic re-check. Nothing is served unless all of it passes.
 fn docker_provider(config: &Config, docker: &DockerConfig, log: Log) -> Result<PluginProvider, BuildError> {
-    let mut keys = Vec::new();
-    for path in &docker.plugin.trusted_keys {
-        let pem = std::fs::read_to_string(path)
-            .map_err(|e| docker_err(format!("reading trusted key {}: {e}", path.display())))?;
-        keys.push(
-            plugin::signature::public_key(&pem)
-                .map_err(|e| docker_err(format!("trusted key {}: {e}", path.display())))?,
-        );
-    }
-    let approved: Vec<Capability> = docker
-        .plugin
-        .approve
-        .iter()
-        .map(|c| Capability::parse(c).map_err(|e| docker_err(format!("SANDBOX_DOCKER_PLUGIN_APPROVE: {e}"))))
-        .collect::<Result<_, _>>()?;
-    let verified = plugin::verify(&docker.plugin.dir, &keys, &approved).map_err(|e| docker_err(e.to_string()))?;
+    let (verified, approved) = verified_plugin(&docker.plugin, "SANDBOX_DOCKER_PLUGIN_APPROVE").map_err(docker_err)?;
 
     let cache_dir = config.cache_dir.clone().or_else(EngineConfig::default_cache_dir);
     let seccomp = match &docker.seccomp {

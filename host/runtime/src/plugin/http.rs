@@ -651,16 +651,7 @@ impl HttpGate {
             endpoint: format!("{alias}:token-exchange"),
             target: None,
             method: "POST".into(),
-            path: x
-                .url
-                .split("://")
-                .nth(1)
-                .and_then(|r| r.find('/').map(|i| &r[i..]))
-                .unwrap_or("/")
-                .split('?')
-                .next()
-                .unwrap_or("/")
-                .to_string(),
+            path: x.url.parse::<http::Uri>().map_or_else(|_| "/".to_string(), |u| u.path().to_string()),
             status: None,
             sent: 0,
             received: 0,
