@@ -10,10 +10,10 @@ use plimsoll_core::{Floor, Reason};
 use super::fakes::{Fake, signed};
 use super::{Daemon, refused_start, rt, scratch};
 
-const TOKEN: &str = "e2b-suite-token-e2b-suite-token-e2b-0123456";
+pub(super) const TOKEN: &str = "e2b-suite-token-e2b-suite-token-e2b-0123456";
 
-/// The daemon's settings for `fake` with the plugin signed in `dir`.
-fn env(fake: &Fake, dir: &std::path::Path, extra: &[(&str, &str)]) -> Option<Vec<(String, String)>> {
+/// The daemon's settings for `fake` with the plugin signed in `dir`, and `extra`.
+pub(super) fn env(fake: &Fake, dir: &std::path::Path, extra: &[(&str, &str)]) -> Option<Vec<(String, String)>> {
     let (plugin, key) = signed("e2b", dir)?;
     let mut env = fake.settings.clone();
     env.extend(
@@ -31,7 +31,7 @@ fn env(fake: &Fake, dir: &std::path::Path, extra: &[(&str, &str)]) -> Option<Vec
     Some(env)
 }
 
-fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
+pub(super) fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
     env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
 }
 
@@ -168,6 +168,65 @@ fn a_killed_daemons_sandboxes_are_swept_by_the_next_with_its_instance() {
     assert_eq!(fake.sandboxes(), 0);
     let swept = next.log().into_iter().find(|l| l.contains("swept this instance's sandboxes")).expect("logged");
     assert!(swept.contains(r#""count":1"#), "{swept}");
+}
+
+#[test]
+fn links_out_of_the_project_are_not_read_back_and_a_memory_bomb_is_named() {
+    let Some(fake) = Fake::start("e2b", None) else { return };
+    let dir = scratch("e2b-walls");
+    let Some(env) = env(&fake, &dir, &[]) else { return };
+    let d = Daemon::start(&pairs(&env));
+    let client = Client::new(&d.url(), Some(TOKEN.into())).expect("client");
+    let rt = rt();
+    let links = "echo kept > kept.txt && ln -s kept.txt inside.txt && ln -s /etc/passwd leak.txt \
+        && mkdir sub && ln -s /etc sub/up";
+    // A process a step leaves behind swaps a path between a file and a link out:
+    // it is killed before any artifact is resolved, so no check is raced.
+    let swapper = "(while :; do ln -sf /etc/passwd l.tmp; mv -f l.tmp swap.txt; echo safe > s.tmp; \
+        mv -f s.tmp swap.txt; done) > /dev/null 2>&1 &";
+    let opts = Options { timeout_ms: 60_000, ..Options::default() };
+    let wanted = ["kept.txt", "inside.txt", "leak.txt", "sub/up/passwd", "missing.txt", "swap.txt"];
+    let p = rt
+        .block_on(client.run_project(&[], &[links, swapper], &wanted, &opts))
+        .expect("project")
+        .project
+        .expect("a project result");
+    let mut got: Vec<(&str, &[u8])> = p.artifacts.iter().map(|a| (a.path.as_str(), a.content.as_slice())).collect();
+    if let Some(i) = got.iter().position(|(path, _)| *path == "swap.txt") {
+        assert_eq!(got.remove(i).1, b"safe\n", "a link out was read back through a race");
+    }
+    assert_eq!(got, [("kept.txt", &b"kept\n"[..]), ("inside.txt", &b"kept\n"[..])], "{}", p.outcome_detail);
+    let log = d.log();
+    for name in ["leak.txt", "sub/up/passwd"] {
+        let line = format!(r#"artifact \"{name}\" resolves outside the project directory"#);
+        assert!(log.iter().any(|l| l.contains(&line)), "no log of {name}");
+    }
+    // A step that allocates without end is a step result that names the kernel's
+    // OOM kill, and the sandbox goes on to the next run.
+    let bomb = "python3 -c 'a = []\nwhile True: a.append(bytearray(16 << 20))'";
+    let p = rt
+        .block_on(client.run_project(&[], &[bomb], &[], &opts))
+        .expect("memory bomb")
+        .project
+        .expect("a project result");
+    let err = String::from_utf8_lossy(&p.steps[0].stderr);
+    assert_eq!(p.steps[0].exit_code, 137, "{err}");
+    assert!(
+        err.ends_with(
+            "\nplimsoll: the step ran out of memory: the sandbox's kernel's OOM killer ended it (the sandbox has 512 MiB)\n"
+        ),
+        "{err}"
+    );
+    // A step that is killed but not for memory gets no such note.
+    let p = rt
+        .block_on(client.run_project(&[], &["kill -9 $$"], &[], &opts))
+        .expect("killed")
+        .project
+        .expect("a project result");
+    assert_eq!(p.steps[0].exit_code, 137);
+    assert!(!String::from_utf8_lossy(&p.steps[0].stderr).contains("out of memory"));
+    drop(d);
+    assert_eq!(fake.sandboxes(), 0, "sandboxes left behind");
 }
 
 /// The live suite: the same conformance suite against E2B itself. It runs only when

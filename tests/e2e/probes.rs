@@ -1,7 +1,10 @@
 //! The escape-probe matrix: one attempt per attack (`tests/fixtures/probes/escape.py`,
 //! and its JavaScript counterpart below), run as the guest at every tier this
 //! machine has (QuickJS in the daemon and in a jailed engine worker and CPython at
-//! the process tier, runc at container, runsc at kernel). Each attempt must fail and each run must report. What stopped it is read
+//! the process tier, runc at container, runsc at kernel) and on the remote
+//! backends' fakes (the e2b plugin against `plimsoll-fake e2b`, whose sandboxes are
+//! local containers standing in for E2B's microVMs). Each attempt must fail and
+//! each run must report. What stopped it is read
 //! from the run (the errno or the missing facility) and named as a wall; the table
 //! that results is SPECIFICATION.md's, checked here byte for byte
 //! (`PLIMSOLL_WRITE_PROBE_TABLE=1` writes it instead).
@@ -13,7 +16,12 @@ use plimsoll_client::{Client, Options};
 use plimsoll_core::wire::{ProjectOutcome, ProjectResult};
 
 use super::docker::{TOKEN, docker_env, fixture, signed_plugin, start};
-use super::{Daemon, callers, scratch};
+use super::fakes::Fake;
+use super::{Daemon, callers, e2b, scratch};
+
+/// The column of the e2b plugin against its fake: the walls are the plugin's
+/// and the fake's containers', standing in for E2B's microVM.
+const E2B_FAKE: &str = "e2b plugin, on its fake";
 
 const PROBE: &str = include_str!("../fixtures/probes/escape.py");
 
@@ -95,7 +103,9 @@ fn python_tier(c: &Client, python: &str, host_file: &str, canary: &str, port: u1
     let p = run("memory", &[], 60_000);
     assert_eq!(p.outcome, ProjectOutcome::Completed, "memory bomb: {}", p.outcome_detail);
     let err = text(&p.steps[0].stderr);
-    let memory = if err.contains("plimsoll: the step ran out of memory") {
+    let memory = if err.contains("plimsoll: the step ran out of memory: the sandbox's kernel's OOM killer") {
+        format!("a step result: exit {}, the plugin's note of the kernel's OOM kill", p.steps[0].exit_code)
+    } else if err.contains("plimsoll: the step ran out of memory") {
         "a step result: exit 137, the runner's memory note".to_string()
     } else if err.contains("MemoryError") {
         format!("a step result: exit {}, MemoryError", p.steps[0].exit_code)
@@ -186,6 +196,14 @@ fn the_escape_probe_matrix_holds_on_every_tier() {
         let label = if runtime == "runc" { "container, runc" } else { "kernel, runsc" };
         tiers.push((label, python_tier(&c, "python3", &host_file, &canary, port)));
     }
+    let Some(fake) = Fake::start("e2b", None) else { return };
+    let canary_env = [("PROBE_CANARY_SECRET", canary.as_str())];
+    let Some(env) = e2b::env(&fake, &scratch("probes-e2b"), &canary_env) else { return };
+    let d = Daemon::start(&e2b::pairs(&env));
+    let c = Client::new(&d.url(), Some(e2b::TOKEN.into())).expect("client");
+    tiers.push((E2B_FAKE, python_tier(&c, "python3", &host_file, &canary, port)));
+    drop(d);
+    assert_eq!(fake.sandboxes(), 0, "the e2b fake's sandboxes were left behind");
     drop(listener);
 
     let table = matrix(&tiers);
@@ -250,6 +268,25 @@ fn wall(tier: &str, attack: &str, seen: &str) -> Option<&'static str> {
         }
         ("process, CPython", "memory_bomb", s) if s.ends_with("MemoryError") => "the run's linear memory limit",
         ("process, CPython", "disk_fill", "MemoryError") => "the work directory lives in the run's memory limit",
+        (E2B_FAKE, "write_outside", "EROFS") => "the sandbox's read-only root (the fake's --read-only)",
+        (E2B_FAKE, "read_host_file", "ENOENT") => "the sandbox is elsewhere: no path of the host is in it",
+        (E2B_FAKE, "network_loopback", "ECONNREFUSED") => "the sandbox's loopback is its own",
+        (E2B_FAKE, "network_out" | "metadata", "ENETUNREACH") => {
+            "deny-all egress, read back before the run (the fake: no network)"
+        }
+        (E2B_FAKE, "resolve_name", "gaierror") => "deny-all egress: no resolver is reachable",
+        (E2B_FAKE, "setuid_root" | "raise_capability" | "mount", "EPERM") => "the guest user holds no capability",
+        (E2B_FAKE, "ptrace", "EPERM") => "the guest user cannot trace root's processes",
+        (E2B_FAKE, "symlink_out", "not read back") => {
+            "the plugin resolves each artifact in the guest and reads only inside the project"
+        }
+        (E2B_FAKE, "other_run_files", "ENOENT") => "a fresh sandbox per run",
+        (E2B_FAKE, "daemon_env", "not found") => "the sandbox is remote: the daemon's environment never enters it",
+        (E2B_FAKE, "fork_bomb", "EAGAIN") => "the sandbox's process limit (the fake's pids limit)",
+        (E2B_FAKE, "memory_bomb", s) if s.ends_with("the plugin's note of the kernel's OOM kill") => {
+            "the sandbox's memory; the plugin names the kernel's OOM kill (a step result)"
+        }
+        (E2B_FAKE, "disk_fill", "ENOSPC") => "the sandbox's sized disk (the fake: a sized tmpfs)",
         (_, "other_run_files", "ENOENT") if process => "a fresh store and work directory per run",
         (_, "daemon_env", "not found") if process => "the component sees the run's environment only",
         (_, "other_run_files", "ENOENT") => "a fresh container per run",

@@ -67,6 +67,8 @@ struct Sandbox {
     id: String,
     template: String,
     envd_version: String,
+    /// The memory the read-back gave it, for the out-of-memory note.
+    memory_mb: u64,
 }
 
 impl Drop for Sandbox {
@@ -88,13 +90,44 @@ impl Sandbox {
         let lifetime = u32::try_from(budget.as_secs()).unwrap_or(u32::MAX).saturating_add(LIFETIME_MARGIN_S);
         let created = api::create(&s.template, lifetime, &s.instance)
             .map_err(|e| refused(RefusalReason::Environment, format!("creating an e2b sandbox: {e}")))?;
-        let sandbox = Sandbox { id: created.id, template: s.template, envd_version: created.envd_version };
+        let mut sandbox =
+            Sandbox { id: created.id, template: s.template, envd_version: created.envd_version, memory_mb: 0 };
         let detail = api::detail(&sandbox.id)
             .map_err(|e| refused(RefusalReason::Environment, format!("reading the e2b sandbox back: {e}")))?;
         let max = api::Maxima { memory_mb: limits.memory_mb, cpus_milli: limits.cpus_milli, disk_mb: limits.disk_mb };
         api::verify(&detail, &sandbox.id, &s.instance, max)
             .map_err(|e| refused(RefusalReason::Isolation, format!("the e2b sandbox is not what was asked: {e}")))?;
+        sandbox.memory_mb = detail.get("memoryMB").and_then(serde_json::Value::as_u64).unwrap_or_default();
         Ok(sandbox)
+    }
+
+    /// How many processes the sandbox's kernel has killed for want of memory
+    /// (`oom_kill` in its `/proc/vmstat`); None where the kernel does not say.
+    fn oom_kills(&self) -> Option<u64> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let r = envd::run(&self.id, "sed -n 's/^oom_kill //p' /proc/vmstat", "/", deadline, 256).ok()?;
+        if r.exit_code != 0 {
+            return None;
+        }
+        String::from_utf8_lossy(&r.stdout.bytes).trim().parse().ok()
+    }
+
+    /// Names an out-of-memory kill: a process SIGKILLed (137) while the kernel's
+    /// count of OOM kills rose past `before` gets the note a runner would give.
+    fn name_oom_kill(&self, ran: &mut envd::Ran, before: &mut Option<u64>) {
+        if ran.exit_code != 137 || ran.timed_out {
+            return;
+        }
+        let Some(was) = *before else { return };
+        let Some(now) = self.oom_kills() else { return };
+        *before = Some(now);
+        if now > was {
+            let note = format!(
+                "\nplimsoll: the step ran out of memory: the sandbox's kernel's OOM killer ended it (the sandbox has {} MiB)\n",
+                self.memory_mb
+            );
+            ran.stderr.bytes.extend_from_slice(note.as_bytes());
+        }
     }
 
     fn evidence(&self) -> Evidence {
@@ -129,11 +162,13 @@ fn snippet(language: &str, code: &str, limits: &Limits) -> Result<(SnippetResult
     };
     let budget = budget(limits);
     let sandbox = Sandbox::open(limits, budget).map_err(RunError::Refused)?;
+    let mut ooms = sandbox.oom_kills();
     // The budget counts from when the code is in place and starts.
     envd::upload(&sandbox.id, &format!("{RUN_DIR}/{file}"), code.as_bytes())
         .map_err(|e| may_have_run("writing the snippet", e))?;
-    let ran = envd::run(&sandbox.id, command, RUN_DIR, Instant::now() + budget, limits.max_output_bytes as usize)
+    let mut ran = envd::run(&sandbox.id, command, RUN_DIR, Instant::now() + budget, limits.max_output_bytes as usize)
         .map_err(|e| may_have_run("running the snippet", e))?;
+    sandbox.name_oom_kill(&mut ran, &mut ooms);
     let result =
         SnippetResult { exit_code: ran.exit_code, timed_out: ran.timed_out, stdout: ran.stdout, stderr: ran.stderr };
     Ok((result, sandbox.evidence()))
@@ -147,6 +182,7 @@ fn project(
 ) -> Result<(ProjectResult, Evidence), RunError> {
     let budget = budget(limits);
     let sandbox = Sandbox::open(limits, budget).map_err(RunError::Refused)?;
+    let mut ooms = sandbox.oom_kills();
     let deadline = Instant::now() + budget;
     for f in files {
         envd::upload(&sandbox.id, &format!("{PROJECT_DIR}/{}", f.path), &f.content)
@@ -170,8 +206,9 @@ fn project(
             detail = "the project's budget ran out before this step".into();
             break;
         }
-        let ran = envd::run(&sandbox.id, step, PROJECT_DIR, deadline, limits.max_output_bytes as usize)
+        let mut ran = envd::run(&sandbox.id, step, PROJECT_DIR, deadline, limits.max_output_bytes as usize)
             .map_err(|e| may_have_run(&format!("running step {step:?}"), e))?;
+        sandbox.name_oom_kill(&mut ran, &mut ooms);
         let failed = ran.exit_code != 0;
         let timed_out = ran.timed_out;
         done.push(StepResult {
@@ -191,12 +228,55 @@ fn project(
             break;
         }
     }
+    let (read, truncated) = read_artifacts(&sandbox, artifacts)?;
+    let result = ProjectResult { outcome, detail, steps: done, artifacts: read, artifacts_truncated: truncated };
+    Ok((result, sandbox.evidence()))
+}
+
+/// Quotes `s` for `sh`.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// Reads the artifacts back: first every process the steps left is killed, so
+/// nothing changes a path between its check and its read; then each path is
+/// resolved in the guest, and one whose real path leaves the project directory
+/// (a link out) is not read, as the docker runner does not read one.
+fn read_artifacts(sandbox: &Sandbox, artifacts: &[String]) -> Result<(Vec<File>, bool), RunError> {
+    if artifacts.is_empty() {
+        return Ok((Vec::new(), false));
+    }
+    let mut script = String::from("kill -9 -1 2>/dev/null; for a in");
+    for a in artifacts {
+        script.push(' ');
+        script.push_str(&shell_quote(&format!("{PROJECT_DIR}/{a}")));
+    }
+    script.push_str("; do printf '%s\\0' \"$(realpath -e -- \"$a\" 2>/dev/null)\"; done");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let resolved = envd::run(&sandbox.id, &script, "/", deadline, 1 << 20)
+        .map_err(|e| may_have_run("resolving the artifacts", e))?;
+    let real: Vec<String> =
+        resolved.stdout.bytes.split(|b| *b == 0).map(|p| String::from_utf8_lossy(p).into()).collect();
+    if resolved.exit_code != 0 || resolved.stdout.truncated || real.len() != artifacts.len() + 1 {
+        return Err(may_have_run(
+            "resolving the artifacts",
+            format!("the guest's answer was cut (exit {})", resolved.exit_code),
+        ));
+    }
+    let inside = format!("{PROJECT_DIR}/");
     let mut read = Vec::new();
     let mut total = 0usize;
     let mut truncated = false;
-    for path in artifacts {
-        let Some(bytes) = envd::download(&sandbox.id, &format!("{PROJECT_DIR}/{path}"))
-            .map_err(|e| may_have_run(&format!("reading artifact {path}"), e))?
+    for (path, real) in artifacts.iter().zip(&real) {
+        if real.is_empty() {
+            continue;
+        }
+        if !real.starts_with(&inside) {
+            log::info(&format!("artifact {path:?} resolves outside the project directory, to {real:?}: not read back"));
+            continue;
+        }
+        let Some(bytes) =
+            envd::download(&sandbox.id, real).map_err(|e| may_have_run(&format!("reading artifact {path}"), e))?
         else {
             continue;
         };
@@ -207,8 +287,7 @@ fn project(
         total += bytes.len();
         read.push(File { path: path.clone(), content: bytes });
     }
-    let result = ProjectResult { outcome, detail, steps: done, artifacts: read, artifacts_truncated: truncated };
-    Ok((result, sandbox.evidence()))
+    Ok((read, truncated))
 }
 
 /// The behavioural proof at startup: a real sandbox, read back, runs node and
@@ -350,3 +429,14 @@ impl Guest for Plugin {
 }
 
 export!(Plugin);
+
+#[cfg(test)]
+mod tests {
+    use super::shell_quote;
+
+    #[test]
+    fn a_quoted_path_is_one_word_whatever_it_holds() {
+        assert_eq!(shell_quote("/home/user/project/a b"), "'/home/user/project/a b'");
+        assert_eq!(shell_quote("it's $(x)"), "'it'\\''s $(x)'");
+    }
+}

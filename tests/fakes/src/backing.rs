@@ -10,6 +10,9 @@ use tokio::process::Command;
 
 /// The guest's uid and gid, as in plimsoll's own containers.
 pub const GUEST_UID: u32 = 61000;
+/// The most processes a sandbox holds: the backing container's stand-in for a
+/// microVM's own limits, low enough that a fork bomb ends before its memory.
+const PIDS: u32 = 256;
 /// The label every container a fake makes carries, with the fake's pid.
 const LABEL: &str = "dev.plimsoll.fake";
 
@@ -70,13 +73,15 @@ impl Backing {
         Backing { image }
     }
 
-    /// Starts a container for sandbox `id` with `memory_mb` and `cpus`, its guest's
-    /// home at `/home/user`.
-    pub async fn create(&self, id: &str, memory_mb: u32, cpus: u32) -> Result<(), String> {
+    /// Starts a container for sandbox `id` with `memory_mb` and `cpus`: a read-only
+    /// root, its guest's home `/home/user` a tmpfs of `disk_mb` the guest owns,
+    /// and a small `/tmp`, so nothing the guest writes lands on the host's disk.
+    pub async fn create(&self, id: &str, memory_mb: u32, cpus: u32, disk_mb: u32) -> Result<(), String> {
         let label = format!("{LABEL}={}", std::process::id());
         let memory = format!("{memory_mb}m");
         let cpus = cpus.to_string();
         let name = format!("plimsoll-fake-{id}");
+        let home = format!("/home/user:rw,exec,size={disk_mb}m,uid={GUEST_UID},gid={GUEST_UID},mode=0755");
         docker(
             &[
                 "run",
@@ -94,16 +99,20 @@ impl Backing {
                 "--cpus",
                 &cpus,
                 "--pids-limit",
-                "512",
+                &PIDS.to_string(),
+                "--read-only",
+                "--tmpfs",
+                &home,
+                "--tmpfs",
+                "/tmp:rw,exec,size=64m,mode=1777",
                 &self.image,
                 "sleep",
                 "infinity",
             ],
             None,
         )
-        .await?;
-        let home = format!("mkdir -p /home/user && chown {GUEST_UID}:{GUEST_UID} /home/user");
-        docker(&["exec", "-u", "0", &name, "sh", "-c", &home], None).await.map(|_| ())
+        .await
+        .map(|_| ())
     }
 
     /// Removes sandbox `id`'s container.

@@ -68,7 +68,10 @@ const TEMPLATE: &str = "base";
 const TEMPLATE_ID: &str = "rki5dems9wqfm4r03t7g";
 const MEMORY_MB: u32 = 512;
 const CPUS: u32 = 1;
-const DISK_MB: u32 = 1024;
+/// The sandbox's disk, a tmpfs charged against its memory in the backing
+/// container: kept well below `MEMORY_MB`, so filling it ends in ENOSPC, as a
+/// real sandbox's disk does, not in the memory limit.
+const DISK_MB: u32 = 256;
 const ENVD_VERSION: &str = "0.6.13";
 const CLIENT_ID: &str = "6532622b";
 
@@ -195,7 +198,7 @@ impl Fake {
             }
         }
         let id = sandbox_id();
-        if let Err(e) = self.backing.create(&id, MEMORY_MB, CPUS).await {
+        if let Err(e) = self.backing.create(&id, MEMORY_MB, CPUS, DISK_MB).await {
             return server::json(
                 500,
                 &json!({"code": 500, "message": format!("Failed to place sandbox: {e}"), "error_code": "sandbox_create_failed"}),
