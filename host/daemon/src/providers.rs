@@ -169,8 +169,10 @@ fn e2b_held() -> Vec<plimsoll_runtime::plugin::http::HeldSecret> {
         from: "api".into(),
         field: "envdAccessToken".into(),
         target_field: "sandboxID".into(),
+        target_prefix: String::new(),
         to: "envd".into(),
         header: "x-access-token".into(),
+        value_prefix: String::new(),
     }]
 }
 

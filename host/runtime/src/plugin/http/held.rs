@@ -1,6 +1,6 @@
 //! Secrets a backend hands out per target, which the host keeps and the plugin
 //! never sees: e2b answers a sandbox's create with the access token of that
-//! sandbox's data plane. The host takes the field out of the answer before the
+//! sandbox's data plane, Docker mints a scoped bearer per sandbox endpoint. The host takes the field out of the answer before the
 //! plugin reads it, and attaches it as a header to the plugin's later requests
 //! to that target.
 
@@ -16,10 +16,15 @@ pub struct HeldSecret {
     pub field: String,
     /// The top-level field of the same answer naming its target.
     pub target_field: String,
+    /// What the target field's value starts with before the target
+    /// (`sandboxes/` in Docker's resource names); a value without it names none.
+    pub target_prefix: String,
     /// The endpoint whose requests to that target carry it.
     pub to: String,
     /// The header it travels in there.
     pub header: String,
+    /// What goes before it in that header (`Bearer ` for a bearer token).
+    pub value_prefix: String,
 }
 
 /// The most secrets held at once; past it the oldest is forgotten (its target,
@@ -63,7 +68,9 @@ impl Vault {
             .iter()
             .enumerate()
             .filter(|(_, k)| k.to == endpoint)
-            .filter_map(|(i, k)| held.values.get(&(i, target.to_string())).map(|v| (k.header.clone(), v.clone())))
+            .filter_map(|(i, k)| {
+                held.values.get(&(i, target.to_string())).map(|v| (k.header.clone(), format!("{}{v}", k.value_prefix)))
+            })
             .collect()
     }
 
@@ -86,7 +93,11 @@ impl Vault {
         let mut strip = |obj: &mut serde_json::Map<String, serde_json::Value>| {
             for (i, k) in &kinds {
                 if let Some(secret) = obj.remove(&k.field) {
-                    let target = obj.get(&k.target_field).and_then(|t| t.as_str()).map(str::to_string);
+                    let target = obj
+                        .get(&k.target_field)
+                        .and_then(|t| t.as_str())
+                        .and_then(|t| t.strip_prefix(k.target_prefix.as_str()))
+                        .map(str::to_string);
                     if let (Some(secret), Some(target)) = (secret.as_str(), target) {
                         found.push((*i, target, secret.to_string()));
                     }

@@ -499,8 +499,10 @@ fn a_per_target_secret_is_held_by_the_host_attached_for_its_target_and_forgotten
         from: "api".into(),
         field: "envdAccessToken".into(),
         target_field: "sandboxID".into(),
+        target_prefix: String::new(),
         to: "envd".into(),
         header: "x-access-token".into(),
+        value_prefix: String::new(),
     };
     let g = HttpGate::new(endpoints.clone().into()).expect("gate").holding(vec![kind.clone()]).expect("holding");
     let mut a = allowed(&["api", "envd"]);
@@ -545,6 +547,60 @@ fn a_per_target_secret_is_held_by_the_host_attached_for_its_target_and_forgotten
 }
 
 #[test]
+fn a_scoped_bearer_named_by_a_resource_name_is_attached_with_its_scheme() {
+    // Docker's endpoint credential: `{"token", "sandbox": "sandboxes/<uid>"}`, sent
+    // to that sandbox's endpoint as `Authorization: Bearer <token>`.
+    let api = route_server(|(_, path, _)| match path.as_str() {
+        "/v1/sandboxes/abc123/endpoint-credentials" => {
+            (200, r#"{"token":"scoped-0123456789","sandbox":"sandboxes/abc123","audience":"x"}"#.into())
+        }
+        _ => (200, r#"{"token":"stray-0123456789","sandbox":"images/abc123"}"#.into()),
+    });
+    let sandbox = route_server(|(_, _, headers)| {
+        let auth = headers.iter().find(|(k, _)| k == "authorization").map(|(_, v)| v.clone()).unwrap_or_default();
+        (200, format!("{{\"auth\":{auth:?}}}"))
+    });
+    let endpoints = [
+        ("api".to_string(), Endpoint { base: format!("http://127.0.0.1:{api}"), ..Endpoint::default() }),
+        (
+            "endpoint".to_string(),
+            Endpoint {
+                base: format!("http://{{target}}.sandbox.test:{sandbox}"),
+                connect_to: Some([127, 0, 0, 1].into()),
+                ..Endpoint::default()
+            },
+        ),
+    ];
+    let kind = HeldSecret {
+        from: "api".into(),
+        field: "token".into(),
+        target_field: "sandbox".into(),
+        target_prefix: "sandboxes/".into(),
+        to: "endpoint".into(),
+        header: "authorization".into(),
+        value_prefix: "Bearer ".into(),
+    };
+    let g = HttpGate::new(endpoints.into()).expect("gate").holding(vec![kind]).expect("holding");
+    let a = allowed(&["api", "endpoint"]);
+    let call = |endpoint: &str, path: &str, target: Option<&str>| Ask {
+        endpoint: endpoint.into(),
+        target: target.map(String::from),
+        method: "POST".into(),
+        ..ask(path)
+    };
+    let minted = g.send(&a, call("api", "/v1/sandboxes/abc123/endpoint-credentials", None)).expect("minted");
+    let minted: serde_json::Value = serde_json::from_slice(&minted.body).expect("json");
+    assert_eq!(minted, serde_json::json!({"sandbox": "sandboxes/abc123", "audience": "x"}));
+    let used = g.send(&a, call("endpoint", "/v1/processes/exec", Some("abc123"))).expect("exec");
+    assert_eq!(used.body, br#"{"auth":"Bearer scoped-0123456789"}"#);
+    // A field naming another kind of resource names no target: the token is still
+    // taken out of the answer, and held for nobody.
+    let stray = g.send(&a, call("api", "/v1/other", None)).expect("stray");
+    assert_eq!(stray.body, br#"{"sandbox":"images/abc123"}"#);
+    assert_eq!(g.held(), 1);
+}
+
+#[test]
 fn every_credential_the_gate_attaches_is_redacted_from_text_a_plugin_passes_on() {
     let api = route_server(|_| (201, r#"{"sandboxID":"abc123","envdAccessToken":"tok-s3cret-0123"}"#.into()));
     let mut e = endpoint(&format!("http://127.0.0.1:{api}"));
@@ -555,8 +611,10 @@ fn every_credential_the_gate_attaches_is_redacted_from_text_a_plugin_passes_on()
         from: "kms".into(),
         field: "envdAccessToken".into(),
         target_field: "sandboxID".into(),
+        target_prefix: String::new(),
         to: "envd".into(),
         header: "x-access-token".into(),
+        value_prefix: String::new(),
     };
     let g = HttpGate::new([("kms".to_string(), e), ("envd".to_string(), envd)].into())
         .expect("gate")
