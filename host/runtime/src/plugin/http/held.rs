@@ -1,8 +1,8 @@
 //! Secrets a backend hands out per target, which the host keeps and the plugin
 //! never sees: e2b answers a sandbox's create with the access token of that
-//! sandbox's data plane, Docker mints a scoped bearer per sandbox endpoint. The host takes the field out of the answer before the
-//! plugin reads it, and attaches it as a header to the plugin's later requests
-//! to that target.
+//! sandbox's data plane; Docker mints a scoped bearer per sandbox endpoint. The
+//! host takes the field out of the answer before the plugin reads it, and
+//! attaches it as a header to the plugin's later requests to that target.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
