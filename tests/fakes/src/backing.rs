@@ -169,6 +169,15 @@ impl Backing {
         }
     }
 
+    /// Where `path` really leads in sandbox `id` (links resolved), if it exists.
+    pub async fn resolve(&self, id: &str, path: &str) -> Option<String> {
+        let mut args = self.user_exec(id, "/");
+        args.extend(["realpath".into(), "-e".into(), "--".into(), path.into()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = docker(&args, None).await.ok()?;
+        Some(String::from_utf8_lossy(&out).trim_end_matches('\n').to_string())
+    }
+
     /// Runs `cmd args` in `cwd` as the guest; its output and end go to `out`. When
     /// `deadline` passes first, every guest process is killed and `Ok(false)` returned.
     pub async fn run(

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use crate::backing::{Backing, Chunk};
 use crate::pki::Pki;
 use crate::server::{self, Body, Handler, Request};
+use crate::util::{multipart, now, random, rfc3339};
 
 /// Each way this fake can misbehave, and what it does.
 pub const MODES: [(&str, &str); 10] = [
@@ -90,23 +91,6 @@ pub struct Fake {
     mode: Option<Mode>,
     key: String,
     sandboxes: Mutex<HashMap<String, Sandbox>>,
-}
-
-fn now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
-}
-
-/// RFC 3339 of a unix time, UTC.
-fn rfc3339(t: u64) -> String {
-    let (days, secs) = (t / 86_400, t % 86_400);
-    let (y, m, d) = plimsoll_core::date::civil(i64::try_from(days).unwrap_or(i64::MAX));
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", secs / 3600, secs / 60 % 60, secs % 60)
-}
-
-fn random(n: usize) -> Vec<u8> {
-    let mut b = vec![0u8; n];
-    let _ = getrandom::fill(&mut b);
-    b
 }
 
 /// A sandbox ID as E2B makes them: 20 of `[a-z0-9]`.
@@ -445,44 +429,6 @@ impl Fake {
     }
 }
 
-/// One part of a multipart body.
-struct Part {
-    name: String,
-    filename: Option<String>,
-    content: Vec<u8>,
-}
-
-fn multipart(body: &[u8], boundary: &str) -> Vec<Part> {
-    let delimiter = format!("--{boundary}");
-    let d = delimiter.as_bytes();
-    let mut parts = Vec::new();
-    let mut starts = Vec::new();
-    let mut i = 0;
-    while i + d.len() <= body.len() {
-        if &body[i..i + d.len()] == d {
-            starts.push(i);
-            i += d.len();
-        } else {
-            i += 1;
-        }
-    }
-    for w in starts.windows(2) {
-        let chunk = &body[w[0] + d.len()..w[1]];
-        let chunk = chunk.strip_prefix(b"\r\n").unwrap_or(chunk);
-        let chunk = chunk.strip_suffix(b"\r\n").unwrap_or(chunk);
-        let Some(split) = chunk.windows(4).position(|x| x == b"\r\n\r\n") else { continue };
-        let head = String::from_utf8_lossy(&chunk[..split]).into_owned();
-        let content = chunk[split + 4..].to_vec();
-        let field = |key: &str| {
-            head.split(';')
-                .filter_map(|p| p.trim().strip_prefix(&format!("{key}=")).map(|v| v.trim_matches('"').to_string()))
-                .next()
-        };
-        parts.push(Part { name: field("name").unwrap_or_default(), filename: field("filename"), content });
-    }
-    parts
-}
-
 impl Handler for Fake {
     fn settings(&self, port: u16, pki: &Pki) -> Vec<(String, String)> {
         vec![
@@ -520,21 +466,6 @@ impl Handler for Fake {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn dates_are_rfc3339() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(1_796_506_078), "2026-12-05T21:27:58Z");
-    }
-
-    #[test]
-    fn a_multipart_body_gives_its_parts() {
-        let body = b"--b\r\nContent-Disposition: form-data; name=\"file\"; filename=\"/x/y.txt\"\r\n\r\nhi\r\nthere\r\n--b--\r\n";
-        let parts = multipart(body, "b");
-        assert_eq!(parts.len(), 1);
-        assert_eq!((parts[0].name.as_str(), parts[0].filename.as_deref()), ("file", Some("/x/y.txt")));
-        assert_eq!(parts[0].content, b"hi\r\nthere");
-    }
 
     #[test]
     fn every_mode_parses_and_ids_look_like_e2bs() {

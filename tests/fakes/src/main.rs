@@ -5,17 +5,20 @@
 //! misbehave in the ways the plugins must catch.
 //!
 //! ```text
-//! plimsoll-fake e2b --listen 127.0.0.1:PORT [--misbehave MODE] [--image ID]
+//! plimsoll-fake <e2b|dockercloud> --listen 127.0.0.1:PORT [--misbehave MODE] [--image ID]
 //! ```
 
 mod backing;
+mod dockercloud;
 mod e2b;
 mod pki;
 mod server;
+mod util;
 
 use std::sync::Arc;
 
-const USAGE: &str = "usage: plimsoll-fake <e2b> --listen 127.0.0.1:PORT [--misbehave MODE] [--image ID] [--dir DIR]
+const USAGE: &str =
+    "usage: plimsoll-fake <e2b|dockercloud> --listen 127.0.0.1:PORT [--misbehave MODE] [--image ID] [--dir DIR]
 
   --listen ADDR     where to serve HTTPS (loopback only)
   --misbehave MODE  answer wrongly in one way (modes below); default: behave
@@ -35,7 +38,11 @@ fn main() {
     if args.is_empty() || args.iter().any(|a| a == "--help" || a == "-h") {
         println!("{USAGE}\n\ne2b modes:");
         for (mode, what) in e2b::MODES {
-            println!("  {mode:<14} {what}");
+            println!("  {mode:<18} {what}");
+        }
+        println!("\ndockercloud modes:");
+        for (mode, what) in dockercloud::MODES {
+            println!("  {mode:<18} {what}");
         }
         return;
     }
@@ -69,7 +76,11 @@ fn main() {
         dir.unwrap_or_else(|| std::env::temp_dir().join(format!("plimsoll-fake-{}-{}", vendor, std::process::id())));
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().unwrap_or_else(|e| fail(&e.to_string()));
     let code = rt.block_on(async move {
-        let pki = pki::Pki::generate(&dir, &["api.e2b.test", "*.e2b.test"]).unwrap_or_else(|e| fail(&e));
+        let names: &[&str] = match vendor.as_str() {
+            "dockercloud" => &["hub.dockercloud.test", "api.dockercloud.test", "*.sandboxes.dockercloud.test"],
+            _ => &["api.e2b.test", "*.e2b.test"],
+        };
+        let pki = pki::Pki::generate(&dir, names).unwrap_or_else(|e| fail(&e));
         let backing = Arc::new(backing::Backing::new(image));
         let handler: Arc<dyn server::Handler> = match vendor.as_str() {
             "e2b" => {
@@ -79,7 +90,15 @@ fn main() {
                 });
                 Arc::new(e2b::Fake::new(Arc::clone(&backing), mode))
             }
-            other => fail(&format!("no fake for {other:?}; this build fakes e2b")),
+            "dockercloud" => {
+                let mode = mode.as_deref().map(|m| {
+                    dockercloud::Mode::parse(m).unwrap_or_else(|| {
+                        fail(&format!("dockercloud has no mode {m:?}; plimsoll-fake --help lists them"))
+                    })
+                });
+                Arc::new(dockercloud::Fake::new(Arc::clone(&backing), mode))
+            }
+            other => fail(&format!("no fake for {other:?}; this build fakes e2b and dockercloud")),
         };
         let listener = tokio::net::TcpListener::bind(listen).await.unwrap_or_else(|e| fail(&format!("{listen}: {e}")));
         let port = listener.local_addr().map(|a| a.port()).unwrap_or_else(|e| fail(&e.to_string()));
