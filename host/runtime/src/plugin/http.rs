@@ -237,6 +237,11 @@ pub struct HttpGate {
     rt: tokio::runtime::Runtime,
     log: Option<CallLog>,
     vault: held::Vault,
+    /// Endpoint to the top-level field of its answers to a write that names the
+    /// target the write made (Docker's `uid`).
+    makers: BTreeMap<String, String>,
+    /// Targets the gate saw made and not deleted.
+    live: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for HttpGate {
@@ -495,7 +500,14 @@ impl HttpGate {
             .enable_all()
             .build()
             .map_err(|e| format!("starting the plugin HTTP runtime: {e}"))?;
-        Ok(HttpGate { routes, rt, log: None, vault: held::Vault::default() })
+        Ok(HttpGate {
+            routes,
+            rt,
+            log: None,
+            vault: held::Vault::default(),
+            makers: BTreeMap::new(),
+            live: std::sync::Mutex::new(std::collections::BTreeSet::new()),
+        })
     }
 
     /// The gate, holding `kinds` of per-target secrets for the plugin.
@@ -515,6 +527,21 @@ impl HttpGate {
             }
         }
         self.vault = held::Vault::new(kinds);
+        Ok(self)
+    }
+
+    /// The gate, reading the target each write to `endpoint` made from `field` of
+    /// its answer, so the host books a sandbox from its create on, before any
+    /// secret of it is held.
+    ///
+    /// # Errors
+    ///
+    /// `endpoint` is not configured.
+    pub fn booking(mut self, endpoint: &str, field: &str) -> Result<HttpGate, String> {
+        if !self.routes.contains_key(endpoint) {
+            return Err(format!("targets are booked from endpoint {endpoint:?}, which is not configured"));
+        }
+        self.makers.insert(endpoint.to_string(), field.to_string());
         Ok(self)
     }
 
@@ -546,10 +573,25 @@ impl HttpGate {
         out
     }
 
-    /// Whether the gate holds a secret for `target`: its sandbox was made and not
-    /// seen deleted.
+    /// Whether the gate saw `target` made (a secret of it held, or its create
+    /// answered) and not seen deleted.
     pub fn holds(&self, target: &str) -> bool {
-        self.vault.holds(target)
+        self.live().contains(target)
+    }
+
+    fn live(&self) -> std::sync::MutexGuard<'_, std::collections::BTreeSet<String>> {
+        self.live.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The target a write's answer from `endpoint` says it made, if the endpoint
+    /// books them.
+    fn made(&self, ask: &Ask, status: u16, body: &[u8]) -> Option<String> {
+        let field = self.makers.get(&ask.endpoint)?;
+        if matches!(ask.method.as_str(), "GET" | "HEAD") || !(200..300).contains(&status) {
+            return None;
+        }
+        let v: serde_json::Value = serde_json::from_slice(body).ok()?;
+        v.get(field).and_then(|t| t.as_str()).filter(|t| is_target(t)).map(str::to_string)
     }
 
     /// The gate, logging every call it sends through `log`.
@@ -589,12 +631,14 @@ impl HttpGate {
         Ok((req, route.client.clone()))
     }
 
-    /// After a deleted target: its held secrets go (the path's last segment names it).
+    /// After a deleted target: it and its held secrets go (the path's last
+    /// segment names it).
     fn forget(&self, ask: &Ask) {
-        if self.vault.scans(&ask.endpoint) {
+        if self.vault.scans(&ask.endpoint) || self.makers.contains_key(&ask.endpoint) {
             let path = ask.path.split('?').next().unwrap_or_default();
             if let Some(target) = path.rsplit('/').next().filter(|t| is_target(t)) {
                 self.vault.forget(target);
+                self.live().remove(target);
             }
         }
     }
@@ -727,6 +771,12 @@ impl HttpGate {
                 record.status = Some(a.status);
                 record.received = a.body.len() as u64;
                 (a.body, a.captured) = self.vault.take(&ask.endpoint, a.body);
+                if let Some(made) = self.made(&ask, a.status, &a.body)
+                    && !a.captured.contains(&made)
+                {
+                    a.captured.push(made);
+                }
+                self.live().extend(a.captured.iter().cloned());
                 if ask.method == "DELETE" && ((200..300).contains(&a.status) || a.status == 404) {
                     self.forget(&ask);
                 }

@@ -134,11 +134,6 @@ impl Vault {
         (serde_json::to_vec(&value).unwrap_or_default(), captured)
     }
 
-    /// Whether a secret is held for `target` (its sandbox not seen deleted).
-    pub(super) fn holds(&self, target: &str) -> bool {
-        lock(&self.held).values.keys().any(|(_, t)| t == target)
-    }
-
     /// Forgets every secret held for `target` (its sandbox was deleted).
     pub(super) fn forget(&self, target: &str) {
         let mut held = lock(&self.held);

@@ -547,13 +547,16 @@ fn a_per_target_secret_is_held_by_the_host_attached_for_its_target_and_forgotten
 }
 
 #[test]
-fn a_scoped_bearer_named_by_a_resource_name_is_attached_with_its_scheme() {
+fn a_scoped_bearer_named_by_a_resource_name_is_attached_with_its_scheme_and_creates_are_booked() {
     // Docker's endpoint credential: `{"token", "sandbox": "sandboxes/<uid>"}`, sent
     // to that sandbox's endpoint as `Authorization: Bearer <token>`.
-    let api = route_server(|(_, path, _)| match path.as_str() {
-        "/v1/sandboxes/abc123/endpoint-credentials" => {
+    let api = route_server(|(method, path, _)| match (method.as_str(), path.as_str()) {
+        ("POST", "/v1/sandboxes/abc123/endpoint-credentials") => {
             (200, r#"{"token":"scoped-0123456789","sandbox":"sandboxes/abc123","audience":"x"}"#.into())
         }
+        ("POST", "/v1/sandboxes") => (202, r#"{"uid":"abc123","name":"sandboxes/abc123"}"#.into()),
+        ("GET", "/v1/sandboxes/zzz999") => (200, r#"{"uid":"zzz999"}"#.into()),
+        ("DELETE", "/v1/sandboxes/abc123") => (204, String::new()),
         _ => (200, r#"{"token":"stray-0123456789","sandbox":"images/abc123"}"#.into()),
     });
     let sandbox = route_server(|(_, _, headers)| {
@@ -580,7 +583,12 @@ fn a_scoped_bearer_named_by_a_resource_name_is_attached_with_its_scheme() {
         header: "authorization".into(),
         value_prefix: "Bearer ".into(),
     };
-    let g = HttpGate::new(endpoints.into()).expect("gate").holding(vec![kind]).expect("holding");
+    let g = HttpGate::new(endpoints.into())
+        .expect("gate")
+        .holding(vec![kind])
+        .expect("holding")
+        .booking("api", "uid")
+        .expect("booking");
     let a = allowed(&["api", "endpoint"]);
     let call = |endpoint: &str, path: &str, target: Option<&str>| Ask {
         endpoint: endpoint.into(),
@@ -588,6 +596,11 @@ fn a_scoped_bearer_named_by_a_resource_name_is_attached_with_its_scheme() {
         method: "POST".into(),
         ..ask(path)
     };
+    // The create books its sandbox before any secret of it is held; a read does not.
+    let created = g.send(&a, call("api", "/v1/sandboxes", None)).expect("created");
+    assert_eq!((created.captured, g.holds("abc123"), g.held()), (vec!["abc123".to_string()], true, 0));
+    g.send(&a, Ask { method: "GET".into(), ..call("api", "/v1/sandboxes/zzz999", None) }).expect("read");
+    assert!(!g.holds("zzz999"));
     let minted = g.send(&a, call("api", "/v1/sandboxes/abc123/endpoint-credentials", None)).expect("minted");
     let minted: serde_json::Value = serde_json::from_slice(&minted.body).expect("json");
     assert_eq!(minted, serde_json::json!({"sandbox": "sandboxes/abc123", "audience": "x"}));
@@ -598,6 +611,11 @@ fn a_scoped_bearer_named_by_a_resource_name_is_attached_with_its_scheme() {
     let stray = g.send(&a, call("api", "/v1/other", None)).expect("stray");
     assert_eq!(stray.body, br#"{"sandbox":"images/abc123"}"#);
     assert_eq!(g.held(), 1);
+    // Its delete forgets the sandbox and its credential.
+    g.send(&a, Ask { method: "DELETE".into(), ..call("api", "/v1/sandboxes/abc123", None) }).expect("deleted");
+    assert_eq!((g.holds("abc123"), g.held()), (false, 0));
+    let e = HttpGate::new(BTreeMap::new()).expect("gate").booking("api", "uid").expect_err("unconfigured");
+    assert_eq!(e, "targets are booked from endpoint \"api\", which is not configured");
 }
 
 #[test]
