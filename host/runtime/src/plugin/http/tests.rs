@@ -414,7 +414,9 @@ fn mutual_tls_uses_the_operators_ca_and_client_certificate_and_speaks_http2() {
         ca_pem: Some(pki.ca.clone().into_bytes()),
         client_pem: Some((pki.client.0.clone().into_bytes(), pki.client.1.clone().into_bytes())),
     };
-    let mut s = with(full).open(&a, version.clone()).expect("mutual TLS");
+    // The gate's runtime drives the stream: it lives while the stream is read.
+    let gate = with(full);
+    let mut s = gate.open(&a, version.clone()).expect("mutual TLS");
     assert_eq!(s.read(Duration::from_secs(5)).expect("body"), Some(b"HTTP/2.0".to_vec()));
     // Without the client certificate the server ends the handshake; without the
     // operator's CA the host does not trust the server.
