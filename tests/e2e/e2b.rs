@@ -146,28 +146,7 @@ fn a_killed_daemons_sandboxes_are_swept_by_the_next_with_its_instance() {
     let Some(fake) = Fake::start("e2b", None) else { return };
     let dir = scratch("e2b-sweep");
     let Some(env) = env(&fake, &dir, &[("SANDBOX_E2B_INSTANCE", "plimsoll@sweep-test")]) else { return };
-    let first = Daemon::start(&pairs(&env));
-    let url = first.url();
-    let slow = std::thread::spawn(move || {
-        let client = Client::new(&url, Some(TOKEN.into())).expect("client");
-        let opts = Options { timeout_ms: 60_000, ..Options::default() };
-        rt().block_on(client.run_javascript("setTimeout(() => console.log('done'), 50000)", &opts))
-    });
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while fake.sandboxes() == 0 && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    assert_eq!(fake.sandboxes(), 1, "the run's sandbox");
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    let _ = first.kill();
-    let err = slow.join().expect("join").expect_err("the daemon was killed");
-    assert!(err.may_have_run(), "{err}");
-    assert_eq!(fake.sandboxes(), 1, "the killed daemon's sandbox outlives it");
-    // The next daemon of this instance deletes it before it makes anything.
-    let next = Daemon::start(&pairs(&env));
-    assert_eq!(fake.sandboxes(), 0);
-    let swept = next.log().into_iter().find(|l| l.contains("swept this instance's sandboxes")).expect("logged");
-    assert!(swept.contains(r#""count":1"#), "{swept}");
+    super::fakes::a_killed_daemons_sandboxes_are_swept(&fake, &pairs(&env), TOKEN);
 }
 
 #[test]

@@ -115,3 +115,41 @@ pub(super) fn signed(name: &str, dir: &Path) -> Option<(PathBuf, PathBuf)> {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     Some((plugin, key.with_extension("pub")))
 }
+
+/// Waits up to 30 s for `fake` to hold `n` sandboxes; how many it holds then.
+pub(super) fn settle(fake: &Fake, n: usize) -> usize {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while fake.sandboxes() != n && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    fake.sandboxes()
+}
+
+/// A daemon killed mid-run leaves its sandbox at the vendor; the next daemon of
+/// its instance deletes it before it makes anything, and says so.
+pub(super) fn a_killed_daemons_sandboxes_are_swept(fake: &Fake, env: &[(&str, &str)], token: &str) {
+    use plimsoll_client::{Client, Options};
+    let first = super::Daemon::start(env);
+    assert_eq!(settle(fake, 0), 0, "the smoke test's sandbox");
+    let url = first.url();
+    let token = token.to_string();
+    let slow = std::thread::spawn(move || {
+        let client = Client::new(&url, Some(token)).expect("client");
+        let opts = Options { timeout_ms: 60_000, ..Options::default() };
+        super::rt().block_on(client.run_javascript("setTimeout(() => console.log('done'), 50000)", &opts))
+    });
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while fake.sandboxes() == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(fake.sandboxes(), 1, "the run's sandbox");
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = first.kill();
+    let err = slow.join().expect("join").expect_err("the daemon was killed");
+    assert!(err.may_have_run(), "{err}");
+    assert_eq!(fake.sandboxes(), 1, "the killed daemon's sandbox outlives it");
+    let next = super::Daemon::start(env);
+    assert_eq!(settle(fake, 0), 0, "the next daemon of the instance deletes it");
+    let swept = next.log().into_iter().find(|l| l.contains("swept this instance's sandboxes")).expect("logged");
+    assert!(swept.contains(r#""count":1"#), "{swept}");
+}

@@ -9,6 +9,7 @@ mod crash;
 mod daemon;
 mod docker;
 mod docker_sessions;
+mod dockercloud;
 mod e2b;
 mod fakes;
 mod grants;

@@ -7,6 +7,7 @@ use plimsoll_core::wire::JavaScriptResult;
 use plimsoll_core::{Refusal, Tier};
 use plimsoll_runtime::jail::frame::Hello;
 use plimsoll_runtime::jail::{Jail, JailConfig};
+use plimsoll_runtime::plugin::http::HeldSecret;
 use plimsoll_runtime::plugin::{self, Capability, PluginLimits, PluginProvider, Wall};
 use plimsoll_runtime::{Engine, EngineConfig, PythonGuest, WasmConfig, WasmProvider};
 
@@ -110,7 +111,14 @@ pub fn build(config: &Config, log: Log) -> Result<Arc<dyn Provider>, BuildError>
                 .remote
                 .as_ref()
                 .ok_or_else(|| BuildError { provider: "e2b", message: "no e2b settings".into() })?;
-            Ok(remote_provider(config, remote, e2b_held(), log)?)
+            Ok(remote_provider(config, remote, e2b_wiring(), log)?)
+        }
+        ProviderKind::DockerCloud => {
+            let remote = config
+                .remote
+                .as_ref()
+                .ok_or_else(|| BuildError { provider: "dockercloud", message: "no dockercloud settings".into() })?;
+            Ok(remote_provider(config, remote, dockercloud_wiring(), log)?)
         }
     }
 }
@@ -164,16 +172,44 @@ fn verified_plugin(p: &PluginConfig, approve_var: &str) -> Result<(plugin::Verif
 
 /// What e2b hands out that the host keeps: the create answer's envd access token,
 /// which the host attaches to that sandbox's envd requests.
-fn e2b_held() -> Vec<plimsoll_runtime::plugin::http::HeldSecret> {
-    vec![plimsoll_runtime::plugin::http::HeldSecret {
-        from: "api".into(),
-        field: "envdAccessToken".into(),
-        target_field: "sandboxID".into(),
-        target_prefix: String::new(),
-        to: "envd".into(),
-        header: "x-access-token".into(),
-        value_prefix: String::new(),
-    }]
+fn e2b_wiring() -> Wiring {
+    Wiring {
+        held: vec![HeldSecret {
+            from: "api".into(),
+            field: "envdAccessToken".into(),
+            target_field: "sandboxID".into(),
+            target_prefix: String::new(),
+            to: "envd".into(),
+            header: "x-access-token".into(),
+            value_prefix: String::new(),
+        }],
+        booking: None,
+    }
+}
+
+/// Docker mints a scoped bearer per sandbox endpoint (`{"token", "sandbox":
+/// "sandboxes/<uid>"}`), which goes only to that sandbox's endpoint; a create
+/// answers with the sandbox's `uid`, booked from then on.
+fn dockercloud_wiring() -> Wiring {
+    Wiring {
+        held: vec![HeldSecret {
+            from: "api".into(),
+            field: "token".into(),
+            target_field: "sandbox".into(),
+            target_prefix: "sandboxes/".into(),
+            to: "endpoint".into(),
+            header: "authorization".into(),
+            value_prefix: "Bearer ".into(),
+        }],
+        booking: Some(("api", "uid")),
+    }
+}
+
+/// How the host treats one remote backend's answers: the per-target secrets it
+/// keeps from the plugin, and the field a create's answer names its sandbox in.
+struct Wiring {
+    held: Vec<HeldSecret>,
+    booking: Option<(&'static str, &'static str)>,
 }
 
 /// Verifies and loads a remote backend's plugin, gives it the gate to its
@@ -182,7 +218,7 @@ fn e2b_held() -> Vec<plimsoll_runtime::plugin::http::HeldSecret> {
 fn remote_provider(
     config: &Config,
     remote: &RemoteConfig,
-    held: Vec<plimsoll_runtime::plugin::http::HeldSecret>,
+    wiring: Wiring,
     log: Log,
 ) -> Result<Arc<PluginProvider>, BuildError> {
     let fail = |message: String| BuildError { provider: remote.provider, message };
@@ -207,7 +243,10 @@ fn remote_provider(
             return Err(fail(format!("the plugin calls endpoint {alias:?}, which this host does not map")));
         }
     }
-    let gate = crate::outbound::gate(remote.provider, &remote.endpoints, held, log).map_err(fail)?;
+    let mut gate = crate::outbound::gate(remote.provider, &remote.endpoints, wiring.held, log).map_err(fail)?;
+    if let Some((endpoint, field)) = wiring.booking {
+        gate = gate.booking(endpoint, field).map_err(fail)?;
+    }
     let r = &config.resources;
     let limits = PluginLimits {
         memory_mb: r.memory_mb,

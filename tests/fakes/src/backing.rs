@@ -73,6 +73,11 @@ impl Backing {
         Backing { image }
     }
 
+    /// The image every sandbox runs.
+    pub fn image(&self) -> &str {
+        &self.image
+    }
+
     /// Starts a container for sandbox `id` with `memory_mb` and `cpus`: a read-only
     /// root, its guest's home `/home/user` a tmpfs of `disk_mb` the guest owns,
     /// and a small `/tmp`, so nothing the guest writes lands on the host's disk.

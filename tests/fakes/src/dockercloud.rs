@@ -118,6 +118,7 @@ enum Status {
 
 struct Sandbox {
     display_name: String,
+    labels: Value,
     image_ref: String,
     cpus: u64,
     memory_mib: u64,
@@ -315,6 +316,11 @@ impl Fake {
         if argv.is_none_or(|a| a.is_empty()) {
             return error(400, "invalidArgument", "startupExecution.rawImage.start.argv is required with imageRef");
         }
+        let labels = body.get("labels").cloned().unwrap_or_else(|| json!({}));
+        let plain = labels.as_object().is_some_and(|l| l.len() <= 64 && l.values().all(Value::is_string));
+        if !plain {
+            return error(400, "invalidArgument", "labels must be a map of at most 64 strings");
+        }
         let timeout = whole.pointer("/features/timeouts/timeout").and_then(Value::as_str).map(str::to_string);
         if self.mode == Some(Mode::Malformed) {
             return server::whole(202, "application/json", "<html>upstream error</html>");
@@ -322,6 +328,7 @@ impl Fake {
         let uid = uid();
         let sandbox = Sandbox {
             display_name,
+            labels,
             image_ref,
             cpus,
             memory_mib: memory,
@@ -383,7 +390,7 @@ impl Fake {
             "resources": {"cpus": cpus, "memoryMib": memory.to_string()},
             "platform": {"os": "linux", "architecture": "amd64"},
             "environment": {},
-            "labels": {},
+            "labels": s.labels,
         });
         if s.status == Status::Running {
             core["endpoint"] = json!({
@@ -735,6 +742,8 @@ impl Handler for Fake {
             ("SANDBOX_PROVIDER".into(), "dockercloud".into()),
             ("DOCKER_SBX_USERNAME".into(), self.username.clone()),
             ("DOCKER_SBX_TOKEN".into(), self.pat.clone()),
+            // The image every sandbox runs, pinned as an operator pins theirs.
+            ("SANDBOX_DOCKERCLOUD_IMAGE".into(), format!("plimsoll-sandbox@{}", self.backing.image())),
             ("SANDBOX_DOCKERCLOUD_AUTH_URL".into(), format!("https://{HUB}:{port}/v2/auth/token")),
             ("SANDBOX_DOCKERCLOUD_API_URL".into(), format!("https://{API}:{port}/sandboxes")),
             ("SANDBOX_DOCKERCLOUD_ENDPOINT_URL".into(), format!("https://{{target}}{ENDPOINT_SUFFIX}:{port}")),

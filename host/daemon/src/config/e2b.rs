@@ -38,13 +38,6 @@ pub(super) struct E2bTable {
     instance: Option<String>,
 }
 
-/// This machine's name, as the instance stamp of a daemon that names none.
-fn default_instance() -> String {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let host: String = host.trim().chars().filter(|c| c.is_ascii_alphanumeric() || "._-".contains(*c)).collect();
-    format!("plimsoll@{}", if host.is_empty() { "localhost" } else { &host })
-}
-
 /// Reads the e2b settings: required when e2b is the provider, refused when it is not.
 pub(super) fn e2b_config(
     pick: &mut Pick<'_>,
@@ -61,18 +54,7 @@ pub(super) fn e2b_config(
     let connect_to = pick.string("SANDBOX_E2B_CONNECT_TO", t.connect_to);
     let max_tier = pick.string("SANDBOX_E2B_MAX_TIER", t.max_tier);
     let instance = pick.string("SANDBOX_E2B_INSTANCE", t.instance);
-    let key = match env.get("E2B_API_KEY").filter(|k| !k.is_empty()) {
-        Some(k) => Some(k),
-        None => match t.api_key_file {
-            Some(p) => Some(
-                std::fs::read_to_string(&p)
-                    .map_err(|source| ConfigError::Read { path: p.display().to_string(), source })?
-                    .trim()
-                    .to_string(),
-            ),
-            None => None,
-        },
-    };
+    let key = remote::secret(env, "E2B_API_KEY", t.api_key_file)?;
     if provider != ProviderKind::E2b {
         let set = [
             ("SANDBOX_E2B_PLUGIN", plugin.dir.is_some()),
@@ -116,15 +98,7 @@ pub(super) fn e2b_config(
             "E2B_TEMPLATE={template:?} must be letters, digits, dashes and underscores"
         )));
     }
-    let instance = instance.filter(|i| !i.is_empty()).unwrap_or_else(default_instance);
-    let plain = !instance.is_empty()
-        && instance.len() <= 64
-        && instance.bytes().all(|b| b.is_ascii_alphanumeric() || b"@._-".contains(&b));
-    if !plain {
-        return Err(ConfigError::Value(format!(
-            "SANDBOX_E2B_INSTANCE={instance:?} must be 1 to 64 letters, digits and @ . _ -"
-        )));
-    }
+    let instance = remote::instance("SANDBOX_E2B_INSTANCE", instance)?;
     let ca_file = ca_file.filter(|c| !c.is_empty()).map(PathBuf::from);
     let endpoint = |url: String, headers: Vec<(String, Secret)>| EndpointConfig {
         url,

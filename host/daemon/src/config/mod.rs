@@ -10,6 +10,7 @@ use plimsoll_core::Floor;
 use serde::Deserialize;
 
 mod docker;
+mod dockercloud;
 mod e2b;
 mod env;
 mod grants;
@@ -20,6 +21,7 @@ mod wasm;
 
 pub use docker::DockerConfig;
 use docker::{DockerTable, docker_config};
+use dockercloud::{DockerCloudTable, dockercloud_config};
 use e2b::{E2bTable, e2b_config};
 pub use env::{Env, ProcessEnv};
 use env::{Pick, parse_duration};
@@ -113,6 +115,8 @@ struct File {
     #[serde(default)]
     e2b: E2bTable,
     #[serde(default)]
+    dockercloud: DockerCloudTable,
+    #[serde(default)]
     plugins: std::collections::BTreeMap<String, PluginTable>,
     #[serde(default)]
     grants: GrantsTable,
@@ -129,6 +133,9 @@ pub enum ProviderKind {
     Docker,
     /// E2B's microVMs through the e2b plugin, over the host's outbound HTTP.
     E2b,
+    /// Docker Cloud Sandboxes through the dockercloud plugin, over the host's
+    /// outbound HTTP.
+    DockerCloud,
 }
 
 impl ProviderKind {
@@ -139,6 +146,7 @@ impl ProviderKind {
             ProviderKind::Wasm => "wasm",
             ProviderKind::Docker => "docker",
             ProviderKind::E2b => "e2b",
+            ProviderKind::DockerCloud => "dockercloud",
         }
     }
 }
@@ -319,8 +327,15 @@ impl Config {
                     .map_err(|e| ConfigError::File { path: p.display().to_string(), message: e.to_string() })?
             }
         };
-        let File { daemon: d, sandbox: s, docker: docker_table, e2b: e2b_table, mut plugins, grants: grants_table } =
-            file;
+        let File {
+            daemon: d,
+            sandbox: s,
+            docker: docker_table,
+            e2b: e2b_table,
+            dockercloud: dockercloud_table,
+            mut plugins,
+            grants: grants_table,
+        } = file;
         let mut pick = Pick { env, explicit: Vec::new() };
 
         let addr = pick.string("PLIMSOLL_ADDR", d.addr).unwrap_or_else(|| ":8746".into());
@@ -394,22 +409,26 @@ impl Config {
             Some("wasm") => ProviderKind::Wasm,
             Some("docker") => ProviderKind::Docker,
             Some("e2b") => ProviderKind::E2b,
-            Some(p @ ("dockercloud" | "openshell" | "agentsandbox")) => {
+            Some("dockercloud") => ProviderKind::DockerCloud,
+            Some(p @ ("openshell" | "agentsandbox")) => {
                 return Err(ConfigError::Value(format!(
-                    "SANDBOX_PROVIDER={p:?}: that provider is not built into this version yet; this build runs wasm, docker and e2b"
+                    "SANDBOX_PROVIDER={p:?}: that provider is not built into this version yet; this build runs wasm, docker, e2b and dockercloud"
                 )));
             }
             Some(other) => {
                 return Err(ConfigError::Value(format!(
-                    "SANDBOX_PROVIDER={other:?} is not a provider; use wasm, docker or e2b (or leave it unset)"
+                    "SANDBOX_PROVIDER={other:?} is not a provider; use wasm, docker, e2b or dockercloud (or leave it unset)"
                 )));
             }
         };
         let docker = docker_config(&mut pick, provider, docker_table, plugins.remove("docker"))?;
-        let remote = e2b_config(&mut pick, env, provider, e2b_table, plugins.remove("e2b"))?;
+        let e2b = e2b_config(&mut pick, env, provider, e2b_table, plugins.remove("e2b"))?;
+        let dockercloud =
+            dockercloud_config(&mut pick, env, provider, dockercloud_table, plugins.remove("dockercloud"))?;
+        let mut remote = e2b.or(dockercloud);
         if let Some(name) = plugins.keys().next() {
             return Err(ConfigError::Value(format!(
-                "[plugins.{name}]: this build loads provider plugins docker and e2b only"
+                "[plugins.{name}]: this build loads provider plugins docker, e2b and dockercloud only"
             )));
         }
         let min_isolation = match pick.string("SANDBOX_MIN_ISOLATION", s.min_isolation) {
@@ -452,6 +471,20 @@ impl Config {
             return Err(ConfigError::Value(
                 "SANDBOX_PIDS is set, but e2b cannot limit processes in its sandboxes; unset it".into(),
             ));
+        }
+        if provider == ProviderKind::DockerCloud {
+            for (name, set) in [("SANDBOX_PIDS", pids != 0), ("SANDBOX_DISK_MB", disk_mb != 0)] {
+                if set {
+                    return Err(ConfigError::Value(format!(
+                        "{name} is set, but Docker Cloud Sandboxes offer no such limit; unset it"
+                    )));
+                }
+            }
+            let (cpus, memory) = dockercloud::size(cpus, memory_mb)?;
+            if let Some(r) = remote.as_mut() {
+                r.settings.insert("cpus".into(), cpus.to_string());
+                r.settings.insert("memory-mib".into(), memory.to_string());
+            }
         }
         if provider == ProviderKind::Wasm {
             for (name, set) in

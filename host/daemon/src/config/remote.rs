@@ -8,8 +8,8 @@ use std::path::PathBuf;
 
 use plimsoll_core::Tier;
 
-use super::ConfigError;
 use super::plugins::PluginConfig;
+use super::{ConfigError, Env};
 
 /// A credential; its `Debug` never shows it, so no log or error can print it.
 pub use plimsoll_grants::token::Secret;
@@ -90,4 +90,32 @@ pub(super) fn url(var: &str, v: &str, connect_to: Option<IpAddr>) -> Result<(), 
         "http" if connect_to.is_some_and(|a| a.is_loopback()) || host == "127.0.0.1" || host == "localhost" => Ok(()),
         _ => Err(bad("must be https (http only to loopback)")),
     }
+}
+
+/// A secret from the environment variable `var`, or else trimmed from `file`.
+pub(super) fn secret(env: &dyn Env, var: &str, file: Option<PathBuf>) -> Result<Option<String>, ConfigError> {
+    if let Some(v) = env.get(var).filter(|v| !v.is_empty()) {
+        return Ok(Some(v));
+    }
+    let Some(p) = file else { return Ok(None) };
+    let text =
+        std::fs::read_to_string(&p).map_err(|source| ConfigError::Read { path: p.display().to_string(), source })?;
+    Ok(Some(text.trim().to_string()))
+}
+
+/// This machine's name, as the instance stamp of a daemon that names none.
+fn default_instance() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host: String = host.trim().chars().filter(|c| c.is_ascii_alphanumeric() || "._-".contains(*c)).collect();
+    format!("plimsoll@{}", if host.is_empty() { "localhost" } else { &host })
+}
+
+/// This daemon's stamp on its remote sandboxes: `v`, or `plimsoll@<hostname>`.
+pub(super) fn instance(var: &str, v: Option<String>) -> Result<String, ConfigError> {
+    let instance = v.filter(|i| !i.is_empty()).unwrap_or_else(default_instance);
+    let plain = instance.len() <= 64 && instance.bytes().all(|b| b.is_ascii_alphanumeric() || b"@._-".contains(&b));
+    if !plain {
+        return Err(ConfigError::Value(format!("{var}={instance:?} must be 1 to 64 letters, digits and @ . _ -")));
+    }
+    Ok(instance)
 }

@@ -88,7 +88,7 @@ fn malformed_values_name_the_variable() {
         ),
         (
             &[("SANDBOX_PROVIDER", "dokcer")],
-            "SANDBOX_PROVIDER=\"dokcer\" is not a provider; use wasm, docker or e2b (or leave it unset)",
+            "SANDBOX_PROVIDER=\"dokcer\" is not a provider; use wasm, docker, e2b or dockercloud (or leave it unset)",
         ),
         (
             &[("PLIMSOLL_TOKEN", "short")],
@@ -332,4 +332,84 @@ fn e2b_settings_are_required_for_e2b_checked_and_refused_elsewhere() {
     assert_eq!(r.max_tier, plimsoll_core::Tier::Container);
     assert_eq!(r.endpoints["envd"].ca_file.as_deref(), Some(std::path::Path::new("/tmp/ca.pem")));
     assert_eq!(r.endpoints["api"].connect_to, Some([127, 0, 0, 1].into()));
+}
+
+#[test]
+fn dockercloud_settings_are_required_for_dockercloud_checked_and_refused_elsewhere() {
+    const IMAGE: &str =
+        "docker.io/library/python@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    let full: [(&str, &str); 7] = [
+        ("SANDBOX_PROVIDER", "dockercloud"),
+        ("DOCKER_SBX_USERNAME", "ops"),
+        ("DOCKER_SBX_TOKEN", "dckr_pat_0123456789abcdef"),
+        ("SANDBOX_DOCKERCLOUD_IMAGE", IMAGE),
+        ("SANDBOX_DOCKERCLOUD_ENDPOINT_URL", "https://{target}.sandboxes.example"),
+        ("SANDBOX_DOCKERCLOUD_PLUGIN", "/opt/plimsoll/dockercloud"),
+        ("SANDBOX_DOCKERCLOUD_PLUGIN_KEYS", "/etc/plimsoll/vendor.pub"),
+    ];
+    let c = load(&full).expect("loads");
+    let r = c.remote.as_ref().expect("dockercloud settings");
+    assert_eq!((r.provider, r.max_tier), ("dockercloud", plimsoll_core::Tier::Vm));
+    assert_eq!(r.endpoints["api"].url, "https://connect.docker.com/sandboxes");
+    assert_eq!(r.endpoints["endpoint"].url, "https://{target}.sandboxes.example");
+    // The token is traded by the host at Docker Hub; the endpoint gets no bearer of its.
+    let x = r.endpoints["api"].exchange.as_ref().expect("an exchange");
+    assert_eq!((x.url.as_str(), x.identifier.as_str()), ("https://hub.docker.com/v2/auth/token", "ops"));
+    assert_eq!(x.secret.expose(), "dckr_pat_0123456789abcdef");
+    assert!(r.endpoints["endpoint"].exchange.is_none() && r.endpoints["endpoint"].headers.is_empty());
+    assert!(!format!("{c:?}").contains("dckr_pat_0123456789abcdef"));
+    let setting = |k: &str| r.settings.get(k).map(String::as_str);
+    assert_eq!((setting("image"), setting("cpus"), setting("memory-mib")), (Some(IMAGE), Some("1"), Some("2048")));
+    assert_eq!(setting("endpoint-url"), Some("https://{target}.sandboxes.example"));
+    let sized = load(&[&full[..], &[("SANDBOX_CPUS", "4"), ("SANDBOX_MEMORY_MB", "8192")]].concat()).expect("medium");
+    let r = sized.remote.expect("settings");
+    assert_eq!((r.settings["cpus"].as_str(), r.settings["memory-mib"].as_str()), ("4", "8192"));
+    let without = |name: &str| full.iter().copied().filter(|(k, _)| *k != name).collect::<Vec<_>>();
+    let with = |pair: (&'static str, &'static str)| {
+        let mut v = full.to_vec();
+        v.push(pair);
+        v
+    };
+    let cases: [(Vec<(&str, &str)>, &str); 10] = [
+        (
+            without("DOCKER_SBX_TOKEN"),
+            "SANDBOX_PROVIDER=dockercloud needs DOCKER_SBX_TOKEN (or dockercloud.token-file): a personal access token the host trades for a short-lived bearer; the plugin never sees either",
+        ),
+        (
+            without("DOCKER_SBX_USERNAME"),
+            "SANDBOX_PROVIDER=dockercloud needs DOCKER_SBX_USERNAME: the Docker account whose access token the host exchanges",
+        ),
+        (
+            with(("SANDBOX_DOCKERCLOUD_IMAGE", "python:3.12")),
+            "SANDBOX_DOCKERCLOUD_IMAGE=\"python:3.12\" must be pinned by digest (<name>@sha256:<64 hex>), so the read-back can prove what booted",
+        ),
+        (
+            without("SANDBOX_DOCKERCLOUD_ENDPOINT_URL"),
+            "SANDBOX_PROVIDER=dockercloud needs SANDBOX_DOCKERCLOUD_ENDPOINT_URL: the URL of a sandbox's endpoint with {target} where its uid goes (as the sandbox's core.endpoint.uri shows it); a sandbox whose endpoint is elsewhere is refused",
+        ),
+        (
+            with(("SANDBOX_DOCKERCLOUD_ENDPOINT_URL", "https://sandboxes.example/{target}")),
+            "SANDBOX_DOCKERCLOUD_ENDPOINT_URL=\"https://sandboxes.example/{target}\" must name {target} once, in its host, where the sandbox's uid goes",
+        ),
+        (
+            with(("SANDBOX_DOCKERCLOUD_AUTH_URL", "http://hub.docker.com/v2/auth/token")),
+            "SANDBOX_DOCKERCLOUD_AUTH_URL=\"http://hub.docker.com/v2/auth/token\" must be https (http only to loopback)",
+        ),
+        (
+            with(("SANDBOX_MEMORY_MB", "1024")),
+            "SANDBOX_CPUS=0 with SANDBOX_MEMORY_MB=1024 is not a size Docker offers; use one of 1 CPU(s) with 2048 MiB, 2 CPU(s) with 4096 MiB, 4 CPU(s) with 8192 MiB, 8 CPU(s) with 16384 MiB, 16 CPU(s) with 32768 MiB",
+        ),
+        (
+            with(("SANDBOX_DISK_MB", "1024")),
+            "SANDBOX_DISK_MB is set, but Docker Cloud Sandboxes offer no such limit; unset it",
+        ),
+        (with(("SANDBOX_PIDS", "64")), "SANDBOX_PIDS is set, but Docker Cloud Sandboxes offer no such limit; unset it"),
+        (
+            vec![("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_DOCKERCLOUD_IMAGE", IMAGE)],
+            "SANDBOX_DOCKERCLOUD_IMAGE is set, but SANDBOX_PROVIDER is wasm; set SANDBOX_PROVIDER=dockercloud or unset it",
+        ),
+    ];
+    for (pairs, want) in cases {
+        assert_eq!(load(&pairs).expect_err(want).to_string(), want);
+    }
 }

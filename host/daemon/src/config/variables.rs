@@ -5,7 +5,7 @@ pub const BROKER_AUTH_PREFIX: &str = "PLIMSOLL_BROKER_AUTH_";
 
 /// Every variable the daemon reads, with the file key it overrides and what it does.
 /// `serve --help` prints this table, so the usage text and the code cannot drift.
-pub const VARIABLES: [(&str, &str, &str); 53] = [
+pub const VARIABLES: [(&str, &str, &str); 66] = [
     ("PLIMSOLL_CONFIG", "", "path of plimsoll.toml"),
     ("PLIMSOLL_ADDR", "daemon.addr", "RPC listener, default :8746"),
     ("PLIMSOLL_METRICS_ADDR", "daemon.metrics-addr", "metrics listener, default 127.0.0.1:9464; off"),
@@ -79,6 +79,47 @@ pub const VARIABLES: [(&str, &str, &str); 53] = [
     ("SANDBOX_E2B_PLUGIN", "plugins.e2b.path", "the e2b plugin's directory"),
     ("SANDBOX_E2B_PLUGIN_KEYS", "plugins.e2b.trusted-keys", "trusted public keys (PEM files), comma-separated"),
     ("SANDBOX_E2B_PLUGIN_APPROVE", "plugins.e2b.approve", "capabilities approved, comma-separated (http,log)"),
+    ("DOCKER_SBX_USERNAME", "dockercloud.username", "dockercloud: the Docker account"),
+    (
+        "DOCKER_SBX_TOKEN",
+        "dockercloud.token-file",
+        "dockercloud: a personal access token; the host trades it for a bearer, the plugin never sees either",
+    ),
+    ("SANDBOX_DOCKERCLOUD_IMAGE", "dockercloud.image", "dockercloud: the image, pinned <name>@sha256:<digest>"),
+    (
+        "SANDBOX_DOCKERCLOUD_API_URL",
+        "dockercloud.api-url",
+        "dockercloud: the management API, default https://connect.docker.com/sandboxes",
+    ),
+    (
+        "SANDBOX_DOCKERCLOUD_AUTH_URL",
+        "dockercloud.auth-url",
+        "dockercloud: the token exchange, default https://hub.docker.com/v2/auth/token",
+    ),
+    (
+        "SANDBOX_DOCKERCLOUD_ENDPOINT_URL",
+        "dockercloud.endpoint-url",
+        "dockercloud: a sandbox's endpoint, {target} where its uid goes; any other is refused",
+    ),
+    ("SANDBOX_DOCKERCLOUD_CA_FILE", "dockercloud.ca-file", "dockercloud: a CA trusted instead of the system's"),
+    ("SANDBOX_DOCKERCLOUD_CONNECT_TO", "dockercloud.connect-to", "dockercloud: an IP every connection goes to"),
+    ("SANDBOX_DOCKERCLOUD_MAX_TIER", "dockercloud.max-tier", "dockercloud: the strongest tier credited, default vm"),
+    (
+        "SANDBOX_DOCKERCLOUD_INSTANCE",
+        "dockercloud.instance",
+        "dockercloud: this daemon's stamp on its sandboxes, default plimsoll@<hostname>",
+    ),
+    ("SANDBOX_DOCKERCLOUD_PLUGIN", "plugins.dockercloud.path", "the dockercloud plugin's directory"),
+    (
+        "SANDBOX_DOCKERCLOUD_PLUGIN_KEYS",
+        "plugins.dockercloud.trusted-keys",
+        "trusted public keys (PEM files), comma-separated",
+    ),
+    (
+        "SANDBOX_DOCKERCLOUD_PLUGIN_APPROVE",
+        "plugins.dockercloud.approve",
+        "capabilities approved, comma-separated (http,log)",
+    ),
 ];
 
 /// Names that belong to plimsoll's clients and tools, not the daemon: set in the
