@@ -11,10 +11,10 @@ use plimsoll_core::Reason;
 use super::fakes::{Fake, signed};
 use super::{Daemon, refused_start, rt, scratch};
 
-const TOKEN: &str = "dockercloud-suite-token-dockercloud-suite-0123";
+pub(super) const TOKEN: &str = "dockercloud-suite-token-dockercloud-suite-0123";
 
 /// The daemon's settings for `fake` with the plugin signed in `dir`, and `extra`.
-fn env(fake: &Fake, dir: &std::path::Path, extra: &[(&str, &str)]) -> Option<Vec<(String, String)>> {
+pub(super) fn env(fake: &Fake, dir: &std::path::Path, extra: &[(&str, &str)]) -> Option<Vec<(String, String)>> {
     let (plugin, key) = signed("dockercloud", dir)?;
     let mut env = fake.settings.clone();
     env.extend(
@@ -32,7 +32,7 @@ fn env(fake: &Fake, dir: &std::path::Path, extra: &[(&str, &str)]) -> Option<Vec
     Some(env)
 }
 
-fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
+pub(super) fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
     env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
 }
 

@@ -2,8 +2,8 @@
 //! and its JavaScript counterpart below), run as the guest at every tier this
 //! machine has (QuickJS in the daemon and in a jailed engine worker and CPython at
 //! the process tier, runc at container, runsc at kernel) and on the remote
-//! backends' fakes (the e2b plugin against `plimsoll-fake e2b`, whose sandboxes are
-//! local containers standing in for E2B's microVMs). Each attempt must fail and
+//! backends' fakes (the e2b and dockercloud plugins against `plimsoll-fake`, whose
+//! sandboxes are local containers standing in for the vendors' microVMs). Each attempt must fail and
 //! each run must report. What stopped it is read
 //! from the run (the errno or the missing facility) and named as a wall; the table
 //! that results is SPECIFICATION.md's, checked here byte for byte
@@ -17,11 +17,14 @@ use plimsoll_core::wire::{ProjectOutcome, ProjectResult};
 
 use super::docker::{TOKEN, docker_env, fixture, signed_plugin, start};
 use super::fakes::Fake;
-use super::{Daemon, callers, e2b, scratch};
+use super::{Daemon, callers, dockercloud, e2b, scratch};
 
-/// The column of the e2b plugin against its fake: the walls are the plugin's
-/// and the fake's containers', standing in for E2B's microVM.
+/// The columns of the remote plugins against their fakes: the walls are the
+/// plugin's and the fake's containers', standing in for the vendor's microVM.
 const E2B_FAKE: &str = "e2b plugin, on its fake";
+const DOCKERCLOUD_FAKE: &str = "dockercloud plugin, on its fake";
+/// What both remote columns are matched as: the same walls stop the same attacks.
+const REMOTE: &str = "a remote plugin, on its fake";
 
 const PROBE: &str = include_str!("../fixtures/probes/escape.py");
 
@@ -204,6 +207,13 @@ fn the_escape_probe_matrix_holds_on_every_tier() {
     tiers.push((E2B_FAKE, python_tier(&c, "python3", &host_file, &canary, port)));
     drop(d);
     assert_eq!(fake.sandboxes(), 0, "the e2b fake's sandboxes were left behind");
+    let Some(fake) = Fake::start("dockercloud", None) else { return };
+    let Some(env) = dockercloud::env(&fake, &scratch("probes-dockercloud"), &canary_env) else { return };
+    let d = Daemon::start(&dockercloud::pairs(&env));
+    let c = Client::new(&d.url(), Some(dockercloud::TOKEN.into())).expect("client");
+    tiers.push((DOCKERCLOUD_FAKE, python_tier(&c, "python3", &host_file, &canary, port)));
+    drop(d);
+    assert_eq!(super::fakes::settle(&fake, 0), 0, "the dockercloud fake's sandboxes were left behind");
     drop(listener);
 
     let table = matrix(&tiers);
@@ -250,6 +260,7 @@ fn wall(tier: &str, attack: &str, seen: &str) -> Option<&'static str> {
     let process = tier.starts_with("process");
     // A jailed worker runs the same engine: the same walls, behind its own.
     let tier = if tier == "process, QuickJS, jailed worker" { "process, QuickJS" } else { tier };
+    let tier = if tier == E2B_FAKE || tier == DOCKERCLOUD_FAKE { REMOTE } else { tier };
     Some(match (tier, attack, seen) {
         (_, _, s) if s.starts_with("SUCCEEDED") || s.starts_with("FOUND") || s.contains("UNEXPLAINED") => return None,
         ("process, QuickJS", "memory_bomb", s) if s.ends_with("out of memory") => "the run's linear memory limit",
@@ -268,25 +279,25 @@ fn wall(tier: &str, attack: &str, seen: &str) -> Option<&'static str> {
         }
         ("process, CPython", "memory_bomb", s) if s.ends_with("MemoryError") => "the run's linear memory limit",
         ("process, CPython", "disk_fill", "MemoryError") => "the work directory lives in the run's memory limit",
-        (E2B_FAKE, "write_outside", "EROFS") => "the sandbox's read-only root (the fake's --read-only)",
-        (E2B_FAKE, "read_host_file", "ENOENT") => "the sandbox is elsewhere: no path of the host is in it",
-        (E2B_FAKE, "network_loopback", "ECONNREFUSED") => "the sandbox's loopback is its own",
-        (E2B_FAKE, "network_out" | "metadata", "ENETUNREACH") => {
+        (REMOTE, "write_outside", "EROFS") => "the sandbox's read-only root (the fake's --read-only)",
+        (REMOTE, "read_host_file", "ENOENT") => "the sandbox is elsewhere: no path of the host is in it",
+        (REMOTE, "network_loopback", "ECONNREFUSED") => "the sandbox's loopback is its own",
+        (REMOTE, "network_out" | "metadata", "ENETUNREACH") => {
             "deny-all egress, read back before the run (the fake: no network)"
         }
-        (E2B_FAKE, "resolve_name", "gaierror") => "deny-all egress: no resolver is reachable",
-        (E2B_FAKE, "setuid_root" | "raise_capability" | "mount", "EPERM") => "the guest user holds no capability",
-        (E2B_FAKE, "ptrace", "EPERM") => "the guest user cannot trace root's processes",
-        (E2B_FAKE, "symlink_out", "not read back") => {
+        (REMOTE, "resolve_name", "gaierror") => "deny-all egress: no resolver is reachable",
+        (REMOTE, "setuid_root" | "raise_capability" | "mount", "EPERM") => "the guest user holds no capability",
+        (REMOTE, "ptrace", "EPERM") => "the guest user cannot trace root's processes",
+        (REMOTE, "symlink_out", "not read back") => {
             "the plugin resolves each artifact in the guest and reads only inside the project"
         }
-        (E2B_FAKE, "other_run_files", "ENOENT") => "a fresh sandbox per run",
-        (E2B_FAKE, "daemon_env", "not found") => "the sandbox is remote: the daemon's environment never enters it",
-        (E2B_FAKE, "fork_bomb", "EAGAIN") => "the sandbox's process limit (the fake's pids limit)",
-        (E2B_FAKE, "memory_bomb", s) if s.ends_with("the plugin's note of the kernel's OOM kill") => {
+        (REMOTE, "other_run_files", "ENOENT") => "a fresh sandbox per run",
+        (REMOTE, "daemon_env", "not found") => "the sandbox is remote: the daemon's environment never enters it",
+        (REMOTE, "fork_bomb", "EAGAIN") => "the sandbox's process limit (the fake's pids limit)",
+        (REMOTE, "memory_bomb", s) if s.ends_with("the plugin's note of the kernel's OOM kill") => {
             "the sandbox's memory; the plugin names the kernel's OOM kill (a step result)"
         }
-        (E2B_FAKE, "disk_fill", "ENOSPC") => "the sandbox's sized disk (the fake: a sized tmpfs)",
+        (REMOTE, "disk_fill", "ENOSPC") => "the sandbox's sized disk (the fake: a sized tmpfs)",
         (_, "other_run_files", "ENOENT") if process => "a fresh store and work directory per run",
         (_, "daemon_env", "not found") if process => "the component sees the run's environment only",
         (_, "other_run_files", "ENOENT") => "a fresh container per run",

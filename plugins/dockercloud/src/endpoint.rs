@@ -23,17 +23,25 @@ const TRAILER: &str = "\nplimsoll-exec ";
 /// Runs a command in the guest: in `$3` (made if missing), `sh -c "$4"` with
 /// nothing on stdin, killed with its process group after `$1` seconds; its
 /// streams go to files, of which the first `$2` bytes come back, then the
-/// trailer with the status and the streams' whole sizes. The command's pipes are
-/// never Docker's, so its output cannot outgrow the caps.
-const WRAPPER: &str = r#"d=$(mktemp -d /tmp/plimsoll-exec.XXXXXX) || exit 125
+/// trailer: the command's status, the streams' whole sizes, and the kernel's
+/// count of OOM kills before and after it (`-` where it has none). The command's
+/// pipes are never Docker's, so its output cannot outgrow the caps. The files go
+/// in `/dev/shm` where there is one, apart from the work directory's disk, so a
+/// command that fills that disk still reports.
+const WRAPPER: &str = r#"d=$(mktemp -d /dev/shm/plimsoll-exec.XXXXXX 2>/dev/null || mktemp -d /tmp/plimsoll-exec.XXXXXX) || exit 125
 mkdir -p "$3" && cd "$3" || exit 126
+o1=$(sed -n 's/^oom_kill //p' /proc/vmstat 2>/dev/null)
 timeout -s KILL "$1" sh -c "$4" >"$d/o" 2>"$d/e" </dev/null
 rc=$?
+o2=$(sed -n 's/^oom_kill //p' /proc/vmstat 2>/dev/null)
 head -c "$2" "$d/o"
 head -c "$2" "$d/e" >&2
-printf '\nplimsoll-exec %s %s %s\n' "$rc" "$(wc -c <"$d/o")" "$(wc -c <"$d/e")" >&2
+printf '\nplimsoll-exec %s %s %s %s %s\n' "$rc" "$(wc -c <"$d/o")" "$(wc -c <"$d/e")" "${o1:--}" "${o2:--}" >&2
 rm -rf "$d"
 exit "$rc""#;
+
+/// The note a command SIGKILLed while the kernel's OOM kills rose gets.
+const OOM_NOTE: &str = "\nplimsoll: the step ran out of memory: the sandbox's kernel's OOM killer ended it\n";
 
 /// What a command did.
 #[derive(Debug)]
@@ -119,7 +127,8 @@ pub fn run(uid: &str, script: &str, cwd: &str, deadline: Instant, max_output: us
     let exit_code = v.get("exitCode").and_then(Value::as_i64).map_or(0, |c| c as i32);
     let incomplete = v.get("incomplete").and_then(Value::as_bool) == Some(true);
     let duration_ms = u32::try_from(started.elapsed().as_millis()).unwrap_or(u32::MAX);
-    let (stderr, sizes) = split_trailer(stderr);
+    let (stderr, trailer) = split_trailer(stderr);
+    let sizes = trailer.as_ref().map(|t| t.sizes);
     let cut = |bytes: Vec<u8>, whole: Option<u64>| {
         let over = bytes.len() > max_output || whole.is_none_or(|w| w > max_output as u64);
         let mut bytes = bytes;
@@ -127,30 +136,45 @@ pub fn run(uid: &str, script: &str, cwd: &str, deadline: Instant, max_output: us
         Output { bytes, truncated: over || incomplete }
     };
     let timed_out = exit_code == 137 && started.elapsed() + Duration::from_millis(500) >= Duration::from_secs(secs);
+    let mut stderr = cut(stderr, sizes.map(|s| s.1));
+    if exit_code == 137 && !timed_out && trailer.is_some_and(|t| t.oom_killed) {
+        stderr.bytes.extend_from_slice(OOM_NOTE.as_bytes());
+    }
     Ok(Ran {
         exit_code: if timed_out { EXIT_TIMEOUT } else { exit_code },
         timed_out,
         stdout: cut(stdout, sizes.map(|s| s.0)),
-        stderr: cut(stderr, sizes.map(|s| s.1)),
+        stderr,
         duration_ms,
     })
 }
 
-/// Splits the wrapper's trailer off the end of stderr: the stderr before it and
-/// the whole sizes of stdout and stderr (None when the trailer is missing, as
-/// when Docker's capture limit cut it off).
-fn split_trailer(stderr: Vec<u8>) -> (Vec<u8>, Option<(u64, u64)>) {
+/// What the wrapper's trailer says.
+#[derive(Debug, PartialEq, Eq)]
+struct Trailer {
+    /// The whole sizes of stdout and stderr.
+    sizes: (u64, u64),
+    /// Whether the kernel's count of OOM kills rose while the command ran.
+    oom_killed: bool,
+}
+
+/// Splits the wrapper's trailer off the end of stderr: the stderr before it, and
+/// the trailer (None when it is missing, as when Docker's capture limit cut it).
+fn split_trailer(stderr: Vec<u8>) -> (Vec<u8>, Option<Trailer>) {
     let marker = TRAILER.as_bytes();
     let Some(at) = stderr.windows(marker.len()).rposition(|w| w == marker) else { return (stderr, None) };
     let tail = String::from_utf8_lossy(&stderr[at + marker.len()..]).into_owned();
     let fields: Vec<&str> = tail.split_whitespace().collect();
-    let sizes = match fields.as_slice() {
-        [_, out, err] => out.parse().ok().zip(err.parse().ok()),
+    let trailer = match fields.as_slice() {
+        [_, out, err, before, after] if tail.ends_with('\n') => out.parse().ok().zip(err.parse().ok()).map(|sizes| {
+            let count = |c: &str| c.parse::<u64>().ok();
+            Trailer { sizes, oom_killed: matches!((count(before), count(after)), (Some(b), Some(a)) if a > b) }
+        }),
         _ => None,
     };
-    match sizes {
-        Some(s) if tail.ends_with('\n') => (stderr[..at].to_vec(), Some(s)),
-        _ => (stderr, None),
+    match trailer {
+        Some(t) => (stderr[..at].to_vec(), Some(t)),
+        None => (stderr, None),
     }
 }
 
@@ -278,14 +302,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_trailer_gives_the_sizes_and_leaves_the_rest() {
-        let (err, sizes) = split_trailer(b"oops\nplimsoll-exec 3 10 5\n".to_vec());
-        assert_eq!((err, sizes), (b"oops".to_vec(), Some((10, 5))));
+    fn the_trailer_gives_the_sizes_and_the_oom_kills_and_leaves_the_rest() {
+        let t = |out, err, oom_killed| Some(Trailer { sizes: (out, err), oom_killed });
+        let (err, trailer) = split_trailer(b"oops\nplimsoll-exec 3 10 5 7 7\n".to_vec());
+        assert_eq!((err, trailer), (b"oops".to_vec(), t(10, 5, false)));
+        let (_, trailer) = split_trailer(b"\nplimsoll-exec 137 0 0 7 8\n".to_vec());
+        assert_eq!(trailer, t(0, 0, true));
+        let (_, trailer) = split_trailer(b"\nplimsoll-exec 137 0 0 - -\n".to_vec());
+        assert_eq!(trailer, t(0, 0, false), "a kernel that does not count OOM kills names none");
         // A guest's fake trailer earlier on is the guest's text; the last one counts.
-        let (err, sizes) = split_trailer(b"\nplimsoll-exec 0 1 1\nx\nplimsoll-exec 0 7 9\n".to_vec());
-        assert_eq!((err, sizes), (b"\nplimsoll-exec 0 1 1\nx".to_vec(), Some((7, 9))));
-        let (err, sizes) = split_trailer(b"cut short\nplimsoll-exec 0 1".to_vec());
-        assert_eq!((err, sizes), (b"cut short\nplimsoll-exec 0 1".to_vec(), None));
+        let (err, trailer) = split_trailer(b"\nplimsoll-exec 0 1 1 0 9\nx\nplimsoll-exec 0 7 9 1 1\n".to_vec());
+        assert_eq!((err, trailer), (b"\nplimsoll-exec 0 1 1 0 9\nx".to_vec(), t(7, 9, false)));
+        let (err, trailer) = split_trailer(b"cut short\nplimsoll-exec 0 1".to_vec());
+        assert_eq!((err, trailer), (b"cut short\nplimsoll-exec 0 1".to_vec(), None));
     }
 
     #[test]
