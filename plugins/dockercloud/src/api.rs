@@ -8,8 +8,6 @@ use crate::plimsoll::host::http::{self, Request};
 
 /// How long one management call may take.
 const TIMEOUT_MS: u32 = 30_000;
-/// The most of a vendor's error text kept.
-const MAX_VENDOR_TEXT: usize = 512;
 /// The most pages of a listing read in one sweep.
 const MAX_PAGES: usize = 50;
 /// The label that stamps a sandbox with this daemon's instance.
@@ -17,12 +15,7 @@ pub const STAMP: &str = "plimsoll-instance";
 
 /// A vendor's answer, cut and scrubbed for plimsoll's words.
 pub fn vendor_error(what: &str, status: u16, body: &[u8]) -> String {
-    let text: String = String::from_utf8_lossy(body)
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(MAX_VENDOR_TEXT)
-        .collect();
-    format!("Docker answered {what} with {status}: {}", text.trim())
+    format!("Docker answered {what} with {status}: {}", plimsoll_plugin_remote::vendor_text(body))
 }
 
 /// An answer: status, the ETag header, the body.
@@ -198,15 +191,7 @@ pub fn stamped(instance: &str) -> Result<Vec<String>, String> {
 
 /// Percent-encodes a query value.
 fn encode(v: &str) -> String {
-    v.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
+    plimsoll_plugin_remote::percent(v, b"")
 }
 
 /// What the read-back must show.

@@ -10,7 +10,8 @@ use serde_json::{Value, json};
 
 use crate::api::vendor_error;
 use crate::plimsoll::host::http::{self, Request};
-use crate::plimsoll::types::types::Output;
+pub use plimsoll_plugin_remote::Ran;
+use plimsoll_plugin_remote::{Output, percent, random_hex};
 
 /// How long a file transfer may take.
 const FILE_TIMEOUT_MS: u32 = 60_000;
@@ -42,37 +43,6 @@ exit "$rc""#;
 
 /// The note a command SIGKILLed while the kernel's OOM kills rose gets.
 const OOM_NOTE: &str = "\nplimsoll: the step ran out of memory: the sandbox's kernel's OOM killer ended it\n";
-
-/// What a command did.
-#[derive(Debug)]
-pub struct Ran {
-    pub exit_code: i32,
-    pub timed_out: bool,
-    pub stdout: Output,
-    pub stderr: Output,
-    pub duration_ms: u32,
-}
-
-/// Percent-encodes a query value.
-fn query(v: &str) -> String {
-    let mut out = String::new();
-    for b in v.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-fn random_hex(n: usize) -> String {
-    let mut b = vec![0u8; n];
-    if getrandom::fill(&mut b).is_err() {
-        return "plimsoll-boundary-without-randomness".into();
-    }
-    hex::encode(b)
-}
 
 /// Why an endpoint call was turned away at the door: its credential expired (the
 /// command never ran).
@@ -227,7 +197,7 @@ pub fn download(uid: &str, path: &str) -> Result<Option<Vec<u8>>, String> {
         endpoint: "endpoint".into(),
         target: Some(uid.into()),
         method: "GET".into(),
-        path: format!("/v1/files/download?paths={}", query(path)),
+        path: format!("/v1/files/download?paths={}", percent(path, b"/")),
         headers: vec![],
         body: vec![],
         timeout_ms: FILE_TIMEOUT_MS,

@@ -29,9 +29,10 @@ use endpoint::Failed;
 use exports::plimsoll::provider::provider::{Answer, CallError, Description, Guest, GuestSession, RunError, Session};
 use plimsoll::host::{config, log};
 use plimsoll::types::types::{
-    Evidence, File, Limits, ModuleRequest, ModuleResult, ProjectOutcome, ProjectResult, Refusal, RefusalReason,
+    Evidence, File, Limits, ModuleRequest, ModuleResult, Output, ProjectOutcome, ProjectResult, Refusal, RefusalReason,
     SnippetResult, StepResult, Tier,
 };
+use plimsoll_plugin_remote::{self as remote, MayHaveRun, Remote};
 
 /// Where a run's files go: `/tmp` is writable for any image's user.
 const RUN_DIR: &str = "/tmp/plimsoll/run";
@@ -39,8 +40,6 @@ const RUN_DIR: &str = "/tmp/plimsoll/run";
 const PROJECT_DIR: &str = "/tmp/plimsoll/project";
 /// Seconds Docker keeps a sandbox past the run's budget, should every delete be lost.
 const LIFETIME_MARGIN_S: u32 = 30;
-/// The most artifact bytes read back from one project.
-const MAX_ARTIFACT_BYTES: usize = 4 << 20;
 /// The longest run: an endpoint credential lives 300 s, and a command must end
 /// inside the credential it started with.
 const MAX_TIMEOUT_MS: u32 = 270_000;
@@ -79,12 +78,6 @@ fn settings() -> Result<Settings, Refusal> {
     })
 }
 
-fn random_hex(n: usize) -> String {
-    let mut b = vec![0u8; n];
-    let _ = getrandom::fill(&mut b);
-    hex::encode(b)
-}
-
 /// A sandbox of this run; deleted when dropped, whatever happened.
 struct Sandbox {
     uid: String,
@@ -111,7 +104,7 @@ impl Sandbox {
     fn open(budget: Duration) -> Result<Sandbox, Refusal> {
         let s = settings()?;
         let env = |what: &str, e: String| refused(RefusalReason::Environment, format!("{what}: {e}"));
-        let display_name = format!("plimsoll-{}", random_hex(12));
+        let display_name = format!("plimsoll-{}", remote::random_hex(12));
         let lifetime = u32::try_from(budget.as_secs()).unwrap_or(u32::MAX).saturating_add(LIFETIME_MARGIN_S);
         let wanted = api::Wanted {
             display_name: &display_name,
@@ -174,9 +167,21 @@ impl Sandbox {
         Ok(())
     }
 
-    /// Runs `script` in `cwd` until `deadline`, with a fresh credential, and once
-    /// more when the endpoint turned the first away at the door.
-    fn run(&self, script: &str, cwd: &str, deadline: Instant, max_output: usize) -> Result<endpoint::Ran, String> {
+    fn evidence(&self) -> Evidence {
+        Evidence {
+            tier: Tier::Vm,
+            environment: format!("dockercloud-image:{}", self.image),
+            software_identity: None,
+            instance: Some(format!("dockercloud-sandbox:{}", self.uid)),
+            claims: vec![],
+        }
+    }
+}
+
+impl Remote for Sandbox {
+    /// With a fresh credential, and once more when the endpoint turned the first
+    /// away at the door.
+    fn run(&self, script: &str, cwd: &str, deadline: Instant, max_output: usize) -> Result<remote::Ran, String> {
         self.fresh_for(deadline.saturating_duration_since(Instant::now()))?;
         match endpoint::run(&self.uid, script, cwd, deadline, max_output) {
             Ok(ran) => Ok(ran),
@@ -204,47 +209,46 @@ impl Sandbox {
         }
     }
 
-    fn evidence(&self) -> Evidence {
-        Evidence {
-            tier: Tier::Vm,
-            environment: format!("dockercloud-image:{}", self.image),
-            software_identity: None,
-            instance: Some(format!("dockercloud-sandbox:{}", self.uid)),
-            claims: vec![],
-        }
+    fn download(&self, path: &str) -> Result<Option<Vec<u8>>, String> {
+        self.fresh_for(Duration::from_secs(60))?;
+        endpoint::download(&self.uid, path)
     }
+
+    /// The wrapper makes the work directory of every command.
+    fn make_dir(&self, _: &str) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+fn output(o: remote::Output) -> Output {
+    Output { bytes: o.bytes, truncated: o.truncated }
 }
 
 fn budget(limits: &Limits) -> Duration {
     Duration::from_millis(u64::from(limits.timeout_ms.clamp(1, MAX_TIMEOUT_MS)))
 }
 
-fn may_have_run(what: &str, e: String) -> RunError {
-    RunError::MayHaveRun(format!("{what}: {e}"))
+fn may_have_run(e: MayHaveRun) -> RunError {
+    RunError::MayHaveRun(e.0)
 }
 
 fn snippet(language: &str, code: &str, limits: &Limits) -> Result<(SnippetResult, Evidence), RunError> {
-    let (file, command) = match language {
-        "javascript" => ("main.js", "exec node main.js"),
-        "python" => ("main.py", "exec python3 main.py"),
-        other => {
-            return Err(RunError::Refused(refused(
-                RefusalReason::Unsupported,
-                format!("the dockercloud provider runs javascript and python, not {other}"),
-            )));
-        }
-    };
+    let command = remote::snippet_command(language).ok_or_else(|| {
+        RunError::Refused(refused(
+            RefusalReason::Unsupported,
+            format!("the dockercloud provider runs javascript and python, not {language}"),
+        ))
+    })?;
     let budget = budget(limits);
     let sandbox = Sandbox::open(budget).map_err(RunError::Refused)?;
-    sandbox
-        .upload(&format!("{RUN_DIR}/{file}"), code.as_bytes())
-        .map_err(|e| may_have_run("writing the snippet", e))?;
-    // The budget counts from when the code is in place and starts.
-    let ran = sandbox
-        .run(command, RUN_DIR, Instant::now() + budget, limits.max_output_bytes as usize)
-        .map_err(|e| may_have_run("running the snippet", e))?;
-    let result =
-        SnippetResult { exit_code: ran.exit_code, timed_out: ran.timed_out, stdout: ran.stdout, stderr: ran.stderr };
+    let ran = remote::snippet(&sandbox, RUN_DIR, command, code.as_bytes(), budget, limits.max_output_bytes as usize)
+        .map_err(may_have_run)?;
+    let result = SnippetResult {
+        exit_code: ran.exit_code,
+        timed_out: ran.timed_out,
+        stdout: output(ran.stdout),
+        stderr: output(ran.stderr),
+    };
     Ok((result, sandbox.evidence()))
 }
 
@@ -256,138 +260,47 @@ fn project(
 ) -> Result<(ProjectResult, Evidence), RunError> {
     let budget = budget(limits);
     let sandbox = Sandbox::open(budget).map_err(RunError::Refused)?;
-    let deadline = Instant::now() + budget;
-    for f in files {
-        sandbox
-            .upload(&format!("{PROJECT_DIR}/{}", f.path), &f.content)
-            .map_err(|e| may_have_run(&format!("writing {}", f.path), e))?;
-    }
-    let mut done = Vec::new();
-    let mut outcome = ProjectOutcome::Completed;
-    let mut detail = String::new();
-    for step in steps {
-        if Instant::now() >= deadline {
-            outcome = ProjectOutcome::TimedOut;
-            detail = "the project's budget ran out before this step".into();
-            break;
-        }
-        let ran = sandbox
-            .run(step, PROJECT_DIR, deadline, limits.max_output_bytes as usize)
-            .map_err(|e| may_have_run(&format!("running step {step:?}"), e))?;
-        let (failed, timed_out) = (ran.exit_code != 0, ran.timed_out);
-        done.push(StepResult {
-            command: step.clone(),
-            exit_code: ran.exit_code,
-            timed_out,
-            duration_ms: ran.duration_ms,
-            stdout: ran.stdout,
-            stderr: ran.stderr,
-        });
-        if timed_out {
-            outcome = ProjectOutcome::TimedOut;
-            detail = "the project's budget ran out during this step".into();
-            break;
-        }
-        if failed {
-            break;
-        }
-    }
-    let (read, truncated) = read_artifacts(&sandbox, artifacts)?;
-    let result = ProjectResult { outcome, detail, steps: done, artifacts: read, artifacts_truncated: truncated };
-    Ok((result, sandbox.evidence()))
+    let files: Vec<(&str, &[u8])> = files.iter().map(|f| (f.path.as_str(), f.content.as_slice())).collect();
+    let p = remote::project(&sandbox, PROJECT_DIR, &files, steps, artifacts, budget, limits.max_output_bytes as usize)
+        .map_err(may_have_run)?;
+    Ok((project_result(p), sandbox.evidence()))
 }
 
-/// Quotes `s` for `sh`.
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
-}
-
-/// Reads the artifacts back: each path resolved in the guest first, and one whose
-/// real path leaves the project directory (a link out) not read, as the docker
-/// runner does not read one; Docker's download refuses a link out of its own jail
-/// besides.
-fn read_artifacts(sandbox: &Sandbox, artifacts: &[String]) -> Result<(Vec<File>, bool), RunError> {
-    if artifacts.is_empty() {
-        return Ok((Vec::new(), false));
+/// A project's run as the WIT types carry it; every link out of the project is
+/// logged.
+fn project_result(p: remote::Project) -> ProjectResult {
+    for (path, real) in &p.links_out {
+        log::info(&format!("artifact {path:?} resolves outside the project directory, to {real:?}: not read back"));
     }
-    let mut script = String::from("for a in");
-    for a in artifacts {
-        script.push(' ');
-        script.push_str(&shell_quote(&format!("{PROJECT_DIR}/{a}")));
+    ProjectResult {
+        outcome: match p.outcome {
+            remote::Outcome::Completed => ProjectOutcome::Completed,
+            remote::Outcome::TimedOut => ProjectOutcome::TimedOut,
+        },
+        detail: p.detail,
+        steps: p
+            .steps
+            .into_iter()
+            .map(|(command, ran)| StepResult {
+                command,
+                exit_code: ran.exit_code,
+                timed_out: ran.timed_out,
+                duration_ms: ran.duration_ms,
+                stdout: output(ran.stdout),
+                stderr: output(ran.stderr),
+            })
+            .collect(),
+        artifacts: p.artifacts.into_iter().map(|(path, content)| File { path, content }).collect(),
+        artifacts_truncated: p.artifacts_truncated,
     }
-    script.push_str("; do printf '%s\\0' \"$(realpath -e -- \"$a\" 2>/dev/null)\"; done");
-    let resolved = sandbox
-        .run(&script, "/", Instant::now() + Duration::from_secs(30), 1 << 20)
-        .map_err(|e| may_have_run("resolving the artifacts", e))?;
-    let real: Vec<String> =
-        resolved.stdout.bytes.split(|b| *b == 0).map(|p| String::from_utf8_lossy(p).into()).collect();
-    if resolved.exit_code != 0 || resolved.stdout.truncated || real.len() != artifacts.len() + 1 {
-        return Err(may_have_run(
-            "resolving the artifacts",
-            format!("the guest's answer was cut (exit {})", resolved.exit_code),
-        ));
-    }
-    let inside = format!("{PROJECT_DIR}/");
-    let mut read = Vec::new();
-    let mut total = 0usize;
-    let mut truncated = false;
-    for (path, real) in artifacts.iter().zip(&real) {
-        if real.is_empty() {
-            continue;
-        }
-        if !real.starts_with(&inside) {
-            log::info(&format!("artifact {path:?} resolves outside the project directory, to {real:?}: not read back"));
-            continue;
-        }
-        sandbox.fresh_for(Duration::from_secs(60)).map_err(|e| may_have_run("minting a credential", e))?;
-        let Some(bytes) =
-            endpoint::download(&sandbox.uid, real).map_err(|e| may_have_run(&format!("reading artifact {path}"), e))?
-        else {
-            continue;
-        };
-        if total + bytes.len() > MAX_ARTIFACT_BYTES {
-            truncated = true;
-            continue;
-        }
-        total += bytes.len();
-        read.push(File { path: path.clone(), content: bytes });
-    }
-    Ok((read, truncated))
 }
 
 /// The behavioural proof at startup: a real sandbox, read back, runs node and
 /// python in its directory, and reaches nothing outside.
 fn smoke() -> Result<Evidence, Refusal> {
     let sandbox = Sandbox::open(Duration::from_secs(120))?;
-    let fail = |check: &str, why: String| refused(RefusalReason::Environment, format!("smoke test, {check}: {why}"));
-    let run = |script: &str| {
-        sandbox
-            .run(script, RUN_DIR, Instant::now() + Duration::from_secs(20), 64 << 10)
-            .map_err(|e| fail(script, e))
-            .map(|r| (r.exit_code, String::from_utf8_lossy(&r.stdout.bytes).trim().to_string()))
-    };
-    sandbox.upload(&format!("{RUN_DIR}/probe.txt"), b"probe").map_err(|e| fail("upload", e))?;
-    let (code, cwd) = run("pwd && cat probe.txt")?;
-    if code != 0 || cwd != format!("{RUN_DIR}\nprobe") {
-        return Err(fail("working directory", format!("exit {code}, printed {cwd:?}")));
-    }
-    let (code, node) = run("node -e 'console.log(process.version)'")?;
-    if code != 0 || !node.starts_with('v') {
-        return Err(fail("node", format!("exit {code}, printed {node:?}")));
-    }
-    let (code, python) = run("python3 -c 'print(6*7)'")?;
-    if code != 0 || python != "42" {
-        return Err(fail("python", format!("exit {code}, printed {python:?}")));
-    }
-    for url in ["https://1.1.1.1", "https://example.com"] {
-        let script = format!(
-            "node -e \"fetch('{url}',{{signal:AbortSignal.timeout(5000)}}).then(()=>console.log('reached'),()=>console.log('refused'))\""
-        );
-        let (_, seen) = run(&script)?;
-        if seen != "refused" {
-            return Err(fail("egress", format!("{url}: {seen:?}")));
-        }
-    }
+    let node = remote::smoke(&sandbox, RUN_DIR)
+        .map_err(|(check, why)| refused(RefusalReason::Environment, format!("smoke test, {check}: {why}")))?;
     log::info(&format!("smoke test passed in dockercloud sandbox {}: node {node}, python, no egress", sandbox.uid));
     Ok(sandbox.evidence())
 }
@@ -500,14 +413,3 @@ impl Guest for Plugin {
 }
 
 export!(Plugin);
-
-#[cfg(test)]
-mod tests {
-    use super::shell_quote;
-
-    #[test]
-    fn a_quoted_path_is_one_word_whatever_it_holds() {
-        assert_eq!(shell_quote("/tmp/plimsoll/project/a b"), "'/tmp/plimsoll/project/a b'");
-        assert_eq!(shell_quote("it's $(x)"), "'it'\\''s $(x)'");
-    }
-}

@@ -7,8 +7,6 @@ use crate::plimsoll::host::http::{self, Request};
 
 /// How long one control-plane call may take.
 const TIMEOUT_MS: u32 = 30_000;
-/// The most of a vendor's error text kept.
-const MAX_VENDOR_TEXT: usize = 512;
 
 /// A sandbox E2B made for us.
 #[derive(Debug)]
@@ -21,12 +19,7 @@ pub struct Created {
 
 /// A vendor's answer, cut and scrubbed for plimsoll's words.
 pub fn vendor_error(what: &str, status: u16, body: &[u8]) -> String {
-    let text: String = String::from_utf8_lossy(body)
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .take(MAX_VENDOR_TEXT)
-        .collect();
-    format!("e2b answered {what} with {status}: {}", text.trim())
+    format!("e2b answered {what} with {status}: {}", plimsoll_plugin_remote::vendor_text(body))
 }
 
 fn call(method: &str, path: &str, body: Option<&Value>) -> Result<(u16, Vec<u8>), String> {
@@ -94,15 +87,7 @@ const MAX_PAGES: usize = 50;
 
 /// Percent-encodes a query value.
 fn encode(v: &str) -> String {
-    v.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
+    plimsoll_plugin_remote::percent(v, b"")
 }
 
 /// The IDs of every sandbox, running or paused, stamped with `instance`.

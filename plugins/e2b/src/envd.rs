@@ -11,43 +11,13 @@ use serde_json::{Value, json};
 use crate::api::vendor_error;
 use crate::connect::{self, Frame, Frames};
 use crate::plimsoll::host::http::{self, Request};
-use crate::plimsoll::types::types::Output;
+pub use plimsoll_plugin_remote::Ran;
+use plimsoll_plugin_remote::{Output, percent, random_hex};
 
 /// How long a file transfer may take.
 const FILE_TIMEOUT_MS: u32 = 60_000;
 /// Exit code of a process its deadline ended.
 pub const EXIT_TIMEOUT: i32 = 124;
-
-/// What a process did.
-#[derive(Debug)]
-pub struct Ran {
-    pub exit_code: i32,
-    pub timed_out: bool,
-    pub stdout: Output,
-    pub stderr: Output,
-    pub duration_ms: u32,
-}
-
-/// Percent-encodes a path for a query.
-fn query(path: &str) -> String {
-    let mut out = String::new();
-    for b in path.bytes() {
-        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-fn random_hex(n: usize) -> String {
-    let mut b = vec![0u8; n];
-    if getrandom::fill(&mut b).is_err() {
-        return "plimsoll-boundary-without-randomness".into();
-    }
-    hex::encode(b)
-}
 
 /// Writes `bytes` to `path` (parents made, an existing file replaced).
 pub fn upload(id: &str, path: &str, bytes: &[u8]) -> Result<(), String> {
@@ -66,7 +36,7 @@ pub fn upload(id: &str, path: &str, bytes: &[u8]) -> Result<(), String> {
         endpoint: "envd".into(),
         target: Some(id.into()),
         method: "POST".into(),
-        path: format!("/files?path={}", query(path)),
+        path: format!("/files?path={}", percent(path, b"/")),
         headers: vec![("content-type".into(), format!("multipart/form-data; boundary={boundary}"))],
         body,
         timeout_ms: FILE_TIMEOUT_MS,
@@ -83,7 +53,7 @@ pub fn download(id: &str, path: &str) -> Result<Option<Vec<u8>>, String> {
         endpoint: "envd".into(),
         target: Some(id.into()),
         method: "GET".into(),
-        path: format!("/files?path={}", query(path)),
+        path: format!("/files?path={}", percent(path, b"/")),
         headers: vec![],
         body: vec![],
         timeout_ms: FILE_TIMEOUT_MS,
@@ -272,11 +242,6 @@ pub fn run(id: &str, script: &str, cwd: &str, deadline: Instant, max_output: usi
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn paths_are_encoded_for_a_query() {
-        assert_eq!(query("/home/user/project/a b&c=d.txt"), "/home/user/project/a%20b%26c%3Dd.txt");
-    }
 
     #[test]
     fn end_events_give_the_exit_code() {

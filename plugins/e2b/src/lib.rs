@@ -20,12 +20,15 @@ wit_bindgen::generate!({
     generate_all,
 });
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
+
+use plimsoll_plugin_remote::{self as remote, MayHaveRun, Remote};
 
 use exports::plimsoll::provider::provider::{Answer, CallError, Description, Guest, GuestSession, RunError, Session};
 use plimsoll::host::{config, log};
 use plimsoll::types::types::{
-    Evidence, File, Limits, ModuleRequest, ModuleResult, ProjectOutcome, ProjectResult, Refusal, RefusalReason,
+    Evidence, File, Limits, ModuleRequest, ModuleResult, Output, ProjectOutcome, ProjectResult, Refusal, RefusalReason,
     SnippetResult, StepResult, Tier,
 };
 
@@ -35,8 +38,6 @@ const RUN_DIR: &str = "/home/user/plimsoll";
 const PROJECT_DIR: &str = "/home/user/project";
 /// Seconds E2B keeps a sandbox past the run's budget, should every delete be lost.
 const LIFETIME_MARGIN_S: u32 = 120;
-/// The most artifact bytes read back from one project.
-const MAX_ARTIFACT_BYTES: usize = 4 << 20;
 /// The longest snippet and project E2B runs here.
 const MAX_TIMEOUT_MS: u32 = 300_000;
 const MAX_PROJECT_TIMEOUT_MS: u32 = 1_800_000;
@@ -69,6 +70,8 @@ struct Sandbox {
     envd_version: String,
     /// The memory the read-back gave it, for the out-of-memory note.
     memory_mb: u64,
+    /// The kernel's count of OOM kills when last read (None: it does not say).
+    ooms: Cell<Option<u64>>,
 }
 
 impl Drop for Sandbox {
@@ -90,14 +93,20 @@ impl Sandbox {
         let lifetime = u32::try_from(budget.as_secs()).unwrap_or(u32::MAX).saturating_add(LIFETIME_MARGIN_S);
         let created = api::create(&s.template, lifetime, &s.instance)
             .map_err(|e| refused(RefusalReason::Environment, format!("creating an e2b sandbox: {e}")))?;
-        let mut sandbox =
-            Sandbox { id: created.id, template: s.template, envd_version: created.envd_version, memory_mb: 0 };
+        let mut sandbox = Sandbox {
+            id: created.id,
+            template: s.template,
+            envd_version: created.envd_version,
+            memory_mb: 0,
+            ooms: Cell::new(None),
+        };
         let detail = api::detail(&sandbox.id)
             .map_err(|e| refused(RefusalReason::Environment, format!("reading the e2b sandbox back: {e}")))?;
         let max = api::Maxima { memory_mb: limits.memory_mb, cpus_milli: limits.cpus_milli, disk_mb: limits.disk_mb };
         api::verify(&detail, &sandbox.id, &s.instance, max)
             .map_err(|e| refused(RefusalReason::Isolation, format!("the e2b sandbox is not what was asked: {e}")))?;
         sandbox.memory_mb = detail.get("memoryMB").and_then(serde_json::Value::as_u64).unwrap_or_default();
+        sandbox.ooms.set(sandbox.oom_kills());
         Ok(sandbox)
     }
 
@@ -113,14 +122,14 @@ impl Sandbox {
     }
 
     /// Names an out-of-memory kill: a process SIGKILLed (137) while the kernel's
-    /// count of OOM kills rose past `before` gets the note a runner would give.
-    fn name_oom_kill(&self, ran: &mut envd::Ran, before: &mut Option<u64>) {
+    /// count of OOM kills rose past the last reading gets the note a runner would give.
+    fn name_oom_kill(&self, ran: &mut remote::Ran) {
         if ran.exit_code != 137 || ran.timed_out {
             return;
         }
-        let Some(was) = *before else { return };
+        let Some(was) = self.ooms.get() else { return };
         let Some(now) = self.oom_kills() else { return };
-        *before = Some(now);
+        self.ooms.set(Some(now));
         if now > was {
             let note = format!(
                 "\nplimsoll: the step ran out of memory: the sandbox's kernel's OOM killer ended it (the sandbox has {} MiB)\n",
@@ -141,36 +150,56 @@ impl Sandbox {
     }
 }
 
+impl Remote for Sandbox {
+    fn upload(&self, path: &str, bytes: &[u8]) -> Result<(), String> {
+        envd::upload(&self.id, path, bytes)
+    }
+
+    fn run(&self, script: &str, cwd: &str, deadline: Instant, max_output: usize) -> Result<remote::Ran, String> {
+        let mut ran = envd::run(&self.id, script, cwd, deadline, max_output)?;
+        self.name_oom_kill(&mut ran);
+        Ok(ran)
+    }
+
+    fn download(&self, path: &str) -> Result<Option<Vec<u8>>, String> {
+        envd::download(&self.id, path)
+    }
+
+    /// envd runs every process as the guest: each the steps left is killed.
+    fn before_artifacts(&self) -> &'static str {
+        "kill -9 -1 2>/dev/null; "
+    }
+}
+
+fn output(o: remote::Output) -> Output {
+    Output { bytes: o.bytes, truncated: o.truncated }
+}
+
 fn budget(limits: &Limits) -> Duration {
     Duration::from_millis(u64::from(limits.timeout_ms.max(1)))
 }
 
-fn may_have_run(what: &str, e: String) -> RunError {
-    RunError::MayHaveRun(format!("{what}: {e}"))
+fn may_have_run(e: MayHaveRun) -> RunError {
+    RunError::MayHaveRun(e.0)
 }
 
 fn snippet(language: &str, code: &str, limits: &Limits) -> Result<(SnippetResult, Evidence), RunError> {
-    let (file, command) = match language {
-        "javascript" => ("main.js", "exec node main.js"),
-        "python" => ("main.py", "exec python3 main.py"),
-        other => {
-            return Err(RunError::Refused(refused(
-                RefusalReason::Unsupported,
-                format!("the e2b provider runs javascript and python, not {other}"),
-            )));
-        }
-    };
+    let command = remote::snippet_command(language).ok_or_else(|| {
+        RunError::Refused(refused(
+            RefusalReason::Unsupported,
+            format!("the e2b provider runs javascript and python, not {language}"),
+        ))
+    })?;
     let budget = budget(limits);
     let sandbox = Sandbox::open(limits, budget).map_err(RunError::Refused)?;
-    let mut ooms = sandbox.oom_kills();
-    // The budget counts from when the code is in place and starts.
-    envd::upload(&sandbox.id, &format!("{RUN_DIR}/{file}"), code.as_bytes())
-        .map_err(|e| may_have_run("writing the snippet", e))?;
-    let mut ran = envd::run(&sandbox.id, command, RUN_DIR, Instant::now() + budget, limits.max_output_bytes as usize)
-        .map_err(|e| may_have_run("running the snippet", e))?;
-    sandbox.name_oom_kill(&mut ran, &mut ooms);
-    let result =
-        SnippetResult { exit_code: ran.exit_code, timed_out: ran.timed_out, stdout: ran.stdout, stderr: ran.stderr };
+    let ran = remote::snippet(&sandbox, RUN_DIR, command, code.as_bytes(), budget, limits.max_output_bytes as usize)
+        .map_err(may_have_run)?;
+    let result = SnippetResult {
+        exit_code: ran.exit_code,
+        timed_out: ran.timed_out,
+        stdout: output(ran.stdout),
+        stderr: output(ran.stderr),
+    };
     Ok((result, sandbox.evidence()))
 }
 
@@ -182,112 +211,39 @@ fn project(
 ) -> Result<(ProjectResult, Evidence), RunError> {
     let budget = budget(limits);
     let sandbox = Sandbox::open(limits, budget).map_err(RunError::Refused)?;
-    let mut ooms = sandbox.oom_kills();
-    let deadline = Instant::now() + budget;
-    for f in files {
-        envd::upload(&sandbox.id, &format!("{PROJECT_DIR}/{}", f.path), &f.content)
-            .map_err(|e| may_have_run(&format!("writing {}", f.path), e))?;
-    }
-    if files.is_empty() {
-        // Uploads make the work directory; without any, make it, or envd refuses
-        // every step's working directory.
-        let made = envd::run(&sandbox.id, &format!("mkdir -p {PROJECT_DIR}"), "/", deadline, 4096)
-            .map_err(|e| may_have_run("making the work directory", e))?;
-        if made.exit_code != 0 {
-            return Err(may_have_run("making the work directory", String::from_utf8_lossy(&made.stderr.bytes).into()));
-        }
-    }
-    let mut done = Vec::new();
-    let mut outcome = ProjectOutcome::Completed;
-    let mut detail = String::new();
-    for step in steps {
-        if Instant::now() >= deadline {
-            outcome = ProjectOutcome::TimedOut;
-            detail = "the project's budget ran out before this step".into();
-            break;
-        }
-        let mut ran = envd::run(&sandbox.id, step, PROJECT_DIR, deadline, limits.max_output_bytes as usize)
-            .map_err(|e| may_have_run(&format!("running step {step:?}"), e))?;
-        sandbox.name_oom_kill(&mut ran, &mut ooms);
-        let failed = ran.exit_code != 0;
-        let timed_out = ran.timed_out;
-        done.push(StepResult {
-            command: step.clone(),
-            exit_code: ran.exit_code,
-            timed_out,
-            duration_ms: ran.duration_ms,
-            stdout: ran.stdout,
-            stderr: ran.stderr,
-        });
-        if timed_out {
-            outcome = ProjectOutcome::TimedOut;
-            detail = "the project's budget ran out during this step".into();
-            break;
-        }
-        if failed {
-            break;
-        }
-    }
-    let (read, truncated) = read_artifacts(&sandbox, artifacts)?;
-    let result = ProjectResult { outcome, detail, steps: done, artifacts: read, artifacts_truncated: truncated };
-    Ok((result, sandbox.evidence()))
+    let files: Vec<(&str, &[u8])> = files.iter().map(|f| (f.path.as_str(), f.content.as_slice())).collect();
+    let p = remote::project(&sandbox, PROJECT_DIR, &files, steps, artifacts, budget, limits.max_output_bytes as usize)
+        .map_err(may_have_run)?;
+    Ok((project_result(p), sandbox.evidence()))
 }
 
-/// Quotes `s` for `sh`.
-fn shell_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
-}
-
-/// Reads the artifacts back: first every process the steps left is killed, so
-/// nothing changes a path between its check and its read; then each path is
-/// resolved in the guest, and one whose real path leaves the project directory
-/// (a link out) is not read, as the docker runner does not read one.
-fn read_artifacts(sandbox: &Sandbox, artifacts: &[String]) -> Result<(Vec<File>, bool), RunError> {
-    if artifacts.is_empty() {
-        return Ok((Vec::new(), false));
+/// A project's run as the WIT types carry it; every link out of the project is
+/// logged.
+fn project_result(p: remote::Project) -> ProjectResult {
+    for (path, real) in &p.links_out {
+        log::info(&format!("artifact {path:?} resolves outside the project directory, to {real:?}: not read back"));
     }
-    let mut script = String::from("kill -9 -1 2>/dev/null; for a in");
-    for a in artifacts {
-        script.push(' ');
-        script.push_str(&shell_quote(&format!("{PROJECT_DIR}/{a}")));
+    ProjectResult {
+        outcome: match p.outcome {
+            remote::Outcome::Completed => ProjectOutcome::Completed,
+            remote::Outcome::TimedOut => ProjectOutcome::TimedOut,
+        },
+        detail: p.detail,
+        steps: p
+            .steps
+            .into_iter()
+            .map(|(command, ran)| StepResult {
+                command,
+                exit_code: ran.exit_code,
+                timed_out: ran.timed_out,
+                duration_ms: ran.duration_ms,
+                stdout: output(ran.stdout),
+                stderr: output(ran.stderr),
+            })
+            .collect(),
+        artifacts: p.artifacts.into_iter().map(|(path, content)| File { path, content }).collect(),
+        artifacts_truncated: p.artifacts_truncated,
     }
-    script.push_str("; do printf '%s\\0' \"$(realpath -e -- \"$a\" 2>/dev/null)\"; done");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let resolved = envd::run(&sandbox.id, &script, "/", deadline, 1 << 20)
-        .map_err(|e| may_have_run("resolving the artifacts", e))?;
-    let real: Vec<String> =
-        resolved.stdout.bytes.split(|b| *b == 0).map(|p| String::from_utf8_lossy(p).into()).collect();
-    if resolved.exit_code != 0 || resolved.stdout.truncated || real.len() != artifacts.len() + 1 {
-        return Err(may_have_run(
-            "resolving the artifacts",
-            format!("the guest's answer was cut (exit {})", resolved.exit_code),
-        ));
-    }
-    let inside = format!("{PROJECT_DIR}/");
-    let mut read = Vec::new();
-    let mut total = 0usize;
-    let mut truncated = false;
-    for (path, real) in artifacts.iter().zip(&real) {
-        if real.is_empty() {
-            continue;
-        }
-        if !real.starts_with(&inside) {
-            log::info(&format!("artifact {path:?} resolves outside the project directory, to {real:?}: not read back"));
-            continue;
-        }
-        let Some(bytes) =
-            envd::download(&sandbox.id, real).map_err(|e| may_have_run(&format!("reading artifact {path}"), e))?
-        else {
-            continue;
-        };
-        if total + bytes.len() > MAX_ARTIFACT_BYTES {
-            truncated = true;
-            continue;
-        }
-        total += bytes.len();
-        read.push(File { path: path.clone(), content: bytes });
-    }
-    Ok((read, truncated))
 }
 
 /// The behavioural proof at startup: a real sandbox, read back, runs node and
@@ -296,34 +252,8 @@ fn smoke() -> Result<Evidence, Refusal> {
     let limits =
         Limits { timeout_ms: 60_000, memory_mb: 0, cpus_milli: 0, pids: 0, disk_mb: 0, max_output_bytes: 64 << 10 };
     let sandbox = Sandbox::open(&limits, budget(&limits))?;
-    let fail = |check: &str, why: String| refused(RefusalReason::Environment, format!("smoke test, {check}: {why}"));
-    let run = |script: &str| {
-        envd::run(&sandbox.id, script, "/", Instant::now() + Duration::from_secs(20), 64 << 10)
-            .map_err(|e| fail(script, e))
-            .map(|r| (r.exit_code, String::from_utf8_lossy(&r.stdout.bytes).trim().to_string()))
-    };
-    envd::upload(&sandbox.id, &format!("{RUN_DIR}/probe.txt"), b"probe").map_err(|e| fail("upload", e))?;
-    let (code, cwd) = run(&format!("cd {RUN_DIR} && pwd && cat probe.txt"))?;
-    if code != 0 || cwd != format!("{RUN_DIR}\nprobe") {
-        return Err(fail("working directory", format!("exit {code}, printed {cwd:?}")));
-    }
-    let (code, node) = run("node -e 'console.log(process.version)'")?;
-    if code != 0 || !node.starts_with('v') {
-        return Err(fail("node", format!("exit {code}, printed {node:?}")));
-    }
-    let (code, python) = run("python3 -c 'print(6*7)'")?;
-    if code != 0 || python != "42" {
-        return Err(fail("python", format!("exit {code}, printed {python:?}")));
-    }
-    for url in ["https://1.1.1.1", "https://example.com"] {
-        let script = format!(
-            "node -e \"fetch('{url}',{{signal:AbortSignal.timeout(5000)}}).then(()=>console.log('reached'),()=>console.log('refused'))\""
-        );
-        let (_, seen) = run(&script)?;
-        if seen != "refused" {
-            return Err(fail("egress", format!("{url}: {seen:?}")));
-        }
-    }
+    let node = remote::smoke(&sandbox, RUN_DIR)
+        .map_err(|(check, why)| refused(RefusalReason::Environment, format!("smoke test, {check}: {why}")))?;
     log::info(&format!("smoke test passed in e2b sandbox {}: node {node}, python, no egress", sandbox.id));
     Ok(sandbox.evidence())
 }
@@ -429,14 +359,3 @@ impl Guest for Plugin {
 }
 
 export!(Plugin);
-
-#[cfg(test)]
-mod tests {
-    use super::shell_quote;
-
-    #[test]
-    fn a_quoted_path_is_one_word_whatever_it_holds() {
-        assert_eq!(shell_quote("/home/user/project/a b"), "'/home/user/project/a b'");
-        assert_eq!(shell_quote("it's $(x)"), "'it'\\''s $(x)'");
-    }
-}

@@ -1,0 +1,361 @@
+//! What the remote provider plugins (e2b, dockercloud) share: a run over a
+//! sandbox the plugin drives through its vendor (files in, steps in order,
+//! artifacts back, a link out of the project never read), the startup smoke
+//! test's checks, and the text helpers. Each plugin supplies a [`Remote`] for its
+//! vendor and maps the results to its WIT types; this crate knows no WIT.
+
+use std::time::{Duration, Instant};
+
+/// One output stream, kept to its cap.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Output {
+    pub bytes: Vec<u8>,
+    /// Bytes past the cap were dropped.
+    pub truncated: bool,
+}
+
+/// What a command did.
+#[derive(Debug)]
+pub struct Ran {
+    pub exit_code: i32,
+    pub timed_out: bool,
+    pub stdout: Output,
+    pub stderr: Output,
+    pub duration_ms: u32,
+}
+
+/// A sandbox of one run, as its plugin drives it.
+pub trait Remote {
+    /// Writes `bytes` to `path`, making its directories.
+    fn upload(&self, path: &str, bytes: &[u8]) -> Result<(), String>;
+    /// Runs `script` with `sh -c` in `cwd` until it ends or `deadline` passes
+    /// (then it is killed and the result says timed out); each stream keeps
+    /// `max_output` bytes.
+    fn run(&self, script: &str, cwd: &str, deadline: Instant, max_output: usize) -> Result<Ran, String>;
+    /// Reads the file at `path`; None when it is not there to read.
+    fn download(&self, path: &str) -> Result<Option<Vec<u8>>, String>;
+    /// Makes the work directory `dir` of a project that uploads nothing.
+    fn make_dir(&self, dir: &str) -> Result<(), String> {
+        let made =
+            self.run(&format!("mkdir -p {}", shell_quote(dir)), "/", Instant::now() + Duration::from_secs(30), 4096)?;
+        if made.exit_code != 0 {
+            return Err(String::from_utf8_lossy(&made.stderr.bytes).into_owned());
+        }
+        Ok(())
+    }
+    /// A shell line run before the artifacts are resolved, so nothing the steps
+    /// left changes a path between its check and its read ("" for none).
+    fn before_artifacts(&self) -> &'static str {
+        ""
+    }
+}
+
+/// A failure after something of the caller's reached the sandbox: the run may
+/// have happened.
+#[derive(Debug, PartialEq, Eq)]
+pub struct MayHaveRun(pub String);
+
+fn may_have_run(what: &str, e: String) -> MayHaveRun {
+    MayHaveRun(format!("{what}: {e}"))
+}
+
+/// The file and command of a snippet in `language`; None for a language the
+/// remote plugins do not run.
+pub fn snippet_command(language: &str) -> Option<(&'static str, &'static str)> {
+    match language {
+        "javascript" => Some(("main.js", "exec node main.js")),
+        "python" => Some(("main.py", "exec python3 main.py")),
+        _ => None,
+    }
+}
+
+/// Runs a snippet already chosen by [`snippet_command`]: its code written to
+/// `dir/file`, then `command` in `dir`, the budget counted from when it starts.
+pub fn snippet(
+    r: &impl Remote,
+    dir: &str,
+    (file, command): (&str, &str),
+    code: &[u8],
+    budget: Duration,
+    max_output: usize,
+) -> Result<Ran, MayHaveRun> {
+    r.upload(&format!("{dir}/{file}"), code).map_err(|e| may_have_run("writing the snippet", e))?;
+    r.run(command, dir, Instant::now() + budget, max_output).map_err(|e| may_have_run("running the snippet", e))
+}
+
+/// How a project ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Completed,
+    TimedOut,
+}
+
+/// A project's run.
+#[derive(Debug)]
+pub struct Project {
+    pub outcome: Outcome,
+    pub detail: String,
+    /// Each step run, with its command.
+    pub steps: Vec<(String, Ran)>,
+    pub artifacts: Vec<(String, Vec<u8>)>,
+    pub artifacts_truncated: bool,
+    /// Artifacts not read because their real path leaves the project, with it.
+    pub links_out: Vec<(String, String)>,
+}
+
+/// The most artifact bytes read back from one project.
+pub const MAX_ARTIFACT_BYTES: usize = 4 << 20;
+
+/// Runs a project in `dir`: its files written, its steps in order until one fails
+/// or the budget ends, then its artifacts read back.
+pub fn project(
+    r: &impl Remote,
+    dir: &str,
+    files: &[(&str, &[u8])],
+    steps: &[String],
+    artifacts: &[String],
+    budget: Duration,
+    max_output: usize,
+) -> Result<Project, MayHaveRun> {
+    let deadline = Instant::now() + budget;
+    for (path, content) in files {
+        r.upload(&format!("{dir}/{path}"), content).map_err(|e| may_have_run(&format!("writing {path}"), e))?;
+    }
+    if files.is_empty() {
+        r.make_dir(dir).map_err(|e| may_have_run("making the work directory", e))?;
+    }
+    let mut done = Vec::new();
+    let mut outcome = Outcome::Completed;
+    let mut detail = String::new();
+    for step in steps {
+        if Instant::now() >= deadline {
+            outcome = Outcome::TimedOut;
+            detail = "the project's budget ran out before this step".into();
+            break;
+        }
+        let ran =
+            r.run(step, dir, deadline, max_output).map_err(|e| may_have_run(&format!("running step {step:?}"), e))?;
+        let (failed, timed_out) = (ran.exit_code != 0, ran.timed_out);
+        done.push((step.clone(), ran));
+        if timed_out {
+            outcome = Outcome::TimedOut;
+            detail = "the project's budget ran out during this step".into();
+            break;
+        }
+        if failed {
+            break;
+        }
+    }
+    let read = read_artifacts(r, dir, artifacts)?;
+    Ok(Project {
+        outcome,
+        detail,
+        steps: done,
+        artifacts: read.files,
+        artifacts_truncated: read.truncated,
+        links_out: read.links_out,
+    })
+}
+
+/// The artifacts read back.
+#[derive(Default)]
+struct Read {
+    files: Vec<(String, Vec<u8>)>,
+    truncated: bool,
+    links_out: Vec<(String, String)>,
+}
+
+/// Reads the artifacts back: each path resolved in the guest first (after the
+/// plugin's [`Remote::before_artifacts`]), and one whose real path leaves `dir`
+/// (a link out) not read, as the docker runner does not read one.
+fn read_artifacts(r: &impl Remote, dir: &str, artifacts: &[String]) -> Result<Read, MayHaveRun> {
+    if artifacts.is_empty() {
+        return Ok(Read::default());
+    }
+    let mut script = format!("{}for a in", r.before_artifacts());
+    for a in artifacts {
+        script.push(' ');
+        script.push_str(&shell_quote(&format!("{dir}/{a}")));
+    }
+    script.push_str("; do printf '%s\\0' \"$(realpath -e -- \"$a\" 2>/dev/null)\"; done");
+    let resolved = r
+        .run(&script, "/", Instant::now() + Duration::from_secs(30), 1 << 20)
+        .map_err(|e| may_have_run("resolving the artifacts", e))?;
+    let real: Vec<String> =
+        resolved.stdout.bytes.split(|b| *b == 0).map(|p| String::from_utf8_lossy(p).into()).collect();
+    if resolved.exit_code != 0 || resolved.stdout.truncated || real.len() != artifacts.len() + 1 {
+        return Err(MayHaveRun(format!(
+            "resolving the artifacts: the guest's answer was cut (exit {})",
+            resolved.exit_code
+        )));
+    }
+    let inside = format!("{dir}/");
+    let mut read = Read::default();
+    let mut total = 0usize;
+    for (path, real) in artifacts.iter().zip(&real) {
+        if real.is_empty() {
+            continue;
+        }
+        if !real.starts_with(&inside) {
+            read.links_out.push((path.clone(), real.clone()));
+            continue;
+        }
+        let Some(bytes) = r.download(real).map_err(|e| may_have_run(&format!("reading artifact {path}"), e))? else {
+            continue;
+        };
+        if total + bytes.len() > MAX_ARTIFACT_BYTES {
+            read.truncated = true;
+            continue;
+        }
+        total += bytes.len();
+        read.files.push((path.clone(), bytes));
+    }
+    Ok(read)
+}
+
+/// The smoke test's checks in a fresh sandbox: a file written in `dir` is read
+/// there, node and python3 run, and `fetch` reaches neither an address nor a
+/// name outside. Returns node's version, or the check that failed and why.
+pub fn smoke(r: &impl Remote, dir: &str) -> Result<String, (String, String)> {
+    let run = |script: &str| {
+        r.run(script, dir, Instant::now() + Duration::from_secs(20), 64 << 10)
+            .map_err(|e| (script.to_string(), e))
+            .map(|ran| (ran.exit_code, String::from_utf8_lossy(&ran.stdout.bytes).trim().to_string()))
+    };
+    r.upload(&format!("{dir}/probe.txt"), b"probe").map_err(|e| ("upload".to_string(), e))?;
+    let (code, cwd) = run("pwd && cat probe.txt")?;
+    if code != 0 || cwd != format!("{dir}\nprobe") {
+        return Err(("working directory".into(), format!("exit {code}, printed {cwd:?}")));
+    }
+    let (code, node) = run("node -e 'console.log(process.version)'")?;
+    if code != 0 || !node.starts_with('v') {
+        return Err(("node".into(), format!("exit {code}, printed {node:?}")));
+    }
+    let (code, python) = run("python3 -c 'print(6*7)'")?;
+    if code != 0 || python != "42" {
+        return Err(("python".into(), format!("exit {code}, printed {python:?}")));
+    }
+    for url in ["https://1.1.1.1", "https://example.com"] {
+        let script = format!(
+            "node -e \"fetch('{url}',{{signal:AbortSignal.timeout(5000)}}).then(()=>console.log('reached'),()=>console.log('refused'))\""
+        );
+        let (_, seen) = run(&script)?;
+        if seen != "refused" {
+            return Err(("egress".into(), format!("{url}: {seen:?}")));
+        }
+    }
+    Ok(node)
+}
+
+/// Quotes `s` for `sh`.
+pub fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// Percent-encodes `v` for a query, leaving unreserved bytes and those in `keep`.
+pub fn percent(v: &str, keep: &[u8]) -> String {
+    let mut out = String::new();
+    for b in v.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) || keep.contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `n` random bytes in hex.
+pub fn random_hex(n: usize) -> String {
+    let mut b = vec![0u8; n];
+    if getrandom::fill(&mut b).is_err() {
+        return "plimsoll-without-randomness".into();
+    }
+    hex::encode(b)
+}
+
+/// A vendor's answer, cut to 512 characters and with no control characters, for
+/// plimsoll's words (the host redacts any credential in it).
+pub fn vendor_text(body: &[u8]) -> String {
+    let text: String =
+        String::from_utf8_lossy(body).chars().map(|c| if c.is_control() { ' ' } else { c }).take(512).collect();
+    text.trim().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    #[test]
+    fn a_quoted_path_is_one_word_whatever_it_holds() {
+        assert_eq!(shell_quote("/home/user/project/a b"), "'/home/user/project/a b'");
+        assert_eq!(shell_quote("it's $(x)"), "'it'\\''s $(x)'");
+    }
+
+    #[test]
+    fn queries_are_percent_encoded() {
+        assert_eq!(percent("/home/user/a b&c=d.txt", b"/"), "/home/user/a%20b%26c%3Dd.txt");
+        assert_eq!(percent("a/b", b""), "a%2Fb");
+        assert_eq!(vendor_text(b" bad\nrequest\x00 "), "bad request");
+    }
+
+    /// A sandbox in memory: files by path, each command answered from a table.
+    #[derive(Default)]
+    struct Fake {
+        files: RefCell<BTreeMap<String, Vec<u8>>>,
+        ran: RefCell<Vec<String>>,
+        answers: BTreeMap<&'static str, (i32, &'static [u8])>,
+    }
+
+    impl Remote for Fake {
+        fn upload(&self, path: &str, bytes: &[u8]) -> Result<(), String> {
+            self.files.borrow_mut().insert(path.into(), bytes.into());
+            Ok(())
+        }
+
+        fn run(&self, script: &str, _: &str, _: Instant, _: usize) -> Result<Ran, String> {
+            self.ran.borrow_mut().push(script.into());
+            let key = if script.contains("realpath") { "realpath" } else { script };
+            let (exit_code, out) = self.answers.get(key).copied().unwrap_or((0, b""));
+            let stdout = Output { bytes: out.to_vec(), truncated: false };
+            Ok(Ran { exit_code, timed_out: false, stdout, stderr: Output::default(), duration_ms: 1 })
+        }
+
+        fn download(&self, path: &str) -> Result<Option<Vec<u8>>, String> {
+            Ok(self.files.borrow().get(path).cloned())
+        }
+    }
+
+    #[test]
+    fn a_project_stops_at_its_first_failing_step_and_reads_only_inside_its_directory() {
+        let mut fake = Fake::default();
+        fake.answers.insert("false", (1, b""));
+        fake.answers.insert("realpath", (0, b"/p/out.txt\0/etc/passwd\0\0"));
+        fake.files.borrow_mut().insert("/etc/passwd".into(), b"root".to_vec());
+        let files: [(&str, &[u8]); 1] = [("out.txt", b"made")];
+        let steps = ["true".to_string(), "false".into(), "never".into()];
+        let wanted = ["out.txt".to_string(), "leak.txt".into(), "missing.txt".into()];
+        let p = project(&fake, "/p", &files, &steps, &wanted, Duration::from_secs(5), 100).expect("ran");
+        assert_eq!(p.outcome, Outcome::Completed);
+        assert_eq!(
+            p.steps.iter().map(|(c, r)| (c.as_str(), r.exit_code)).collect::<Vec<_>>(),
+            [("true", 0), ("false", 1)]
+        );
+        assert_eq!(p.artifacts, [("out.txt".to_string(), b"made".to_vec())], "the link to /etc/passwd was read");
+        assert_eq!(p.links_out, [("leak.txt".to_string(), "/etc/passwd".to_string())]);
+        // A cut answer from the guest is no answer.
+        fake.answers.insert("realpath", (0, b"/p/out.txt\0"));
+        let e = project(&fake, "/p", &files, &[], &wanted, Duration::from_secs(5), 100).expect_err("cut");
+        assert_eq!(e, MayHaveRun("resolving the artifacts: the guest's answer was cut (exit 0)".into()));
+    }
+
+    #[test]
+    fn a_project_without_files_makes_its_directory() {
+        let fake = Fake::default();
+        project(&fake, "/p q", &[], &["true".into()], &[], Duration::from_secs(5), 100).expect("ran");
+        assert_eq!(fake.ran.borrow().as_slice(), ["mkdir -p '/p q'", "true"]);
+    }
+}
