@@ -32,7 +32,7 @@ use plimsoll::types::types::{
     Evidence, File, Limits, ModuleRequest, ModuleResult, Output, ProjectOutcome, ProjectResult, Refusal, RefusalReason,
     SnippetResult, StepResult, Tier,
 };
-use plimsoll_plugin_remote::{self as remote, MayHaveRun, Remote};
+use plimsoll_plugin_remote::{self as remote, Remote};
 
 /// Where a run's files go: `/tmp` is writable for any image's user.
 const RUN_DIR: &str = "/tmp/plimsoll/run";
@@ -220,16 +220,8 @@ impl Remote for Sandbox {
     }
 }
 
-fn output(o: remote::Output) -> Output {
-    Output { bytes: o.bytes, truncated: o.truncated }
-}
-
 fn budget(limits: &Limits) -> Duration {
     Duration::from_millis(u64::from(limits.timeout_ms.clamp(1, MAX_TIMEOUT_MS)))
-}
-
-fn may_have_run(e: MayHaveRun) -> RunError {
-    RunError::MayHaveRun(e.0)
 }
 
 fn snippet(language: &str, code: &str, limits: &Limits) -> Result<(SnippetResult, Evidence), RunError> {
@@ -266,35 +258,6 @@ fn project(
     Ok((project_result(p), sandbox.evidence()))
 }
 
-/// A project's run as the WIT types carry it; every link out of the project is
-/// logged.
-fn project_result(p: remote::Project) -> ProjectResult {
-    for (path, real) in &p.links_out {
-        log::info(&format!("artifact {path:?} resolves outside the project directory, to {real:?}: not read back"));
-    }
-    ProjectResult {
-        outcome: match p.outcome {
-            remote::Outcome::Completed => ProjectOutcome::Completed,
-            remote::Outcome::TimedOut => ProjectOutcome::TimedOut,
-        },
-        detail: p.detail,
-        steps: p
-            .steps
-            .into_iter()
-            .map(|(command, ran)| StepResult {
-                command,
-                exit_code: ran.exit_code,
-                timed_out: ran.timed_out,
-                duration_ms: ran.duration_ms,
-                stdout: output(ran.stdout),
-                stderr: output(ran.stderr),
-            })
-            .collect(),
-        artifacts: p.artifacts.into_iter().map(|(path, content)| File { path, content }).collect(),
-        artifacts_truncated: p.artifacts_truncated,
-    }
-}
-
 /// The behavioural proof at startup: a real sandbox, read back, runs node and
 /// python in its directory, and reaches nothing outside.
 fn smoke() -> Result<Evidence, Refusal> {
@@ -305,38 +268,7 @@ fn smoke() -> Result<Evidence, Refusal> {
     Ok(sandbox.evidence())
 }
 
-/// Sessions are not offered: `describe` says so, and the host never opens one.
-struct NoSession;
-
-impl GuestSession for NoSession {
-    fn open(_: Limits, _: u32) -> Result<Session, Refusal> {
-        Err(refused(RefusalReason::Unsupported, "the dockercloud provider does not keep sessions"))
-    }
-
-    fn evidence(&self) -> Evidence {
-        Evidence {
-            tier: Tier::None,
-            environment: String::new(),
-            software_identity: None,
-            instance: None,
-            claims: vec![],
-        }
-    }
-
-    fn cell(&self, _: String, _: String, _: Vec<File>, _: Limits) -> Result<Answer, CallError> {
-        Err(CallError::Refused(refused(RefusalReason::Unsupported, "the dockercloud provider does not keep sessions")))
-    }
-
-    fn snippet(&self, _: String, _: String, _: Limits) -> Result<Answer, CallError> {
-        Err(CallError::Refused(refused(RefusalReason::Unsupported, "the dockercloud provider does not keep sessions")))
-    }
-
-    fn project(&self, _: Vec<File>, _: Vec<String>, _: Vec<String>, _: Limits) -> Result<Answer, CallError> {
-        Err(CallError::Refused(refused(RefusalReason::Unsupported, "the dockercloud provider does not keep sessions")))
-    }
-
-    fn close(&self) {}
-}
+plimsoll_plugin_remote::wit_glue!("dockercloud");
 
 impl Guest for Plugin {
     type Session = NoSession;
@@ -370,17 +302,7 @@ impl Guest for Plugin {
 
     fn sweep(keep: Vec<String>) -> Result<Vec<String>, String> {
         let s = settings().map_err(|r| r.message)?;
-        let mut deleted = Vec::new();
-        let mut failed = Vec::new();
-        for uid in api::stamped(&s.instance)? {
-            if keep.contains(&uid) {
-                continue;
-            }
-            match api::delete(&uid) {
-                Ok(()) => deleted.push(uid),
-                Err(e) => failed.push(format!("{uid}: {e}")),
-            }
-        }
+        let (deleted, failed) = remote::sweep(api::stamped(&s.instance)?, &keep, api::delete);
         if !failed.is_empty() {
             log::warn(&format!(
                 "the sweep could not delete {} dockercloud sandbox(es): {}",

@@ -23,7 +23,7 @@ wit_bindgen::generate!({
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use plimsoll_plugin_remote::{self as remote, MayHaveRun, Remote};
+use plimsoll_plugin_remote::{self as remote, Remote};
 
 use exports::plimsoll::provider::provider::{Answer, CallError, Description, Guest, GuestSession, RunError, Session};
 use plimsoll::host::{config, log};
@@ -171,16 +171,8 @@ impl Remote for Sandbox {
     }
 }
 
-fn output(o: remote::Output) -> Output {
-    Output { bytes: o.bytes, truncated: o.truncated }
-}
-
 fn budget(limits: &Limits) -> Duration {
     Duration::from_millis(u64::from(limits.timeout_ms.max(1)))
-}
-
-fn may_have_run(e: MayHaveRun) -> RunError {
-    RunError::MayHaveRun(e.0)
 }
 
 fn snippet(language: &str, code: &str, limits: &Limits) -> Result<(SnippetResult, Evidence), RunError> {
@@ -217,35 +209,6 @@ fn project(
     Ok((project_result(p), sandbox.evidence()))
 }
 
-/// A project's run as the WIT types carry it; every link out of the project is
-/// logged.
-fn project_result(p: remote::Project) -> ProjectResult {
-    for (path, real) in &p.links_out {
-        log::info(&format!("artifact {path:?} resolves outside the project directory, to {real:?}: not read back"));
-    }
-    ProjectResult {
-        outcome: match p.outcome {
-            remote::Outcome::Completed => ProjectOutcome::Completed,
-            remote::Outcome::TimedOut => ProjectOutcome::TimedOut,
-        },
-        detail: p.detail,
-        steps: p
-            .steps
-            .into_iter()
-            .map(|(command, ran)| StepResult {
-                command,
-                exit_code: ran.exit_code,
-                timed_out: ran.timed_out,
-                duration_ms: ran.duration_ms,
-                stdout: output(ran.stdout),
-                stderr: output(ran.stderr),
-            })
-            .collect(),
-        artifacts: p.artifacts.into_iter().map(|(path, content)| File { path, content }).collect(),
-        artifacts_truncated: p.artifacts_truncated,
-    }
-}
-
 /// The behavioural proof at startup: a real sandbox, read back, runs node and
 /// python in its directory, and reaches nothing outside.
 fn smoke() -> Result<Evidence, Refusal> {
@@ -258,41 +221,10 @@ fn smoke() -> Result<Evidence, Refusal> {
     Ok(sandbox.evidence())
 }
 
-/// Sessions are not offered: `describe` says so, and the host never opens one.
-struct E2bSession;
-
-impl GuestSession for E2bSession {
-    fn open(_: Limits, _: u32) -> Result<Session, Refusal> {
-        Err(refused(RefusalReason::Unsupported, "the e2b provider does not keep sessions"))
-    }
-
-    fn evidence(&self) -> Evidence {
-        Evidence {
-            tier: Tier::None,
-            environment: String::new(),
-            software_identity: None,
-            instance: None,
-            claims: vec![],
-        }
-    }
-
-    fn cell(&self, _: String, _: String, _: Vec<File>, _: Limits) -> Result<Answer, CallError> {
-        Err(CallError::Refused(refused(RefusalReason::Unsupported, "the e2b provider does not keep sessions")))
-    }
-
-    fn snippet(&self, _: String, _: String, _: Limits) -> Result<Answer, CallError> {
-        Err(CallError::Refused(refused(RefusalReason::Unsupported, "the e2b provider does not keep sessions")))
-    }
-
-    fn project(&self, _: Vec<File>, _: Vec<String>, _: Vec<String>, _: Limits) -> Result<Answer, CallError> {
-        Err(CallError::Refused(refused(RefusalReason::Unsupported, "the e2b provider does not keep sessions")))
-    }
-
-    fn close(&self) {}
-}
+plimsoll_plugin_remote::wit_glue!("e2b");
 
 impl Guest for Plugin {
-    type Session = E2bSession;
+    type Session = NoSession;
 
     fn describe() -> Description {
         Description {
@@ -323,17 +255,7 @@ impl Guest for Plugin {
 
     fn sweep(keep: Vec<String>) -> Result<Vec<String>, String> {
         let s = settings().map_err(|r| r.message)?;
-        let mut deleted = Vec::new();
-        let mut failed = Vec::new();
-        for id in api::stamped(&s.instance)? {
-            if keep.contains(&id) {
-                continue;
-            }
-            match api::delete(&id) {
-                Ok(()) => deleted.push(id),
-                Err(e) => failed.push(format!("{id}: {e}")),
-            }
-        }
+        let (deleted, failed) = remote::sweep(api::stamped(&s.instance)?, &keep, api::delete);
         if !failed.is_empty() {
             log::warn(&format!("the sweep could not delete {} e2b sandbox(es): {}", failed.len(), failed.join("; ")));
         }

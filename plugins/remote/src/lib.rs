@@ -247,6 +247,112 @@ pub fn smoke(r: &impl Remote, dir: &str) -> Result<String, (String, String)> {
     Ok(node)
 }
 
+/// A sweep: deletes every id of `listed` that `keep` does not hold, with
+/// `delete`; returns those deleted and, for each that failed, why.
+pub fn sweep(
+    listed: Vec<String>,
+    keep: &[String],
+    delete: impl Fn(&str) -> Result<(), String>,
+) -> (Vec<String>, Vec<String>) {
+    let mut deleted = Vec::new();
+    let mut failed = Vec::new();
+    for id in listed.into_iter().filter(|id| !keep.contains(id)) {
+        match delete(&id) {
+            Ok(()) => deleted.push(id),
+            Err(e) => failed.push(format!("{id}: {e}")),
+        }
+    }
+    (deleted, failed)
+}
+
+/// The glue every remote plugin needs between this crate and the WIT types its
+/// `wit_bindgen::generate!` made, expanded in the plugin's root beside them:
+/// `output`, `may_have_run`, `project_result` (which logs every link out of the
+/// project) and `NoSession`, which refuses every session call as `$name`.
+#[macro_export]
+macro_rules! wit_glue {
+    ($name:literal) => {
+        fn output(o: $crate::Output) -> Output {
+            Output { bytes: o.bytes, truncated: o.truncated }
+        }
+
+        fn may_have_run(e: $crate::MayHaveRun) -> RunError {
+            RunError::MayHaveRun(e.0)
+        }
+
+        /// A project's run as the WIT types carry it; every link out of the
+        /// project is logged.
+        fn project_result(p: $crate::Project) -> ProjectResult {
+            for (path, real) in &p.links_out {
+                log::info(&format!(
+                    "artifact {path:?} resolves outside the project directory, to {real:?}: not read back"
+                ));
+            }
+            ProjectResult {
+                outcome: match p.outcome {
+                    $crate::Outcome::Completed => ProjectOutcome::Completed,
+                    $crate::Outcome::TimedOut => ProjectOutcome::TimedOut,
+                },
+                detail: p.detail,
+                steps: p
+                    .steps
+                    .into_iter()
+                    .map(|(command, ran)| StepResult {
+                        command,
+                        exit_code: ran.exit_code,
+                        timed_out: ran.timed_out,
+                        duration_ms: ran.duration_ms,
+                        stdout: output(ran.stdout),
+                        stderr: output(ran.stderr),
+                    })
+                    .collect(),
+                artifacts: p.artifacts.into_iter().map(|(path, content)| File { path, content }).collect(),
+                artifacts_truncated: p.artifacts_truncated,
+            }
+        }
+
+        /// Sessions are not offered: `describe` says so, and the host never opens one.
+        struct NoSession;
+
+        impl GuestSession for NoSession {
+            fn open(_: Limits, _: u32) -> Result<Session, Refusal> {
+                Err(no_sessions())
+            }
+
+            fn evidence(&self) -> Evidence {
+                Evidence {
+                    tier: Tier::None,
+                    environment: String::new(),
+                    software_identity: None,
+                    instance: None,
+                    claims: vec![],
+                }
+            }
+
+            fn cell(&self, _: String, _: String, _: Vec<File>, _: Limits) -> Result<Answer, CallError> {
+                Err(CallError::Refused(no_sessions()))
+            }
+
+            fn snippet(&self, _: String, _: String, _: Limits) -> Result<Answer, CallError> {
+                Err(CallError::Refused(no_sessions()))
+            }
+
+            fn project(&self, _: Vec<File>, _: Vec<String>, _: Vec<String>, _: Limits) -> Result<Answer, CallError> {
+                Err(CallError::Refused(no_sessions()))
+            }
+
+            fn close(&self) {}
+        }
+
+        fn no_sessions() -> Refusal {
+            Refusal {
+                reason: RefusalReason::Unsupported,
+                message: concat!("the ", $name, " provider does not keep sessions").into(),
+            }
+        }
+    };
+}
+
 /// Quotes `s` for `sh`.
 pub fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
