@@ -156,6 +156,13 @@ fn a_killed_daemons_dockercloud_sandboxes_are_swept_by_the_next_with_its_instanc
     super::fakes::a_killed_daemons_sandboxes_are_swept(&fake, &pairs(&env), TOKEN);
 }
 
+#[test]
+fn a_dockercloud_daemon_with_grant_profiles_refuses_to_start() {
+    let Some(fake) = Fake::start("dockercloud", None) else { return };
+    let Some(env) = env(&fake, &scratch("dockercloud-grants"), &[]) else { return };
+    super::fakes::grant_profiles_stop_the_start("dockercloud", &pairs(&env));
+}
+
 /// The live suite: the same conformance suite against Docker Cloud Sandboxes. It
 /// runs only when asked (`cargo test -p plimsoll-host --test e2e -- --ignored
 /// dockercloud::live`) and then fails, never skips, without the account's

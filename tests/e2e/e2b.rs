@@ -208,6 +208,13 @@ fn links_out_of_the_project_are_not_read_back_and_a_memory_bomb_is_named() {
     assert_eq!(fake.sandboxes(), 0, "sandboxes left behind");
 }
 
+#[test]
+fn a_e2b_daemon_with_grant_profiles_refuses_to_start() {
+    let Some(fake) = Fake::start("e2b", None) else { return };
+    let Some(env) = env(&fake, &scratch("e2b-grants"), &[]) else { return };
+    super::fakes::grant_profiles_stop_the_start("e2b", &pairs(&env));
+}
+
 /// The live suite: the same conformance suite against E2B itself. It runs only when
 /// asked (`cargo test -p plimsoll-host --test e2e -- --ignored e2b::live`) and then
 /// fails, never skips, without `E2B_API_KEY`. It is billed to that key's team.

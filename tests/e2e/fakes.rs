@@ -153,3 +153,24 @@ pub(super) fn a_killed_daemons_sandboxes_are_swept(fake: &Fake, env: &[(&str, &s
     let swept = next.log().into_iter().find(|l| l.contains("swept this instance's sandboxes")).expect("logged");
     assert!(swept.contains(r#""count":1"#), "{swept}");
 }
+
+/// A daemon of the remote provider `name` with grant profiles refuses to start,
+/// naming why: no grant can reach that provider's sandboxes yet.
+pub(super) fn grant_profiles_stop_the_start(name: &str, env: &[(&str, &str)]) {
+    let dir = super::scratch(&format!("{name}-grant-profiles"));
+    let profiles = dir.join("grants.json");
+    std::fs::write(
+        &profiles,
+        r#"{"profiles": {"p": {"base_url": "https://api.example.com", "allowed_callers": ["a"]}}}"#,
+    )
+    .expect("write");
+    let profiles = profiles.display().to_string();
+    let mut env = env.to_vec();
+    env.push(("PLIMSOLL_GRANTS_FILE", &profiles));
+    let (code, err) = super::refused_start(&env);
+    assert_ne!(code, Some(0), "{err}");
+    let want = format!(
+        "PLIMSOLL_GRANTS_FILE: profiles are configured but the {name} provider has no credential-safe way to carry a grant"
+    );
+    assert!(err.contains(&want), "{err}");
+}

@@ -234,7 +234,10 @@ struct Route {
 /// The gate every plugin request passes.
 pub struct HttpGate {
     routes: BTreeMap<String, Route>,
-    rt: tokio::runtime::Runtime,
+    /// Dropped by `Drop` in the background: a gate may be dropped inside the
+    /// daemon's own async runtime (a startup that fails after building the
+    /// provider), where a blocking shutdown panics.
+    rt: std::mem::ManuallyDrop<tokio::runtime::Runtime>,
     log: Option<CallLog>,
     vault: held::Vault,
     /// Endpoint to the top-level field of its answers to a write that names the
@@ -242,6 +245,14 @@ pub struct HttpGate {
     makers: BTreeMap<String, String>,
     /// Targets the gate saw made and not deleted.
     live: std::sync::Mutex<std::collections::BTreeSet<String>>,
+}
+
+impl Drop for HttpGate {
+    fn drop(&mut self) {
+        // SAFETY: `rt` is taken once, here, and the gate is never used again.
+        let rt = unsafe { std::mem::ManuallyDrop::take(&mut self.rt) };
+        rt.shutdown_background();
+    }
 }
 
 impl std::fmt::Debug for HttpGate {
@@ -502,7 +513,7 @@ impl HttpGate {
             .map_err(|e| format!("starting the plugin HTTP runtime: {e}"))?;
         Ok(HttpGate {
             routes,
-            rt,
+            rt: std::mem::ManuallyDrop::new(rt),
             log: None,
             vault: held::Vault::default(),
             makers: BTreeMap::new(),

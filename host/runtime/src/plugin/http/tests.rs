@@ -726,3 +726,12 @@ fn the_host_trades_the_operators_token_for_a_bearer_and_renews_it_before_it_ends
         )
     );
 }
+
+#[test]
+fn a_gate_dropped_inside_an_async_runtime_does_not_panic() {
+    // A daemon whose startup fails after building a remote provider drops its
+    // gate inside the daemon's own runtime.
+    let gate = HttpGate::new([("x".to_string(), endpoint("http://127.0.0.1:9"))].into()).expect("gate");
+    let rt = tokio::runtime::Builder::new_current_thread().build().expect("rt");
+    rt.block_on(async move { drop(gate) });
+}
