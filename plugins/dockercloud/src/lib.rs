@@ -43,8 +43,9 @@ const LIFETIME_MARGIN_S: u32 = 30;
 /// The longest run: an endpoint credential lives 300 s, and a command must end
 /// inside the credential it started with.
 const MAX_TIMEOUT_MS: u32 = 270_000;
-/// How long a sandbox may take to come up.
-const START_WITHIN: Duration = Duration::from_secs(120);
+/// How long a sandbox may take to come up: inside the host's 30 s of grace
+/// past a run's budget, so a slow start is refused by name and still deleted.
+const START_WITHIN: Duration = Duration::from_secs(25);
 /// A credential is minted again when less than this of its 300 s is left
 /// beyond the next call's own time.
 const CREDENTIAL_LIFE: Duration = Duration::from_secs(300);

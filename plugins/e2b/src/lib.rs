@@ -165,7 +165,8 @@ impl Remote for Sandbox {
         envd::download(&self.id, path)
     }
 
-    /// envd runs every process as the guest: each the steps left is killed.
+    /// envd runs every process as the guest user, so `kill -9 -1` as that user
+    /// ends every process the steps left.
     fn before_artifacts(&self) -> &'static str {
         "kill -9 -1 2>/dev/null; "
     }
