@@ -396,8 +396,11 @@ pub(crate) fn smoke(limits: &Limits) -> Result<(), String> {
             ));
         }
         let pid = shown(&cell(language, leave)?);
+        // The sweep's SIGKILL is sent before the next call starts, but under a
+        // loaded gVisor its delivery can lag: the process must be gone (or a
+        // zombie) within two seconds.
         let check = format!(
-            "def gone(pid):\n    try:\n        return open(f'/proc/{{pid}}/stat').read().rsplit(') ', 1)[1][0] == 'Z'\n    except OSError:\n        return True\ngone({})",
+            "import time\ndef gone(pid):\n    for _ in range(40):\n        try:\n            if open(f'/proc/{{pid}}/stat').read().rsplit(') ', 1)[1][0] == 'Z':\n                return True\n        except OSError:\n            return True\n        time.sleep(0.05)\n    return False\ngone({})",
             pid.trim()
         );
         if shown(&cell("python", &check)?) != "True\n" {
