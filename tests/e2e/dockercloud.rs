@@ -8,32 +8,14 @@
 use plimsoll_client::{Client, Options};
 use plimsoll_core::Reason;
 
-use super::fakes::{Fake, signed};
+use super::fakes::{Fake, daemon_env, pairs, signed};
 use super::{Daemon, refused_start, rt, scratch};
 
 pub(super) const TOKEN: &str = "dockercloud-suite-token-dockercloud-suite-0123";
 
 /// The daemon's settings for `fake` with the plugin signed in `dir`, and `extra`.
 pub(super) fn env(fake: &Fake, dir: &std::path::Path, extra: &[(&str, &str)]) -> Option<Vec<(String, String)>> {
-    let (plugin, key) = signed("dockercloud", dir)?;
-    let mut env = fake.settings.clone();
-    env.extend(
-        [
-            ("SANDBOX_DOCKERCLOUD_PLUGIN", plugin.display().to_string()),
-            ("SANDBOX_DOCKERCLOUD_PLUGIN_KEYS", key.display().to_string()),
-            ("SANDBOX_DOCKERCLOUD_PLUGIN_APPROVE", "http,log".to_string()),
-            ("SANDBOX_RATE_PER_MIN", "0".to_string()),
-            ("SANDBOX_MAX_CONCURRENT", "4".to_string()),
-            ("PLIMSOLL_TOKEN", TOKEN.to_string()),
-        ]
-        .map(|(k, v)| (k.to_string(), v)),
-    );
-    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    Some(env)
-}
-
-pub(super) fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
-    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+    daemon_env(fake, "dockercloud", dir, TOKEN, extra)
 }
 
 #[test]

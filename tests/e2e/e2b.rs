@@ -7,32 +7,14 @@
 use plimsoll_client::{Client, Options};
 use plimsoll_core::{Floor, Reason};
 
-use super::fakes::{Fake, signed};
+use super::fakes::{Fake, daemon_env, pairs, signed};
 use super::{Daemon, refused_start, rt, scratch};
 
 pub(super) const TOKEN: &str = "e2b-suite-token-e2b-suite-token-e2b-0123456";
 
 /// The daemon's settings for `fake` with the plugin signed in `dir`, and `extra`.
 pub(super) fn env(fake: &Fake, dir: &std::path::Path, extra: &[(&str, &str)]) -> Option<Vec<(String, String)>> {
-    let (plugin, key) = signed("e2b", dir)?;
-    let mut env = fake.settings.clone();
-    env.extend(
-        [
-            ("SANDBOX_E2B_PLUGIN", plugin.display().to_string()),
-            ("SANDBOX_E2B_PLUGIN_KEYS", key.display().to_string()),
-            ("SANDBOX_E2B_PLUGIN_APPROVE", "http,log".to_string()),
-            ("SANDBOX_RATE_PER_MIN", "0".to_string()),
-            ("SANDBOX_MAX_CONCURRENT", "4".to_string()),
-            ("PLIMSOLL_TOKEN", TOKEN.to_string()),
-        ]
-        .map(|(k, v)| (k.to_string(), v)),
-    );
-    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-    Some(env)
-}
-
-pub(super) fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
-    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+    daemon_env(fake, "e2b", dir, TOKEN, extra)
 }
 
 #[test]

@@ -174,3 +174,33 @@ pub(super) fn grant_profiles_stop_the_start(name: &str, env: &[(&str, &str)]) {
     );
     assert!(err.contains(&want), "{err}");
 }
+
+/// The daemon's settings for the `vendor` fake `fake`: what it printed, the
+/// vendor's plugin signed in `dir` and approved `http,log`, no rate limit, four
+/// runs at once, `token` as the callers' token, then `extra`.
+pub(super) fn daemon_env(
+    fake: &Fake,
+    vendor: &str,
+    dir: &Path,
+    token: &str,
+    extra: &[(&str, &str)],
+) -> Option<Vec<(String, String)>> {
+    let (plugin, key) = signed(vendor, dir)?;
+    let prefix = format!("SANDBOX_{}_PLUGIN", vendor.to_ascii_uppercase());
+    let mut env = fake.settings.clone();
+    env.extend([
+        (prefix.clone(), plugin.display().to_string()),
+        (format!("{prefix}_KEYS"), key.display().to_string()),
+        (format!("{prefix}_APPROVE"), "http,log".to_string()),
+        ("SANDBOX_RATE_PER_MIN".to_string(), "0".to_string()),
+        ("SANDBOX_MAX_CONCURRENT".to_string(), "4".to_string()),
+        ("PLIMSOLL_TOKEN".to_string(), token.to_string()),
+    ]);
+    env.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    Some(env)
+}
+
+/// Settings as the pairs `Daemon::start` takes.
+pub(super) fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
+    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+}

@@ -202,14 +202,14 @@ fn the_escape_probe_matrix_holds_on_every_tier() {
     let Some(fake) = Fake::start("e2b", None) else { return };
     let canary_env = [("PROBE_CANARY_SECRET", canary.as_str())];
     let Some(env) = e2b::env(&fake, &scratch("probes-e2b"), &canary_env) else { return };
-    let d = Daemon::start(&e2b::pairs(&env));
+    let d = Daemon::start(&super::fakes::pairs(&env));
     let c = Client::new(&d.url(), Some(e2b::TOKEN.into())).expect("client");
     tiers.push((E2B_FAKE, python_tier(&c, "python3", &host_file, &canary, port)));
     drop(d);
     assert_eq!(fake.sandboxes(), 0, "the e2b fake's sandboxes were left behind");
     let Some(fake) = Fake::start("dockercloud", None) else { return };
     let Some(env) = dockercloud::env(&fake, &scratch("probes-dockercloud"), &canary_env) else { return };
-    let d = Daemon::start(&dockercloud::pairs(&env));
+    let d = Daemon::start(&super::fakes::pairs(&env));
     let c = Client::new(&d.url(), Some(dockercloud::TOKEN.into())).expect("client");
     tiers.push((DOCKERCLOUD_FAKE, python_tier(&c, "python3", &host_file, &canary, port)));
     drop(d);
