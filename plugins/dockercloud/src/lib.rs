@@ -236,13 +236,7 @@ fn snippet(language: &str, code: &str, limits: &Limits) -> Result<(SnippetResult
     let sandbox = Sandbox::open(budget).map_err(RunError::Refused)?;
     let ran = remote::snippet(&sandbox, RUN_DIR, command, code.as_bytes(), budget, limits.max_output_bytes as usize)
         .map_err(may_have_run)?;
-    let result = SnippetResult {
-        exit_code: ran.exit_code,
-        timed_out: ran.timed_out,
-        stdout: output(ran.stdout),
-        stderr: output(ran.stderr),
-    };
-    Ok((result, sandbox.evidence()))
+    Ok((snippet_result(ran), sandbox.evidence()))
 }
 
 fn project(
@@ -253,10 +247,8 @@ fn project(
 ) -> Result<(ProjectResult, Evidence), RunError> {
     let budget = budget(limits);
     let sandbox = Sandbox::open(budget).map_err(RunError::Refused)?;
-    let files: Vec<(&str, &[u8])> = files.iter().map(|f| (f.path.as_str(), f.content.as_slice())).collect();
-    let p = remote::project(&sandbox, PROJECT_DIR, &files, steps, artifacts, budget, limits.max_output_bytes as usize)
-        .map_err(may_have_run)?;
-    Ok((project_result(p), sandbox.evidence()))
+    let p = project_in(&sandbox, PROJECT_DIR, files, steps, artifacts, budget, limits.max_output_bytes as usize)?;
+    Ok((p, sandbox.evidence()))
 }
 
 /// The behavioural proof at startup: a real sandbox, read back, runs node and

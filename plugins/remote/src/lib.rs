@@ -267,8 +267,8 @@ pub fn sweep(
 
 /// The glue every remote plugin needs between this crate and the WIT types its
 /// `wit_bindgen::generate!` made, expanded in the plugin's root beside them:
-/// `output`, `may_have_run`, `project_result` (which logs every link out of the
-/// project) and `NoSession`, which refuses every session call as `$name`.
+/// `output`, `may_have_run`, `snippet_result`, `project_in` and
+/// `project_result` (which logs every link out of the project) and `NoSession`, which refuses every session call as `$name`.
 #[macro_export]
 macro_rules! wit_glue {
     ($name:literal) => {
@@ -278,6 +278,31 @@ macro_rules! wit_glue {
 
         fn may_have_run(e: $crate::MayHaveRun) -> RunError {
             RunError::MayHaveRun(e.0)
+        }
+
+        fn snippet_result(ran: $crate::Ran) -> SnippetResult {
+            SnippetResult {
+                exit_code: ran.exit_code,
+                timed_out: ran.timed_out,
+                stdout: output(ran.stdout),
+                stderr: output(ran.stderr),
+            }
+        }
+
+        /// Runs a project in `dir` of `r` (see [`$crate::project`]), as the WIT
+        /// types carry it.
+        fn project_in(
+            r: &impl $crate::Remote,
+            dir: &str,
+            files: &[File],
+            steps: &[String],
+            artifacts: &[String],
+            budget: std::time::Duration,
+            max_output: usize,
+        ) -> Result<ProjectResult, RunError> {
+            let files: Vec<(&str, &[u8])> = files.iter().map(|f| (f.path.as_str(), f.content.as_slice())).collect();
+            let p = $crate::project(r, dir, &files, steps, artifacts, budget, max_output).map_err(may_have_run)?;
+            Ok(project_result(p))
         }
 
         /// A project's run as the WIT types carry it; every link out of the
