@@ -650,7 +650,7 @@ impl http::Host for PluginState {
         if let Some((book, call)) = &book {
             book.made(*call, &a.captured);
         }
-        Ok(http::Response { status: a.status, headers: a.headers, body: a.body })
+        Ok(http::Response { status: a.status, headers: a.headers, body: a.body, trailers: a.trailers })
     }
 
     fn open(&mut self, req: http::Request) -> Result<Resource<super::http::Incoming>, String> {

@@ -39,10 +39,22 @@ const HOST_HEADERS: [&str; 8] = [
     "te",
 ];
 mod exchange;
+mod grpc;
 mod held;
 
 pub use exchange::TokenExchange;
+pub use grpc::GrpcBooking;
 pub use held::{HeldSecret, MAX_HELD};
+
+/// How the gate reads which target a write made, and sees one deleted.
+#[derive(Clone, Debug)]
+enum Maker {
+    /// The top-level string field of a JSON answer (Docker's `uid`); deleted by
+    /// a `DELETE` of a path ending in the target.
+    Json(String),
+    /// A gRPC create and delete.
+    Grpc(GrpcBooking),
+}
 
 /// Where a per-target endpoint's URL takes its target.
 const TARGET: &str = "{target}";
@@ -150,6 +162,8 @@ pub struct Answer {
     pub headers: Vec<(String, String)>,
     /// The body, within [`MAX_RESPONSE_BYTES`].
     pub body: Vec<u8>,
+    /// The trailers after the body.
+    pub trailers: Vec<(String, String)>,
     /// Targets whose secrets the host took out of this answer and now holds (a
     /// sandbox just created).
     pub captured: Vec<String>,
@@ -240,9 +254,8 @@ pub struct HttpGate {
     rt: std::mem::ManuallyDrop<tokio::runtime::Runtime>,
     log: Option<CallLog>,
     vault: held::Vault,
-    /// Endpoint to the top-level field of its answers to a write that names the
-    /// target the write made (Docker's `uid`).
-    makers: BTreeMap<String, String>,
+    /// Endpoint to how the gate reads the target a write made there.
+    makers: BTreeMap<String, Maker>,
     /// Targets the gate saw made and not deleted.
     live: std::sync::Mutex<std::collections::BTreeSet<String>>,
 }
@@ -552,7 +565,21 @@ impl HttpGate {
         if !self.routes.contains_key(endpoint) {
             return Err(format!("targets are booked from endpoint {endpoint:?}, which is not configured"));
         }
-        self.makers.insert(endpoint.to_string(), field.to_string());
+        self.makers.insert(endpoint.to_string(), Maker::Json(field.to_string()));
+        Ok(self)
+    }
+
+    /// The gate, booking the targets that `booking`'s create makes at `endpoint`
+    /// (spoken in gRPC) and forgetting those its delete removes.
+    ///
+    /// # Errors
+    ///
+    /// `endpoint` is not configured.
+    pub fn booking_grpc(mut self, endpoint: &str, booking: GrpcBooking) -> Result<HttpGate, String> {
+        if !self.routes.contains_key(endpoint) {
+            return Err(format!("targets are booked from endpoint {endpoint:?}, which is not configured"));
+        }
+        self.makers.insert(endpoint.to_string(), Maker::Grpc(booking));
         Ok(self)
     }
 
@@ -596,13 +623,38 @@ impl HttpGate {
 
     /// The target a write's answer from `endpoint` says it made, if the endpoint
     /// books them.
-    fn made(&self, ask: &Ask, status: u16, body: &[u8]) -> Option<String> {
-        let field = self.makers.get(&ask.endpoint)?;
-        if matches!(ask.method.as_str(), "GET" | "HEAD") || !(200..300).contains(&status) {
+    fn made(&self, ask: &Ask, answer: &Answer) -> Option<String> {
+        if matches!(ask.method.as_str(), "GET" | "HEAD") {
             return None;
         }
-        let v: serde_json::Value = serde_json::from_slice(body).ok()?;
-        v.get(field).and_then(|t| t.as_str()).filter(|t| is_target(t)).map(str::to_string)
+        let made = match self.makers.get(&ask.endpoint)? {
+            Maker::Json(field) => {
+                if !(200..300).contains(&answer.status) {
+                    return None;
+                }
+                let v: serde_json::Value = serde_json::from_slice(&answer.body).ok()?;
+                v.get(field).and_then(|t| t.as_str()).map(str::to_string)
+            }
+            Maker::Grpc(g) => g.made(&ask.path, &answer.headers, answer),
+        };
+        made.filter(|t| is_target(t))
+    }
+
+    /// The target a write deleted, if it deleted one: a `DELETE` answered 2xx or
+    /// 404 names it by its path's last segment; a gRPC delete by its request.
+    fn deleted(&self, ask: &Ask, answer: &Answer) -> Option<String> {
+        let target = match self.makers.get(&ask.endpoint) {
+            Some(Maker::Grpc(g)) => g.deleted(&ask.path, &ask.body, answer)?,
+            _ if self.vault.scans(&ask.endpoint) || self.makers.contains_key(&ask.endpoint) => {
+                if ask.method != "DELETE" || !((200..300).contains(&answer.status) || answer.status == 404) {
+                    return None;
+                }
+                let path = ask.path.split('?').next().unwrap_or_default();
+                path.rsplit('/').next()?.to_string()
+            }
+            _ => return None,
+        };
+        is_target(&target).then_some(target)
     }
 
     /// The gate, logging every call it sends through `log`.
@@ -642,16 +694,10 @@ impl HttpGate {
         Ok((req, route.client.clone()))
     }
 
-    /// After a deleted target: it and its held secrets go (the path's last
-    /// segment names it).
-    fn forget(&self, ask: &Ask) {
-        if self.vault.scans(&ask.endpoint) || self.makers.contains_key(&ask.endpoint) {
-            let path = ask.path.split('?').next().unwrap_or_default();
-            if let Some(target) = path.rsplit('/').next().filter(|t| is_target(t)) {
-                self.vault.forget(target);
-                self.live().remove(target);
-            }
-        }
+    /// After a deleted target: it and its held secrets go.
+    fn forget(&self, target: &str) {
+        self.vault.forget(target);
+        self.live().remove(target);
     }
 
     /// The bearer an endpoint with a token exchange carries: the one held, or a
@@ -763,13 +809,15 @@ impl HttpGate {
                 return Err((Some(code), e));
             }
             let headers = header_list(resp.headers());
-            let body = Limited::new(resp.into_body(), MAX_RESPONSE_BYTES).collect().await.map_err(|e| {
+            let collected = Limited::new(resp.into_body(), MAX_RESPONSE_BYTES).collect().await.map_err(|e| {
                 let e = format!(
                     "endpoint {alias:?}: the response body is over {MAX_RESPONSE_BYTES} bytes or broke off ({e})"
                 );
                 (Some(code), e)
             })?;
-            Ok(Answer { status: code, headers, body: body.to_bytes().to_vec(), captured: Vec::new() })
+            let trailers = collected.trailers().map(header_list).unwrap_or_default();
+            let body = collected.to_bytes().to_vec();
+            Ok(Answer { status: code, headers, body, trailers, captured: Vec::new() })
         };
         let answer = self.rt.block_on(async {
             tokio::time::timeout(timeout, work).await.unwrap_or_else(|_| {
@@ -782,14 +830,14 @@ impl HttpGate {
                 record.status = Some(a.status);
                 record.received = a.body.len() as u64;
                 (a.body, a.captured) = self.vault.take(&ask.endpoint, a.body);
-                if let Some(made) = self.made(&ask, a.status, &a.body)
+                if let Some(made) = self.made(&ask, &a)
                     && !a.captured.contains(&made)
                 {
                     a.captured.push(made);
                 }
                 self.live().extend(a.captured.iter().cloned());
-                if ask.method == "DELETE" && ((200..300).contains(&a.status) || a.status == 404) {
-                    self.forget(&ask);
+                if let Some(gone) = self.deleted(&ask, &a) {
+                    self.forget(&gone);
                 }
                 Ok(a)
             }

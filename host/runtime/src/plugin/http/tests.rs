@@ -231,8 +231,57 @@ fn stream_body(path: &str) -> (http::HeaderMap, Vec<(Duration, Frame<Bytes>)>) {
             [(http::header::TRAILER, http::HeaderValue::from_static("grpc-status"))].into_iter().collect(),
             vec![data(0, "msg"), (Duration::ZERO, Frame::trailers(trailers))],
         ),
+        // gRPC: a create answering SandboxResponse{sandbox{metadata{name}}}, and a delete.
+        "/s/Create" | "/s/Delete" => {
+            let name = b"plimsoll-1";
+            let meta = [&[0x12, name.len() as u8][..], name].concat();
+            let sandbox = [&[0x0a, meta.len() as u8][..], &meta].concat();
+            let message =
+                if path == "/s/Create" { [&[0x0a, sandbox.len() as u8][..], &sandbox].concat() } else { vec![] };
+            let framed = [&[0u8, 0, 0, 0, message.len() as u8][..], &message].concat();
+            let mut t = http::HeaderMap::new();
+            t.insert("grpc-status", http::HeaderValue::from_static("0"));
+            let head = [
+                (http::header::TRAILER, http::HeaderValue::from_static("grpc-status")),
+                (http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc")),
+            ];
+            (
+                head.into_iter().collect(),
+                vec![(Duration::ZERO, Frame::data(Bytes::from(framed))), (Duration::ZERO, Frame::trailers(t))],
+            )
+        }
         _ => (http::HeaderMap::new(), vec![]),
     }
+}
+
+#[test]
+fn a_grpc_create_books_what_its_answer_names_and_only_a_delete_that_succeeded_forgets_it() {
+    let (port, _) = stream_server(None);
+    let booking = GrpcBooking {
+        create: "/s/Create".into(),
+        made_at: vec![1, 1, 2],
+        delete: "/s/Delete".into(),
+        deleted_at: vec![1],
+    };
+    let g = gate(&format!("http://127.0.0.1:{port}")).booking_grpc("kms", booking).expect("booking");
+    let a = allowed(&["kms"]);
+    let post = |path: &str, body: &[u8]| Ask { method: "POST".into(), body: body.to_vec(), ..ask(path) };
+    let created = g.send(&a, post("/s/Create", b"")).expect("created");
+    assert_eq!(created.trailers, [("grpc-status".to_string(), "0".to_string())]);
+    assert_eq!((created.captured, g.holds("plimsoll-1")), (vec!["plimsoll-1".to_string()], true));
+    // DeleteSandboxRequest{name}: an OK answer forgets it (a failed one is
+    // grpc.rs's to test).
+    let request = [&[0u8, 0, 0, 0, 12, 0x0a, 10][..], b"plimsoll-1"].concat();
+    g.send(&a, post("/s/Delete", &request)).expect("deleted");
+    assert!(!g.holds("plimsoll-1"));
+    let e = HttpGate::new(BTreeMap::new())
+        .expect("gate")
+        .booking_grpc(
+            "api",
+            GrpcBooking { create: String::new(), made_at: vec![], delete: String::new(), deleted_at: vec![] },
+        )
+        .expect_err("unconfigured");
+    assert_eq!(e, "targets are booked from endpoint \"api\", which is not configured");
 }
 
 /// A hyper server (HTTP/1.1 and HTTP/2, over TLS when `tls` is given) that
