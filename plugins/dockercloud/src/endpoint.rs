@@ -1,6 +1,7 @@
 //! A sandbox's endpoint, through the host's `endpoint` endpoint (one host per
 //! sandbox; the host attaches that sandbox's scoped credential): commands, each
-//! wrapped with a kill timeout and per-stream caps, and files in and out.
+//! wrapped with a kill timeout and per-stream caps (the remote crate's
+//! [`wrapper`]), and files in and out.
 
 use std::time::{Duration, Instant};
 
@@ -11,38 +12,10 @@ use serde_json::{Value, json};
 use crate::api::vendor_error;
 use crate::plimsoll::host::http::{self, Request};
 pub use plimsoll_plugin_remote::Ran;
-use plimsoll_plugin_remote::{Output, percent, random_hex};
+use plimsoll_plugin_remote::{percent, random_hex, wrapper};
 
 /// How long a file transfer may take.
 const FILE_TIMEOUT_MS: u32 = 60_000;
-/// Exit code of a command its deadline ended.
-pub const EXIT_TIMEOUT: i32 = 124;
-/// The trailer the wrapper writes last on stderr: the command's status and the
-/// sizes of its two streams.
-const TRAILER: &str = "\nplimsoll-exec ";
-
-/// Runs a command in the guest: in `$3` (made if missing), `sh -c "$4"` with
-/// nothing on stdin, killed with its process group after `$1` seconds; its
-/// streams go to files, of which the first `$2` bytes come back, then the
-/// trailer: the command's status, the streams' whole sizes, and the kernel's
-/// count of OOM kills before and after it (`-` where it has none). The command's
-/// pipes are never Docker's, so its output cannot outgrow the caps. The files go
-/// in `/dev/shm` where there is one, apart from the work directory's disk, so a
-/// command that fills that disk still reports.
-const WRAPPER: &str = r#"d=$(mktemp -d /dev/shm/plimsoll-exec.XXXXXX 2>/dev/null || mktemp -d /tmp/plimsoll-exec.XXXXXX) || exit 125
-mkdir -p "$3" && cd "$3" || exit 126
-o1=$(sed -n 's/^oom_kill //p' /proc/vmstat 2>/dev/null)
-timeout -s KILL "$1" sh -c "$4" >"$d/o" 2>"$d/e" </dev/null
-rc=$?
-o2=$(sed -n 's/^oom_kill //p' /proc/vmstat 2>/dev/null)
-head -c "$2" "$d/o"
-head -c "$2" "$d/e" >&2
-printf '\nplimsoll-exec %s %s %s %s %s\n' "$rc" "$(wc -c <"$d/o")" "$(wc -c <"$d/e")" "${o1:--}" "${o2:--}" >&2
-rm -rf "$d"
-exit "$rc""#;
-
-/// The note a command SIGKILLed while the kernel's OOM kills rose gets.
-const OOM_NOTE: &str = "\nplimsoll: the step ran out of memory: the sandbox's kernel's OOM killer ended it\n";
 
 /// Why an endpoint call was turned away at the door: its credential expired (the
 /// command never ran).
@@ -65,11 +38,8 @@ pub enum Failed {
 pub fn run(uid: &str, script: &str, cwd: &str, deadline: Instant, max_output: usize) -> Result<Ran, Failed> {
     let started = Instant::now();
     let left = deadline.saturating_duration_since(started);
-    let secs = left.as_secs_f64().ceil().max(1.0) as u64;
-    let body = json!({
-        "cmd": ["sh", "-c", WRAPPER, "sh", secs.to_string(), (max_output + 1).to_string(), cwd, script],
-        "workingDir": "/",
-    });
+    let wrapped = wrapper::wrap(script, cwd, deadline, max_output);
+    let body = json!({"cmd": wrapped.argv, "workingDir": "/"});
     let r = http::send(&Request {
         endpoint: "endpoint".into(),
         target: Some(uid.into()),
@@ -96,56 +66,7 @@ pub fn run(uid: &str, script: &str, cwd: &str, deadline: Instant, max_output: us
     let (stdout, stderr) = (decode("stdout")?, decode("stderr")?);
     let exit_code = v.get("exitCode").and_then(Value::as_i64).map_or(0, |c| c as i32);
     let incomplete = v.get("incomplete").and_then(Value::as_bool) == Some(true);
-    let duration_ms = u32::try_from(started.elapsed().as_millis()).unwrap_or(u32::MAX);
-    let (stderr, trailer) = split_trailer(stderr);
-    let sizes = trailer.as_ref().map(|t| t.sizes);
-    let cut = |bytes: Vec<u8>, whole: Option<u64>| {
-        let over = bytes.len() > max_output || whole.is_none_or(|w| w > max_output as u64);
-        let mut bytes = bytes;
-        bytes.truncate(max_output);
-        Output { bytes, truncated: over || incomplete }
-    };
-    let timed_out = exit_code == 137 && started.elapsed() + Duration::from_millis(500) >= Duration::from_secs(secs);
-    let mut stderr = cut(stderr, sizes.map(|s| s.1));
-    if exit_code == 137 && !timed_out && trailer.is_some_and(|t| t.oom_killed) {
-        stderr.bytes.extend_from_slice(OOM_NOTE.as_bytes());
-    }
-    Ok(Ran {
-        exit_code: if timed_out { EXIT_TIMEOUT } else { exit_code },
-        timed_out,
-        stdout: cut(stdout, sizes.map(|s| s.0)),
-        stderr,
-        duration_ms,
-    })
-}
-
-/// What the wrapper's trailer says.
-#[derive(Debug, PartialEq, Eq)]
-struct Trailer {
-    /// The whole sizes of stdout and stderr.
-    sizes: (u64, u64),
-    /// Whether the kernel's count of OOM kills rose while the command ran.
-    oom_killed: bool,
-}
-
-/// Splits the wrapper's trailer off the end of stderr: the stderr before it, and
-/// the trailer (None when it is missing, as when Docker's capture limit cut it).
-fn split_trailer(stderr: Vec<u8>) -> (Vec<u8>, Option<Trailer>) {
-    let marker = TRAILER.as_bytes();
-    let Some(at) = stderr.windows(marker.len()).rposition(|w| w == marker) else { return (stderr, None) };
-    let tail = String::from_utf8_lossy(&stderr[at + marker.len()..]).into_owned();
-    let fields: Vec<&str> = tail.split_whitespace().collect();
-    let trailer = match fields.as_slice() {
-        [_, out, err, before, after] if tail.ends_with('\n') => out.parse().ok().zip(err.parse().ok()).map(|sizes| {
-            let count = |c: &str| c.parse::<u64>().ok();
-            Trailer { sizes, oom_killed: matches!((count(before), count(after)), (Some(b), Some(a)) if a > b) }
-        }),
-        _ => None,
-    };
-    match trailer {
-        Some(t) => (stderr[..at].to_vec(), Some(t)),
-        None => (stderr, None),
-    }
+    Ok(wrapped.result(exit_code, stdout, stderr, incomplete))
 }
 
 /// Writes `bytes` to `path` (parents made, an existing file replaced).
@@ -270,22 +191,6 @@ fn mixed(body: &[u8], boundary: &str) -> Option<Vec<(String, Vec<u8>)>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_trailer_gives_the_sizes_and_the_oom_kills_and_leaves_the_rest() {
-        let t = |out, err, oom_killed| Some(Trailer { sizes: (out, err), oom_killed });
-        let (err, trailer) = split_trailer(b"oops\nplimsoll-exec 3 10 5 7 7\n".to_vec());
-        assert_eq!((err, trailer), (b"oops".to_vec(), t(10, 5, false)));
-        let (_, trailer) = split_trailer(b"\nplimsoll-exec 137 0 0 7 8\n".to_vec());
-        assert_eq!(trailer, t(0, 0, true));
-        let (_, trailer) = split_trailer(b"\nplimsoll-exec 137 0 0 - -\n".to_vec());
-        assert_eq!(trailer, t(0, 0, false), "a kernel that does not count OOM kills names none");
-        // A guest's fake trailer earlier on is the guest's text; the last one counts.
-        let (err, trailer) = split_trailer(b"\nplimsoll-exec 0 1 1 0 9\nx\nplimsoll-exec 0 7 9 1 1\n".to_vec());
-        assert_eq!((err, trailer), (b"\nplimsoll-exec 0 1 1 0 9\nx".to_vec(), t(7, 9, false)));
-        let (err, trailer) = split_trailer(b"cut short\nplimsoll-exec 0 1".to_vec());
-        assert_eq!((err, trailer), (b"cut short\nplimsoll-exec 0 1".to_vec(), None));
-    }
 
     #[test]
     fn a_mixed_body_needs_its_closing_delimiter() {

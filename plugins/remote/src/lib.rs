@@ -1,10 +1,12 @@
-//! What the remote provider plugins (e2b, dockercloud) share: a run over a
+//! What the remote provider plugins (e2b, dockercloud, openshell) share: a run over a
 //! sandbox the plugin drives through its vendor (files in, steps in order,
 //! artifacts back, a link out of the project never read), the startup smoke
 //! test's checks, and the text helpers. Each plugin supplies a [`Remote`] for its
 //! vendor and maps the results to its WIT types; this crate knows no WIT.
 
 use std::time::{Duration, Instant};
+
+pub mod wrapper;
 
 /// One output stream, kept to its cap.
 #[derive(Debug, Default, PartialEq, Eq)]
