@@ -7,7 +7,7 @@ use plimsoll_core::wire::JavaScriptResult;
 use plimsoll_core::{Refusal, Tier};
 use plimsoll_runtime::jail::frame::Hello;
 use plimsoll_runtime::jail::{Jail, JailConfig};
-use plimsoll_runtime::plugin::http::HeldSecret;
+use plimsoll_runtime::plugin::http::{GrpcBooking, HeldSecret};
 use plimsoll_runtime::plugin::{self, Capability, PluginLimits, PluginProvider, Wall};
 use plimsoll_runtime::{Engine, EngineConfig, PythonGuest, WasmConfig, WasmProvider};
 
@@ -120,6 +120,13 @@ pub fn build(config: &Config, log: Log) -> Result<Arc<dyn Provider>, BuildError>
                 .ok_or_else(|| BuildError { provider: "dockercloud", message: "no dockercloud settings".into() })?;
             Ok(remote_provider(config, remote, dockercloud_wiring(), log)?)
         }
+        ProviderKind::OpenShell => {
+            let remote = config
+                .remote
+                .as_ref()
+                .ok_or_else(|| BuildError { provider: "openshell", message: "no openshell settings".into() })?;
+            Ok(remote_provider(config, remote, openshell_wiring(), log)?)
+        }
     }
 }
 
@@ -183,7 +190,7 @@ fn e2b_wiring() -> Wiring {
             header: "x-access-token".into(),
             value_prefix: String::new(),
         }],
-        booking: None,
+        booking: Booking::None,
     }
 }
 
@@ -201,15 +208,44 @@ fn dockercloud_wiring() -> Wiring {
             header: "authorization".into(),
             value_prefix: "Bearer ".into(),
         }],
-        booking: Some(("api", "uid")),
+        booking: Booking::Json("api", "uid"),
+    }
+}
+
+/// OpenShell's gateway holds no per-sandbox secret (the host's client
+/// certificate opens every call); a `CreateSandbox` answers with the sandbox's
+/// name (`SandboxResponse.sandbox.metadata.name`), booked from then on, and a
+/// `DeleteSandbox` names it in its request.
+fn openshell_wiring() -> Wiring {
+    Wiring {
+        held: vec![],
+        booking: Booking::Grpc(
+            "gateway",
+            GrpcBooking {
+                create: "/openshell.v1.OpenShell/CreateSandbox".into(),
+                made_at: vec![1, 1, 2],
+                delete: "/openshell.v1.OpenShell/DeleteSandbox".into(),
+                deleted_at: vec![1],
+            },
+        ),
     }
 }
 
 /// How the host treats one remote backend's answers: the per-target secrets it
-/// keeps from the plugin, and the field a create's answer names its sandbox in.
+/// keeps from the plugin, and how it books the sandboxes a create makes.
 struct Wiring {
     held: Vec<HeldSecret>,
-    booking: Option<(&'static str, &'static str)>,
+    booking: Booking,
+}
+
+/// Where a create's answer names its sandbox.
+enum Booking {
+    /// The backend's answers hold per-sandbox secrets instead, which book it.
+    None,
+    /// A JSON answer's top-level field, at an endpoint.
+    Json(&'static str, &'static str),
+    /// A gRPC create and delete, at an endpoint.
+    Grpc(&'static str, GrpcBooking),
 }
 
 /// Verifies and loads a remote backend's plugin, gives it the gate to its
@@ -244,9 +280,11 @@ fn remote_provider(
         }
     }
     let mut gate = crate::outbound::gate(remote.provider, &remote.endpoints, wiring.held, log).map_err(fail)?;
-    if let Some((endpoint, field)) = wiring.booking {
-        gate = gate.booking(endpoint, field).map_err(fail)?;
-    }
+    gate = match wiring.booking {
+        Booking::None => gate,
+        Booking::Json(endpoint, field) => gate.booking(endpoint, field).map_err(fail)?,
+        Booking::Grpc(endpoint, booking) => gate.booking_grpc(endpoint, booking).map_err(fail)?,
+    };
     let r = &config.resources;
     let limits = PluginLimits {
         memory_mb: r.memory_mb,

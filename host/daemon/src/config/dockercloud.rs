@@ -43,16 +43,6 @@ pub(super) struct DockerCloudTable {
     instance: Option<String>,
 }
 
-/// Whether `image` names its content: `<name>@sha256:<64 lowercase hex>`.
-fn pinned(image: &str) -> bool {
-    image.rsplit_once("@sha256:").is_some_and(|(name, digest)| {
-        !name.is_empty()
-            && !name.contains(char::is_whitespace)
-            && digest.len() == 64
-            && digest.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
-}
-
 /// The size for the operator's `SANDBOX_CPUS` and `SANDBOX_MEMORY_MB` (0: unset):
 /// one of Docker's pairs, micro when neither is set.
 pub(super) fn size(cpus: f64, memory_mb: u32) -> Result<(u32, u32), ConfigError> {
@@ -134,7 +124,7 @@ pub(super) fn dockercloud_config(
     let image = image.filter(|i| !i.is_empty()).ok_or_else(|| {
         need("SANDBOX_DOCKERCLOUD_IMAGE", "the image every sandbox boots, pinned as <name>@sha256:<digest>")
     })?;
-    if !pinned(&image) {
+    if !remote::pinned(&image) {
         return Err(ConfigError::Value(format!(
             "SANDBOX_DOCKERCLOUD_IMAGE={image:?} must be pinned by digest (<name>@sha256:<64 hex>), so the read-back can prove what booted"
         )));
@@ -193,16 +183,6 @@ pub(super) fn dockercloud_config(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn images_must_be_pinned() {
-        let digest = "a".repeat(64);
-        assert!(pinned(&format!("docker.io/library/python@sha256:{digest}")));
-        assert!(!pinned("docker.io/library/python:3.12"));
-        assert!(!pinned(&format!("@sha256:{digest}")));
-        assert!(!pinned(&format!("python@sha256:{}", "A".repeat(64))));
-        assert!(!pinned("python@sha256:abc"));
-    }
 
     #[test]
     fn sizes_are_dockers_pairs_micro_when_unset() {

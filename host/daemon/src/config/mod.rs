@@ -14,6 +14,7 @@ mod dockercloud;
 mod e2b;
 mod env;
 mod grants;
+mod openshell;
 mod plugins;
 mod remote;
 mod variables;
@@ -27,6 +28,7 @@ pub use env::{Env, ProcessEnv};
 use env::{Pick, parse_duration};
 pub use grants::BrokerPlugins;
 use grants::{GrantsTable, broker_plugins};
+use openshell::{OpenShellTable, openshell_config};
 pub use plugins::PluginConfig;
 use plugins::PluginTable;
 pub use remote::{EndpointConfig, ExchangeConfig, RemoteConfig, Secret};
@@ -117,6 +119,8 @@ struct File {
     #[serde(default)]
     dockercloud: DockerCloudTable,
     #[serde(default)]
+    openshell: OpenShellTable,
+    #[serde(default)]
     plugins: std::collections::BTreeMap<String, PluginTable>,
     #[serde(default)]
     grants: GrantsTable,
@@ -136,6 +140,9 @@ pub enum ProviderKind {
     /// Docker Cloud Sandboxes through the dockercloud plugin, over the host's
     /// outbound HTTP.
     DockerCloud,
+    /// An OpenShell gateway's docker sandboxes through the openshell plugin, over
+    /// the host's outbound HTTP/2 with mutual TLS.
+    OpenShell,
 }
 
 impl ProviderKind {
@@ -147,6 +154,7 @@ impl ProviderKind {
             ProviderKind::Docker => "docker",
             ProviderKind::E2b => "e2b",
             ProviderKind::DockerCloud => "dockercloud",
+            ProviderKind::OpenShell => "openshell",
         }
     }
 }
@@ -333,6 +341,7 @@ impl Config {
             docker: docker_table,
             e2b: e2b_table,
             dockercloud: dockercloud_table,
+            openshell: openshell_table,
             mut plugins,
             grants: grants_table,
         } = file;
@@ -410,14 +419,15 @@ impl Config {
             Some("docker") => ProviderKind::Docker,
             Some("e2b") => ProviderKind::E2b,
             Some("dockercloud") => ProviderKind::DockerCloud,
-            Some(p @ ("openshell" | "agentsandbox")) => {
+            Some("openshell") => ProviderKind::OpenShell,
+            Some(p @ "agentsandbox") => {
                 return Err(ConfigError::Value(format!(
-                    "SANDBOX_PROVIDER={p:?}: that provider is not built into this version yet; this build runs wasm, docker, e2b and dockercloud"
+                    "SANDBOX_PROVIDER={p:?}: that provider is not built into this version yet; this build runs wasm, docker, e2b, dockercloud and openshell"
                 )));
             }
             Some(other) => {
                 return Err(ConfigError::Value(format!(
-                    "SANDBOX_PROVIDER={other:?} is not a provider; use wasm, docker, e2b or dockercloud (or leave it unset)"
+                    "SANDBOX_PROVIDER={other:?} is not a provider; use wasm, docker, e2b, dockercloud or openshell (or leave it unset)"
                 )));
             }
         };
@@ -425,10 +435,11 @@ impl Config {
         let e2b = e2b_config(&mut pick, env, provider, e2b_table, plugins.remove("e2b"))?;
         let dockercloud =
             dockercloud_config(&mut pick, env, provider, dockercloud_table, plugins.remove("dockercloud"))?;
-        let mut remote = e2b.or(dockercloud);
+        let openshell = openshell_config(&mut pick, provider, openshell_table, plugins.remove("openshell"))?;
+        let mut remote = e2b.or(dockercloud).or(openshell);
         if let Some(name) = plugins.keys().next() {
             return Err(ConfigError::Value(format!(
-                "[plugins.{name}]: this build loads provider plugins docker, e2b and dockercloud only"
+                "[plugins.{name}]: this build loads provider plugins docker, e2b, dockercloud and openshell only"
             )));
         }
         let min_isolation = match pick.string("SANDBOX_MIN_ISOLATION", s.min_isolation) {
@@ -484,6 +495,12 @@ impl Config {
             if let Some(r) = remote.as_mut() {
                 r.settings.insert("cpus".into(), cpus.to_string());
                 r.settings.insert("memory-mib".into(), memory.to_string());
+            }
+        }
+        if provider == ProviderKind::OpenShell {
+            let size = openshell::size(cpus, memory_mb, disk_mb, pids)?;
+            if let Some(r) = remote.as_mut() {
+                r.settings.extend(size);
             }
         }
         if provider == ProviderKind::Wasm {

@@ -70,6 +70,16 @@ pub(super) fn tier(var: &str, v: Option<String>, default: Tier) -> Result<Tier, 
     }
 }
 
+/// Whether `image` names its content: `<name>@sha256:<64 lowercase hex>`.
+pub(super) fn pinned(image: &str) -> bool {
+    image.rsplit_once("@sha256:").is_some_and(|(name, digest)| {
+        !name.is_empty()
+            && !name.contains(char::is_whitespace)
+            && digest.len() == 64
+            && digest.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
 /// Reads a fixed connect address.
 pub(super) fn address(var: &str, v: Option<String>) -> Result<Option<IpAddr>, ConfigError> {
     match v.as_deref().map(str::trim) {
@@ -118,4 +128,19 @@ pub(super) fn instance(var: &str, v: Option<String>) -> Result<String, ConfigErr
         return Err(ConfigError::Value(format!("{var}={instance:?} must be 1 to 64 letters, digits and @ . _ -")));
     }
     Ok(instance)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn images_must_be_pinned() {
+        let digest = "a".repeat(64);
+        assert!(pinned(&format!("docker.io/library/python@sha256:{digest}")));
+        assert!(!pinned("docker.io/library/python:3.12"));
+        assert!(!pinned(&format!("@sha256:{digest}")));
+        assert!(!pinned(&format!("python@sha256:{}", "A".repeat(64))));
+        assert!(!pinned("python@sha256:abc"));
+    }
 }

@@ -88,7 +88,7 @@ fn malformed_values_name_the_variable() {
         ),
         (
             &[("SANDBOX_PROVIDER", "dokcer")],
-            "SANDBOX_PROVIDER=\"dokcer\" is not a provider; use wasm, docker, e2b or dockercloud (or leave it unset)",
+            "SANDBOX_PROVIDER=\"dokcer\" is not a provider; use wasm, docker, e2b, dockercloud or openshell (or leave it unset)",
         ),
         (
             &[("PLIMSOLL_TOKEN", "short")],
@@ -407,6 +407,89 @@ fn dockercloud_settings_are_required_for_dockercloud_checked_and_refused_elsewhe
         (
             vec![("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_DOCKERCLOUD_IMAGE", IMAGE)],
             "SANDBOX_DOCKERCLOUD_IMAGE is set, but SANDBOX_PROVIDER is wasm; set SANDBOX_PROVIDER=dockercloud or unset it",
+        ),
+    ];
+    for (pairs, want) in cases {
+        assert_eq!(load(&pairs).expect_err(want).to_string(), want);
+    }
+}
+
+#[test]
+fn openshell_settings_are_required_for_openshell_checked_and_refused_elsewhere() {
+    let digest = "b".repeat(64);
+    let image = format!("plimsoll-sandbox@sha256:{digest}");
+    let full: Vec<(&str, &str)> = vec![
+        ("SANDBOX_PROVIDER", "openshell"),
+        ("SANDBOX_OPENSHELL_GATEWAY_URL", "https://gateway.openshell.test:17670"),
+        ("SANDBOX_OPENSHELL_CERT_FILE", "/etc/plimsoll/openshell/tls.crt"),
+        ("SANDBOX_OPENSHELL_KEY_FILE", "/etc/plimsoll/openshell/tls.key"),
+        ("SANDBOX_OPENSHELL_IMAGE", &image),
+        ("SANDBOX_OPENSHELL_INSTANCE", "plimsoll-ci"),
+        ("SANDBOX_OPENSHELL_PLUGIN", "/opt/plimsoll/openshell"),
+        ("SANDBOX_OPENSHELL_PLUGIN_KEYS", "/etc/plimsoll/vendor.pub"),
+    ];
+    let c = load(&full).expect("loads");
+    let r = c.remote.as_ref().expect("openshell settings");
+    assert_eq!((r.provider, r.max_tier), ("openshell", plimsoll_core::Tier::Container));
+    let gw = &r.endpoints["gateway"];
+    assert_eq!(gw.url, "https://gateway.openshell.test:17670");
+    assert_eq!(
+        gw.client_cert.as_ref().map(|(c, k)| (c.display().to_string(), k.display().to_string())),
+        Some(("/etc/plimsoll/openshell/tls.crt".into(), "/etc/plimsoll/openshell/tls.key".into()))
+    );
+    assert!(gw.headers.is_empty(), "the client certificate is the only credential");
+    let setting = |k: &str| r.settings.get(k).map(String::as_str);
+    assert_eq!(
+        [setting("image"), setting("instance"), setting("cpus-milli"), setting("memory-mib"), setting("disk-mib")],
+        [Some(image.as_str()), Some("plimsoll-ci"), Some("1000"), Some("256"), Some("64")]
+    );
+    // The default instance's `@` becomes a dot: a gateway label has none.
+    let unnamed: Vec<(&str, &str)> = full.iter().copied().filter(|(k, _)| *k != "SANDBOX_OPENSHELL_INSTANCE").collect();
+    let c = load(&unnamed).expect("default instance");
+    let instance = &c.remote.as_ref().expect("remote").settings["instance"];
+    assert!(instance.starts_with("plimsoll.") && !instance.contains('@'), "{instance}");
+    let without = |name: &str| full.iter().copied().filter(|(k, _)| *k != name).collect::<Vec<_>>();
+    let with = |pair: (&'static str, &'static str)| {
+        let mut v = full.clone();
+        v.push(pair);
+        v
+    };
+    let cases: [(Vec<(&str, &str)>, &str); 9] = [
+        (
+            without("SANDBOX_OPENSHELL_GATEWAY_URL"),
+            "SANDBOX_PROVIDER=openshell needs SANDBOX_OPENSHELL_GATEWAY_URL: the gateway's https URL (an OpenShell gateway serves https://127.0.0.1:17670 by default)",
+        ),
+        (
+            with(("SANDBOX_OPENSHELL_GATEWAY_URL", "http://127.0.0.1:17670")),
+            "SANDBOX_OPENSHELL_GATEWAY_URL=\"http://127.0.0.1:17670\" must be https: the host proves itself to the gateway with a client certificate",
+        ),
+        (
+            without("SANDBOX_OPENSHELL_KEY_FILE"),
+            "SANDBOX_PROVIDER=openshell needs SANDBOX_OPENSHELL_KEY_FILE: the client certificate and key the gateway knows this host by (an OpenShell CLI bundle's mtls/tls.crt and mtls/tls.key); only the host reads them",
+        ),
+        (
+            with(("SANDBOX_OPENSHELL_IMAGE", "plimsoll-sandbox:latest")),
+            "SANDBOX_OPENSHELL_IMAGE=\"plimsoll-sandbox:latest\" must be pinned by digest (<name>@sha256:<64 hex>), so the read-back can prove what runs",
+        ),
+        (
+            with(("SANDBOX_OPENSHELL_INSTANCE", "-ci")),
+            "SANDBOX_OPENSHELL_INSTANCE=\"-ci\" must be a gateway label value: at most 63 letters, digits, - _ ., a letter or digit at each end",
+        ),
+        (
+            with(("SANDBOX_OPENSHELL_CONNECT_TO", "gateway")),
+            "SANDBOX_OPENSHELL_CONNECT_TO=\"gateway\" is not an IP address",
+        ),
+        (
+            with(("SANDBOX_OPENSHELL_MAX_TIER", "hypervisor")),
+            "SANDBOX_OPENSHELL_MAX_TIER=\"hypervisor\": use vm, kernel, container or process",
+        ),
+        (
+            with(("SANDBOX_PIDS", "64")),
+            "SANDBOX_PIDS is set, but an OpenShell gateway sets its sandboxes' process limit itself (its sandbox_pids_limit); unset it",
+        ),
+        (
+            vec![("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_OPENSHELL_GATEWAY_URL", "https://gw.test")],
+            "SANDBOX_OPENSHELL_GATEWAY_URL is set, but SANDBOX_PROVIDER is wasm; set SANDBOX_PROVIDER=openshell or unset it",
         ),
     ];
     for (pairs, want) in cases {

@@ -5,7 +5,7 @@ pub const BROKER_AUTH_PREFIX: &str = "PLIMSOLL_BROKER_AUTH_";
 
 /// Every variable the daemon reads, with the file key it overrides and what it does.
 /// `serve --help` prints this table, so the usage text and the code cannot drift.
-pub const VARIABLES: [(&str, &str, &str); 66] = [
+pub const VARIABLES: [(&str, &str, &str); 77] = [
     ("PLIMSOLL_CONFIG", "", "path of plimsoll.toml"),
     ("PLIMSOLL_ADDR", "daemon.addr", "RPC listener, default :8746"),
     ("PLIMSOLL_METRICS_ADDR", "daemon.metrics-addr", "metrics listener, default 127.0.0.1:9464; off"),
@@ -118,6 +118,37 @@ pub const VARIABLES: [(&str, &str, &str); 66] = [
     (
         "SANDBOX_DOCKERCLOUD_PLUGIN_APPROVE",
         "plugins.dockercloud.approve",
+        "capabilities approved, comma-separated (http,log)",
+    ),
+    (
+        "SANDBOX_OPENSHELL_GATEWAY_URL",
+        "openshell.gateway-url",
+        "openshell: the gateway's https URL (https://127.0.0.1:17670 for a local gateway)",
+    ),
+    ("SANDBOX_OPENSHELL_CA_FILE", "openshell.ca-file", "openshell: a CA trusted instead of the system's"),
+    (
+        "SANDBOX_OPENSHELL_CERT_FILE",
+        "openshell.cert-file",
+        "openshell: the client certificate (PEM) the host presents; the plugin never sees it",
+    ),
+    ("SANDBOX_OPENSHELL_KEY_FILE", "openshell.key-file", "openshell: the client certificate's key (PEM)"),
+    ("SANDBOX_OPENSHELL_IMAGE", "openshell.image", "openshell: the image, pinned <name>@sha256:<digest>"),
+    ("SANDBOX_OPENSHELL_CONNECT_TO", "openshell.connect-to", "openshell: an IP every connection goes to"),
+    ("SANDBOX_OPENSHELL_MAX_TIER", "openshell.max-tier", "openshell: the strongest tier credited, default container"),
+    (
+        "SANDBOX_OPENSHELL_INSTANCE",
+        "openshell.instance",
+        "openshell: this daemon's label on its sandboxes, default plimsoll.<hostname>",
+    ),
+    ("SANDBOX_OPENSHELL_PLUGIN", "plugins.openshell.path", "the openshell plugin's directory"),
+    (
+        "SANDBOX_OPENSHELL_PLUGIN_KEYS",
+        "plugins.openshell.trusted-keys",
+        "trusted public keys (PEM files), comma-separated",
+    ),
+    (
+        "SANDBOX_OPENSHELL_PLUGIN_APPROVE",
+        "plugins.openshell.approve",
         "capabilities approved, comma-separated (http,log)",
     ),
 ];

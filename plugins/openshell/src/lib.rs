@@ -1,0 +1,524 @@
+//! The openshell provider plugin. It drives an NVIDIA OpenShell gateway over
+//! its published gRPC API (`openshell.v1.OpenShell`) only through the host's
+//! `plimsoll:host/http` capability, at one endpoint the host maps: `gateway`,
+//! reached over HTTP/2 with the operator's client certificate, which the host
+//! holds. The plugin holds no secret.
+//!
+//! Every run gets a fresh sandbox of the pinned image, only after the gateway
+//! shows its compute driver is docker and agents' policy proposals are off: no
+//! network rule (the gateway denies all egress), `/tmp` the only writable
+//! directory (a sized `noexec` tmpfs), Landlock required, the operator's memory
+//! and CPUs, no credential providers. Before any code goes in, the sandbox is
+//! read back whole and strictly (a setting plimsoll does not know is refused),
+//! and its effective policy is read back and must be the one sent, its own, not
+//! a global one; any difference is refused. Every command runs under the guest's
+//! `timeout -s KILL` with its streams capped in the guest; its stream is
+//! cancelled should the deadline pass anyway. The sandbox is deleted on every
+//! path. The tier it states, `container`, rests on that read-back; the host
+//! caps it.
+
+mod gateway;
+mod grpc;
+mod pb;
+
+wit_bindgen::generate!({
+    world: "plimsoll:provider/provider-plugin",
+    path: ["../../wit/types", "../../wit/host", "../../wit/provider"],
+    generate_all,
+});
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant, SystemTime};
+
+use exports::plimsoll::provider::provider::{Answer, CallError, Description, Guest, GuestSession, RunError, Session};
+use gateway::{Filesystem, Policy, Spec, Template};
+use pb::Json;
+use plimsoll::host::{config, log};
+use plimsoll::types::types::{
+    Evidence, File, Limits, ModuleRequest, ModuleResult, Output, ProjectOutcome, ProjectResult, Refusal, RefusalReason,
+    SnippetResult, StepResult, Tier,
+};
+use plimsoll_plugin_remote::{self as remote, Remote, wrapper};
+
+/// Where a run's files go: `/tmp` is the only writable directory.
+const RUN_DIR: &str = "/tmp/plimsoll/run";
+/// A project's work directory.
+const PROJECT_DIR: &str = "/tmp/plimsoll/project";
+/// The longest snippet or project.
+const MAX_TIMEOUT_MS: u32 = 300_000;
+/// How long a sandbox may take to come up: inside the host's 30 s of grace
+/// past a run's budget, so a slow start is refused by name and still deleted.
+const START_WITHIN: Duration = Duration::from_secs(25);
+/// A sandbox's labels: the daemon that made it, that plimsoll made it, and
+/// the seconds it may live (for another daemon's sweep).
+const INSTANCE_LABEL: &str = "plimsoll.instance";
+const RUN_LABEL: &str = "plimsoll.run";
+const LIFETIME_LABEL: &str = "plimsoll.lifetime";
+/// How long past its lifetime another daemon's sandbox is left before a sweep deletes it.
+const FOREIGN_GRACE_S: i64 = 300;
+/// The most bytes one exec writes on stdin: under the gateway's 1 MiB message cap.
+const STDIN_CHUNK: usize = 768 << 10;
+/// The tmpfs every sandbox's `/tmp` is: sticky and writable by all (0o1777).
+const TMP_MODE: f64 = 1023.0;
+/// The guest's uid and gid, as in plimsoll's own containers.
+const GUEST: &str = "61000";
+
+struct Plugin;
+
+fn refused(reason: RefusalReason, message: impl Into<String>) -> Refusal {
+    Refusal { reason, message: message.into() }
+}
+
+/// The operator's and the host's settings this plugin reads.
+struct Settings {
+    image: String,
+    instance: String,
+    cpus_milli: u32,
+    memory_mib: u32,
+    disk_mib: u32,
+}
+
+fn settings() -> Result<Settings, Refusal> {
+    let get = |key: &str| config::get(key).filter(|v| !v.is_empty());
+    let missing = |what: &str| refused(RefusalReason::Environment, format!("the host gave no {what}"));
+    let number = |key: &str| get(key).and_then(|v| v.parse::<u32>().ok()).filter(|n| *n > 0);
+    Ok(Settings {
+        image: get("image").ok_or_else(|| missing("image"))?,
+        instance: get("instance").ok_or_else(|| missing("instance to stamp"))?,
+        cpus_milli: number("cpus-milli").ok_or_else(|| missing("CPU share"))?,
+        memory_mib: number("memory-mib").ok_or_else(|| missing("memory size"))?,
+        disk_mib: number("disk-mib").ok_or_else(|| missing("disk size"))?,
+    })
+}
+
+/// The policy every sandbox gets: no network rule at all (so the gateway's
+/// proxy denies all egress), the system read-only, `/tmp` the only writable
+/// directory, Landlock required rather than best effort, the guest's own ids.
+fn policy() -> Policy {
+    let paths = |p: &[&str]| p.iter().map(|s| s.to_string()).collect();
+    Policy {
+        version: 1,
+        filesystem: Some(Filesystem {
+            include_workdir: false,
+            read_only: paths(&["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/proc", "/dev/urandom"]),
+            read_write: paths(&["/tmp", "/dev/null"]),
+        }),
+        landlock: Some("hard_requirement".into()),
+        process: Some((GUEST.into(), GUEST.into())),
+        network_policies: vec![],
+        network_middlewares: vec![],
+    }
+}
+
+/// The spec a run's sandbox is created with, and must read back as.
+fn spec(s: &Settings) -> Spec {
+    let text = |v: &str| Json::String(v.into());
+    let tmp = Json::object([
+        ("type", text("tmpfs")),
+        ("target", text("/tmp")),
+        ("size_bytes", Json::Number(f64::from(s.disk_mib) * 1_048_576.0)),
+        ("mode", Json::Number(TMP_MODE)),
+        ("options", Json::List(vec![text("noexec"), text("nosuid"), text("nodev")])),
+    ]);
+    Spec {
+        template: Some(Template {
+            image: s.image.clone(),
+            resources: Some(Json::object([(
+                "limits",
+                Json::object([
+                    ("cpu", text(&format!("{}m", s.cpus_milli))),
+                    ("memory", text(&format!("{}Mi", s.memory_mib))),
+                ]),
+            )])),
+            driver_config: Some(Json::object([("docker", Json::object([("mounts", Json::List(vec![tmp]))]))])),
+            ..Template::default()
+        }),
+        policy: Some(policy()),
+        command: vec!["sleep".into(), "infinity".into()],
+        ..Spec::default()
+    }
+}
+
+/// The first part of `got` that differs from `sent`, named as "the read-back
+/// differs in ..." ends.
+fn difference(sent: &Spec, got: &Spec) -> Option<String> {
+    if got.gpu {
+        return Some("it asks for GPUs".into());
+    }
+    if !got.providers.is_empty() {
+        return Some(format!("credential providers are attached ({})", got.providers.join(", ")));
+    }
+    let (t, g) = (sent.template.clone().unwrap_or_default(), got.template.clone().unwrap_or_default());
+    let parts = [
+        ("its image", t.image == g.image),
+        ("its resources", t.resources == g.resources),
+        ("its driver settings (mounts)", t.driver_config == g.driver_config),
+        ("its runtime class", t.runtime_class_name == g.runtime_class_name),
+        ("its user namespaces", t.user_namespaces == g.user_namespaces),
+        ("its template's environment", t.environment == g.environment),
+        ("its template's labels or annotations", t.labels == g.labels && t.annotations == g.annotations),
+        ("its agent socket", t.agent_socket == g.agent_socket),
+        ("its policy", sent.policy == got.policy),
+        ("its environment", sent.environment == got.environment),
+        ("its command", sent.command == got.command && sent.tty == got.tty),
+        ("its log level", sent.log_level == got.log_level),
+    ];
+    parts.iter().find(|(_, same)| !same).map(|(what, _)| what.to_string())
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// A sandbox of this run; deleted when dropped, whatever happened.
+struct Sandbox {
+    name: String,
+    id: String,
+    image: String,
+    driver: String,
+    policy_hash: String,
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        if let Err(e) = gateway::delete(&self.name) {
+            log::warn(&format!(
+                "deleting openshell sandbox {} failed ({e}); the host holds its place until a sweep deletes it",
+                self.name
+            ));
+        }
+    }
+}
+
+/// The gateway's driver, checked: `docker`, and agents' proposals off. Returns
+/// the driver's version.
+fn gateway_checked() -> Result<String, Refusal> {
+    let env = |what: &str, e: String| refused(RefusalReason::Environment, format!("{what}: {e}"));
+    let (name, driver, version) = gateway::driver().map_err(|e| env("reading the gateway's compute driver", e))?;
+    if name != "docker" || driver != "docker" {
+        return Err(refused(
+            RefusalReason::Isolation,
+            format!(
+                "the gateway's compute driver is {name:?} ({driver:?}), not docker: plimsoll states the container tier only for docker"
+            ),
+        ));
+    }
+    gateway::proposals_off().map_err(|e| refused(RefusalReason::Isolation, e))?;
+    Ok(version)
+}
+
+impl Sandbox {
+    /// Creates, waits for and reads back a sandbox for a run of `budget`.
+    /// Nothing of the caller's is in it yet, so every failure is a refusal.
+    fn open(budget: Duration) -> Result<Sandbox, Refusal> {
+        let s = settings()?;
+        let driver = gateway_checked()?;
+        let env = |what: &str, e: String| refused(RefusalReason::Environment, format!("{what}: {e}"));
+        let isolation =
+            |e: String| refused(RefusalReason::Isolation, format!("the openshell sandbox is not what was asked: {e}"));
+        let name = format!("plimsoll-{}", &remote::random_hex(5));
+        let lifetime = budget.as_secs() + 60;
+        let labels = BTreeMap::from([
+            (INSTANCE_LABEL.to_string(), s.instance.clone()),
+            (RUN_LABEL.to_string(), "1".to_string()),
+            (LIFETIME_LABEL.to_string(), lifetime.to_string()),
+        ]);
+        let wanted = spec(&s);
+        let made = gateway::create(&name, &labels, &wanted).map_err(|e| env("creating an openshell sandbox", e))?;
+        let mut sandbox = Sandbox { name, id: made.id, image: s.image.clone(), driver, policy_hash: String::new() };
+        let until = Instant::now() + START_WITHIN;
+        let read = loop {
+            let read = gateway::get(&sandbox.name)
+                .map_err(|e| env("reading the openshell sandbox back", e))?
+                .ok_or_else(|| refused(RefusalReason::Environment, "the openshell sandbox vanished while starting"))?;
+            match read.phase {
+                gateway::READY => break read,
+                gateway::ERROR => {
+                    return Err(refused(
+                        RefusalReason::Environment,
+                        format!("the openshell sandbox failed to start ({})", read.why),
+                    ));
+                }
+                _ if Instant::now() < until => std::thread::sleep(Duration::from_millis(250)),
+                _ => {
+                    return Err(refused(
+                        RefusalReason::Environment,
+                        format!(
+                            "the openshell sandbox was not ready within {} s ({})",
+                            START_WITHIN.as_secs(),
+                            read.why
+                        ),
+                    ));
+                }
+            }
+        };
+        if read.name != sandbox.name || read.id != sandbox.id || read.id.is_empty() {
+            return Err(isolation(format!("the gateway read back sandbox {:?} ({:?})", read.name, read.id)));
+        }
+        if read.labels != labels {
+            return Err(isolation("its labels differ".into()));
+        }
+        if let Some(what) = difference(&wanted, &read.spec) {
+            return Err(isolation(format!("the read-back differs in {what}")));
+        }
+        let effective =
+            gateway::effective(&sandbox.id).map_err(|e| env("reading the sandbox's effective policy", e))?;
+        if !effective.own {
+            return Err(isolation("its effective policy is not its own (a global policy governs it)".into()));
+        }
+        if effective.policy != wanted.policy {
+            return Err(isolation("its effective policy differs from the one sent".into()));
+        }
+        if effective.hash.len() != 64 || !effective.hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(isolation(format!("its policy hash {:?} is not a SHA-256", effective.hash)));
+        }
+        sandbox.policy_hash = effective.hash;
+        Ok(sandbox)
+    }
+
+    fn evidence(&self) -> Evidence {
+        Evidence {
+            tier: Tier::Container,
+            environment: format!("openshell-image:{}", self.image),
+            software_identity: None,
+            instance: Some(format!("openshell-sandbox:{}", self.id)),
+            claims: vec![
+                ("gateway-driver".into(), format!("docker {}", self.driver)),
+                ("policy".into(), format!("openshell-policy:sha256:{}", self.policy_hash)),
+            ],
+        }
+    }
+
+    fn exec(&self, argv: Vec<String>, stdin: &[u8], deadline: Instant, cap: usize) -> Result<gateway::Exec, String> {
+        gateway::exec(&self.id, &argv, stdin, deadline, cap)
+    }
+}
+
+fn words(w: &[&str]) -> Vec<String> {
+    w.iter().map(|s| s.to_string()).collect()
+}
+
+impl Remote for Sandbox {
+    /// In pieces under the gateway's message cap, each appended.
+    fn upload(&self, path: &str, bytes: &[u8]) -> Result<(), String> {
+        let deadline = || Instant::now() + Duration::from_secs(60);
+        let mut pieces: Vec<&[u8]> = bytes.chunks(STDIN_CHUNK).collect();
+        if pieces.is_empty() {
+            pieces.push(&[]);
+        }
+        for (i, piece) in pieces.into_iter().enumerate() {
+            let script = if i == 0 { r#"mkdir -p "$(dirname "$1")" && cat > "$1""# } else { r#"cat >> "$1""# };
+            let done = self.exec(words(&["sh", "-c", script, "sh", path]), piece, deadline(), 4096)?;
+            if done.exit_code != Some(0) {
+                return Err(format!(
+                    "writing {path} ended with {:?}: {}",
+                    done.exit_code,
+                    remote::vendor_text(&done.stderr)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn run(&self, script: &str, cwd: &str, deadline: Instant, max_output: usize) -> Result<remote::Ran, String> {
+        let wrapped = wrapper::wrap(script, cwd, deadline, max_output);
+        // The wrapper's own cap is one byte past the caller's; its trailer follows.
+        let done = self.exec(wrapped.argv.clone(), &[], deadline + Duration::from_secs(3), max_output + 4096)?;
+        match done.exit_code {
+            Some(code) => Ok(wrapped.result(code, done.stdout, done.stderr, done.cut)),
+            // The guest's `timeout` should have ended it; the stream was cancelled instead.
+            None => Ok(wrapped.result(137, done.stdout, done.stderr, true)),
+        }
+    }
+
+    fn download(&self, path: &str) -> Result<Option<Vec<u8>>, String> {
+        let script = r#"[ -f "$1" ] || exit 44; exec cat -- "$1""#;
+        let cap = remote::MAX_ARTIFACT_BYTES + 1;
+        let done =
+            self.exec(words(&["sh", "-c", script, "sh", path]), &[], Instant::now() + Duration::from_secs(60), cap)?;
+        match done.exit_code {
+            Some(0) => Ok(Some(done.stdout)),
+            Some(44) => Ok(None),
+            other => Err(format!("reading {path} ended with {other:?}: {}", remote::vendor_text(&done.stderr))),
+        }
+    }
+
+    fn before_artifacts(&self) -> &'static str {
+        "kill -9 -1 2>/dev/null; "
+    }
+}
+
+fn budget(limits: &Limits) -> Duration {
+    Duration::from_millis(u64::from(limits.timeout_ms.clamp(1, MAX_TIMEOUT_MS)))
+}
+
+fn snippet(language: &str, code: &str, limits: &Limits) -> Result<(SnippetResult, Evidence), RunError> {
+    let command = remote::snippet_command(language).ok_or_else(|| {
+        RunError::Refused(refused(
+            RefusalReason::Unsupported,
+            format!("the openshell provider runs javascript and python, not {language}"),
+        ))
+    })?;
+    let budget = budget(limits);
+    let sandbox = Sandbox::open(budget).map_err(RunError::Refused)?;
+    let ran = remote::snippet(&sandbox, RUN_DIR, command, code.as_bytes(), budget, limits.max_output_bytes as usize)
+        .map_err(may_have_run)?;
+    Ok((snippet_result(ran), sandbox.evidence()))
+}
+
+fn project(
+    files: &[File],
+    steps: &[String],
+    artifacts: &[String],
+    limits: &Limits,
+) -> Result<(ProjectResult, Evidence), RunError> {
+    let budget = budget(limits);
+    let sandbox = Sandbox::open(budget).map_err(RunError::Refused)?;
+    let p = project_in(&sandbox, PROJECT_DIR, files, steps, artifacts, budget, limits.max_output_bytes as usize)?;
+    Ok((p, sandbox.evidence()))
+}
+
+/// The behavioural proof at startup: a real sandbox, read back, runs node and
+/// python in its directory, reaches nothing outside, can write only under
+/// `/tmp`, and its `/tmp` is the `noexec` tmpfs of the size asked.
+fn smoke() -> Result<Evidence, Refusal> {
+    let s = settings()?;
+    let sandbox = Sandbox::open(Duration::from_secs(120))?;
+    let fail = |check: &str, why: String| refused(RefusalReason::Environment, format!("smoke test, {check}: {why}"));
+    let node = remote::smoke(&sandbox, RUN_DIR).map_err(|(check, why)| fail(&check, why))?;
+    let probe = |script: &str| {
+        sandbox
+            .run(script, RUN_DIR, Instant::now() + Duration::from_secs(20), 4096)
+            .map(|r| (r.exit_code, String::from_utf8_lossy(&r.stdout.bytes).trim().to_string()))
+    };
+    let (code, _) = probe("touch /plimsoll-probe 2>/dev/null || touch /home/plimsoll-probe 2>/dev/null")
+        .map_err(|e| fail("writes", e))?;
+    if code == 0 {
+        return Err(fail("writes", "the guest could write outside /tmp".into()));
+    }
+    let (_, tmp) = probe("stat -f -c '%b %S' /tmp; grep ' /tmp ' /proc/mounts").map_err(|e| fail("disk", e))?;
+    let mut lines = tmp.lines();
+    let size = lines.next().and_then(|l| {
+        let (blocks, unit) = l.split_once(' ')?;
+        Some(blocks.parse::<u64>().ok()? * unit.parse::<u64>().ok()?)
+    });
+    let mount = lines.next().unwrap_or_default();
+    let flags_ok = mount.starts_with("tmpfs ") && ["noexec", "nosuid", "nodev"].iter().all(|f| mount.contains(f));
+    if size != Some(u64::from(s.disk_mib) << 20) || !flags_ok {
+        return Err(fail(
+            "disk",
+            format!("/tmp is not a noexec tmpfs of {} MiB: {size:?} bytes, {mount:?}", s.disk_mib),
+        ));
+    }
+    log::info(&format!(
+        "smoke test passed in openshell sandbox {} ({}): node {node}, python, no egress, writes only under a {} MiB noexec /tmp",
+        sandbox.name, sandbox.id, s.disk_mib
+    ));
+    Ok(sandbox.evidence())
+}
+
+/// Deletes this daemon's sandboxes a run does not hold, and another daemon's
+/// once their lifetime and a grace have passed.
+fn sweep(keep: &[String]) -> Result<Vec<String>, String> {
+    let s = settings().map_err(|r| r.message)?;
+    let listed = gateway::list(&format!("{RUN_LABEL}=1"))?;
+    let now = now_ms();
+    let mut candidates = Vec::new();
+    for l in listed {
+        let own = l.labels.get(INSTANCE_LABEL) == Some(&s.instance);
+        let lifetime = l.labels.get(LIFETIME_LABEL).and_then(|l| l.parse::<i64>().ok());
+        let expired = lifetime.is_some_and(|life| now > l.created_ms + (life + FOREIGN_GRACE_S) * 1000);
+        if own || expired {
+            candidates.push(l.name);
+        }
+    }
+    let (deleted, failed) = remote::sweep(candidates, keep, gateway::delete);
+    if !failed.is_empty() {
+        log::warn(&format!("the sweep could not delete {} openshell sandbox(es): {}", failed.len(), failed.join("; ")));
+    }
+    Ok(deleted)
+}
+
+plimsoll_plugin_remote::wit_glue!("openshell");
+
+impl Guest for Plugin {
+    type Session = NoSession;
+
+    fn describe() -> Description {
+        Description {
+            name: "openshell".into(),
+            languages: vec!["javascript".into(), "python".into()],
+            projects: true,
+            modules: false,
+            sessions: false,
+            max_timeout_ms: MAX_TIMEOUT_MS,
+            max_project_timeout_ms: MAX_TIMEOUT_MS,
+        }
+    }
+
+    fn preflight() -> Result<Evidence, Refusal> {
+        let s = settings()?;
+        Ok(Evidence {
+            tier: Tier::Container,
+            environment: format!("openshell-image:{}", s.image),
+            software_identity: None,
+            instance: None,
+            claims: vec![],
+        })
+    }
+
+    fn smoke_test() -> Result<Evidence, Refusal> {
+        smoke()
+    }
+
+    fn sweep(keep: Vec<String>) -> Result<Vec<String>, String> {
+        sweep(&keep)
+    }
+
+    fn run_snippet(language: String, code: String, limits: Limits) -> Result<(SnippetResult, Evidence), RunError> {
+        snippet(&language, &code, &limits)
+    }
+
+    fn run_project(
+        files: Vec<File>,
+        steps: Vec<String>,
+        artifacts: Vec<String>,
+        limits: Limits,
+    ) -> Result<(ProjectResult, Evidence), RunError> {
+        project(&files, &steps, &artifacts, &limits)
+    }
+
+    fn run_module(_request: ModuleRequest, _limits: Limits) -> Result<(ModuleResult, Evidence), RunError> {
+        Err(RunError::Refused(refused(RefusalReason::Unsupported, "the openshell provider does not run module tables")))
+    }
+}
+
+export!(Plugin);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> Settings {
+        Settings { image: "i@sha256:00".into(), instance: "ci".into(), cpus_milli: 1000, memory_mib: 256, disk_mib: 64 }
+    }
+
+    #[test]
+    fn every_difference_in_the_read_back_is_named() {
+        let sent = spec(&settings());
+        assert_eq!(difference(&sent, &sent), None);
+        let mut got = sent.clone();
+        got.template.as_mut().expect("template").resources =
+            Some(Json::object([("limits", Json::object([("cpu", Json::String("8".into()))]))]));
+        assert_eq!(difference(&sent, &got).as_deref(), Some("its resources"));
+        let mut got = sent.clone();
+        got.policy.as_mut().expect("policy").network_policies.push("egress".into());
+        assert_eq!(difference(&sent, &got).as_deref(), Some("its policy"));
+        let mut got = sent.clone();
+        got.providers.push("github".into());
+        assert_eq!(difference(&sent, &got).as_deref(), Some("credential providers are attached (github)"));
+        let mut got = sent.clone();
+        got.template.as_mut().expect("template").driver_config = None;
+        assert_eq!(difference(&sent, &got).as_deref(), Some("its driver settings (mounts)"));
+    }
+}
