@@ -33,6 +33,78 @@ pub struct Backing {
     image: String,
 }
 
+/// What a sandbox's container gets.
+#[derive(Debug, Clone)]
+pub struct Shape {
+    /// Its memory (and memory with swap), in bytes.
+    pub memory_bytes: u64,
+    /// Its CPUs, as docker's `--cpus` takes them (`None`: no limit).
+    pub cpus: Option<String>,
+    /// The size of the guest's home, a tmpfs counted in its memory.
+    pub disk_mb: u32,
+    /// Tmpfs mounts beyond the home; when none is `/tmp`, a 64 MiB one is.
+    pub tmpfs: Vec<Tmpfs>,
+    /// Variables every process in it sees.
+    pub env: Vec<(String, String)>,
+}
+
+impl Shape {
+    /// `memory_mb` and `cpus`, a home of `disk_mb` and the small `/tmp`.
+    pub fn plain(memory_mb: u32, cpus: u32, disk_mb: u32) -> Shape {
+        Shape {
+            memory_bytes: u64::from(memory_mb) << 20,
+            cpus: Some(cpus.to_string()),
+            disk_mb,
+            tmpfs: Vec::new(),
+            env: Vec::new(),
+        }
+    }
+}
+
+/// A tmpfs mount.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tmpfs {
+    /// Where: an absolute path without `:` or `,`.
+    pub target: String,
+    /// Its size (`None`: docker's default).
+    pub size_bytes: Option<u64>,
+    /// Its permission bits (`None`: docker's default).
+    pub mode: Option<u32>,
+    /// Mount flags such as `noexec`, or `key=value`, none with `,` or `:`.
+    pub options: Vec<String>,
+}
+
+impl Tmpfs {
+    /// The mount as docker's `--tmpfs` takes it. Flags not given are docker's
+    /// defaults (noexec, nosuid, nodev).
+    fn docker(&self) -> String {
+        let mut opts = vec!["rw".to_string()];
+        if let Some(size) = self.size_bytes {
+            opts.push(format!("size={size}"));
+        }
+        if let Some(mode) = self.mode {
+            opts.push(format!("mode={mode:o}"));
+        }
+        opts.extend(self.options.iter().cloned());
+        format!("{}:{}", self.target, opts.join(","))
+    }
+}
+
+/// A process to run as the guest, and how.
+#[derive(Debug, Default)]
+pub struct Process {
+    /// The program and its arguments.
+    pub argv: Vec<String>,
+    /// Where it starts.
+    pub cwd: String,
+    /// Variables beyond the guest's `HOME` and `PATH`.
+    pub env: Vec<(String, String)>,
+    /// All of its standard input, then end of file (`None`: none at all).
+    pub stdin: Option<Bytes>,
+    /// When to kill every guest process and give up.
+    pub deadline: Option<Duration>,
+}
+
 /// Output of a process as it runs.
 #[derive(Debug)]
 pub enum Chunk {
@@ -78,51 +150,52 @@ impl Backing {
         &self.image
     }
 
-    /// Starts a container for sandbox `id` with `memory_mb` and `cpus`: a read-only
-    /// root, its guest's home `/home/user` a tmpfs of `disk_mb` the guest owns,
-    /// and a small `/tmp`, so nothing the guest writes lands on the host's disk.
-    pub async fn create(&self, id: &str, memory_mb: u32, cpus: u32, disk_mb: u32) -> Result<(), String> {
+    /// Starts a container for sandbox `id` shaped as `shape` says: a read-only
+    /// root, its guest's home `/home/user` a tmpfs the guest owns, and tmpfs
+    /// mounts (a small `/tmp` unless one is asked), so nothing the guest writes
+    /// lands on the host's disk.
+    pub async fn create(&self, id: &str, shape: &Shape) -> Result<(), String> {
         let label = format!("{LABEL}={}", std::process::id());
-        let memory = format!("{memory_mb}m");
-        let cpus = cpus.to_string();
+        let memory = format!("{}b", shape.memory_bytes);
         let name = format!("plimsoll-fake-{id}");
-        let home = format!("/home/user:rw,exec,size={disk_mb}m,uid={GUEST_UID},gid={GUEST_UID},mode=0755");
-        docker(
-            &[
-                "run",
-                "-d",
-                "--name",
-                &name,
-                "--label",
-                &label,
-                "--network",
-                "none",
-                "--memory",
-                &memory,
-                "--memory-swap",
-                &memory,
-                "--cpus",
-                &cpus,
-                "--pids-limit",
-                &PIDS.to_string(),
-                "--read-only",
-                "--tmpfs",
-                &home,
-                "--tmpfs",
-                "/tmp:rw,exec,size=64m,mode=1777",
-                &self.image,
-                "sleep",
-                "infinity",
-            ],
-            None,
-        )
-        .await
-        .map(|_| ())
+        let home = format!("/home/user:rw,exec,size={}m,uid={GUEST_UID},gid={GUEST_UID},mode=0755", shape.disk_mb);
+        let pids = PIDS.to_string();
+        let mut args: Vec<String> = ["run", "-d", "--name", &name, "--label", &label, "--network", "none"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        args.extend(["--memory".into(), memory.clone(), "--memory-swap".into(), memory]);
+        if let Some(cpus) = &shape.cpus {
+            args.extend(["--cpus".into(), cpus.clone()]);
+        }
+        args.extend(["--pids-limit".into(), pids, "--read-only".into(), "--tmpfs".into(), home]);
+        for t in &shape.tmpfs {
+            args.extend(["--tmpfs".into(), t.docker()]);
+        }
+        if !shape.tmpfs.iter().any(|t| t.target == "/tmp") {
+            args.extend(["--tmpfs".into(), "/tmp:rw,exec,size=64m,mode=1777".into()]);
+        }
+        for (k, v) in &shape.env {
+            args.extend(["--env".into(), format!("{k}={v}")]);
+        }
+        args.extend([self.image.clone(), "sleep".into(), "infinity".into()]);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        docker(&args, None).await.map(|_| ())
     }
 
-    /// Removes sandbox `id`'s container.
-    pub async fn remove(&self, id: &str) -> Result<(), String> {
-        docker(&["rm", "-f", &format!("plimsoll-fake-{id}")], None).await.map(|_| ())
+    /// Removes sandbox `id`'s container: `Ok(false)` when there was none.
+    pub async fn remove(&self, id: &str) -> Result<bool, String> {
+        match docker(&["rm", "-f", &format!("plimsoll-fake-{id}")], None).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.contains("No such container") => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// The docker daemon's version.
+    pub async fn docker_version(&self) -> Result<String, String> {
+        let out = docker(&["version", "--format", "{{.Server.Version}}"], None).await?;
+        Ok(String::from_utf8_lossy(&out).trim().to_string())
     }
 
     /// Removes every container this fake made.
@@ -135,8 +208,10 @@ impl Backing {
         }
     }
 
-    fn user_exec<'a>(&self, id: &'a str, cwd: &'a str) -> Vec<String> {
-        vec![
+    /// `docker exec` as the guest in `cwd`, with `HOME`, `PATH` and `env`, up to
+    /// the container's name: the command follows.
+    fn user_exec(&self, id: &str, cwd: &str, env: &[(String, String)]) -> Vec<String> {
+        let mut argv: Vec<String> = vec![
             "exec".into(),
             "-i".into(),
             "-u".into(),
@@ -147,13 +222,17 @@ impl Backing {
             "HOME=/home/user".into(),
             "-e".into(),
             "PATH=/usr/local/bin:/usr/bin:/bin".into(),
-            format!("plimsoll-fake-{id}"),
-        ]
+        ];
+        for (k, v) in env {
+            argv.extend(["-e".into(), format!("{k}={v}")]);
+        }
+        argv.push(format!("plimsoll-fake-{id}"));
+        argv
     }
 
     /// Writes a file as the guest, making its directories.
     pub async fn write(&self, id: &str, path: &str, bytes: &[u8]) -> Result<(), String> {
-        let mut args = self.user_exec(id, "/");
+        let mut args = self.user_exec(id, "/", &[]);
         args.extend(["sh".into(), "-c".into(), "mkdir -p \"$(dirname \"$1\")\" && cat > \"$1\"".into(), "sh".into()]);
         args.push(path.into());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -162,7 +241,7 @@ impl Backing {
 
     /// Reads a file as the guest: `Ok(None)` when it is missing, `Err` for a directory.
     pub async fn read(&self, id: &str, path: &str) -> Result<Option<Vec<u8>>, String> {
-        let mut args = self.user_exec(id, "/");
+        let mut args = self.user_exec(id, "/", &[]);
         let script = "if [ -d \"$1\" ]; then exit 45; fi; if [ ! -f \"$1\" ]; then exit 44; fi; cat \"$1\"";
         args.extend(["sh".into(), "-c".into(), script.into(), "sh".into(), path.into()]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -176,35 +255,34 @@ impl Backing {
 
     /// Where `path` really leads in sandbox `id` (links resolved), if it exists.
     pub async fn resolve(&self, id: &str, path: &str) -> Option<String> {
-        let mut args = self.user_exec(id, "/");
+        let mut args = self.user_exec(id, "/", &[]);
         args.extend(["realpath".into(), "-e".into(), "--".into(), path.into()]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let out = docker(&args, None).await.ok()?;
         Some(String::from_utf8_lossy(&out).trim_end_matches('\n').to_string())
     }
 
-    /// Runs `cmd args` in `cwd` as the guest; its output and end go to `out`. When
-    /// `deadline` passes first, every guest process is killed and `Ok(false)` returned.
-    pub async fn run(
-        &self,
-        id: &str,
-        cmd: &str,
-        args: &[String],
-        cwd: &str,
-        deadline: Option<Duration>,
-        out: tokio::sync::mpsc::Sender<Chunk>,
-    ) -> Result<bool, String> {
-        let mut argv = self.user_exec(id, cwd);
-        argv.push(cmd.into());
-        argv.extend(args.iter().cloned());
+    /// Runs `process` as the guest in sandbox `id`; its output and end go to
+    /// `out`. When its deadline passes first, every guest process is killed and
+    /// `Ok(false)` returned.
+    pub async fn run(&self, id: &str, process: Process, out: tokio::sync::mpsc::Sender<Chunk>) -> Result<bool, String> {
+        let mut argv = self.user_exec(id, &process.cwd, &process.env);
+        argv.extend(process.argv.iter().cloned());
         let mut child = Command::new("docker")
             .args(&argv)
-            .stdin(Stdio::null())
+            .stdin(if process.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| format!("docker exec: {e}"))?;
+        if let (Some(input), Some(mut pipe)) = (process.stdin, child.stdin.take()) {
+            // All of it, then end of file; a process that stops reading early
+            // just closes the pipe on the rest.
+            tokio::spawn(async move {
+                let _ = pipe.write_all(&input).await;
+            });
+        }
         let (Some(mut so), Some(mut se)) = (child.stdout.take(), child.stderr.take()) else {
             return Err("docker exec gave no pipes".into());
         };
@@ -226,7 +304,7 @@ impl Backing {
                 }
             }
         });
-        let waited = match deadline {
+        let waited = match process.deadline {
             Some(d) => tokio::time::timeout(d, child.wait()).await.ok(),
             None => Some(child.wait().await),
         };

@@ -13,7 +13,7 @@ use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
-use crate::backing::{Backing, Chunk};
+use crate::backing::{Backing, Chunk, Process, Shape};
 use crate::pki::Pki;
 use crate::server::{self, Body, Handler, Request};
 use crate::util::{multipart, now, random, rfc3339};
@@ -347,7 +347,7 @@ impl Fake {
         let me = Arc::clone(&self);
         let made = uid.clone();
         tokio::spawn(async move {
-            let placed = me.backing.create(&made, BACKING_MEMORY_MB, 1, DISK_MB).await;
+            let placed = me.backing.create(&made, &Shape::plain(BACKING_MEMORY_MB, 1, DISK_MB)).await;
             let mut all = lock(&me.sandboxes);
             match (placed, all.get_mut(&made)) {
                 (Ok(()), Some(s)) if s.status == Status::Creating => {
@@ -597,12 +597,12 @@ impl Fake {
             .and_then(Value::as_array)
             .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
             .unwrap_or_default();
-        let Some((program, args)) = cmd.split_first() else {
+        if cmd.is_empty() {
             return error(400, "invalidArgument", "cmd needs at least one entry");
-        };
+        }
         let cwd = body.get("workingDir").and_then(Value::as_str).unwrap_or("/home/user").to_string();
         let (tx, mut rx) = tokio::sync::mpsc::channel(16);
-        let run = self.backing.run(uid, program, args, &cwd, None, tx);
+        let run = self.backing.run(uid, Process { argv: cmd, cwd, ..Process::default() }, tx);
         let collect = async {
             let (mut out, mut err, mut code) = (Vec::new(), Vec::new(), None);
             while let Some(chunk) = rx.recv().await {

@@ -11,7 +11,7 @@ use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use crate::backing::{Backing, Chunk};
+use crate::backing::{Backing, Chunk, Process, Shape};
 use crate::pki::Pki;
 use crate::server::{self, Body, Handler, Request};
 use crate::util::{multipart, now, random, rfc3339};
@@ -182,7 +182,7 @@ impl Fake {
             }
         }
         let id = sandbox_id();
-        if let Err(e) = self.backing.create(&id, MEMORY_MB, CPUS, DISK_MB).await {
+        if let Err(e) = self.backing.create(&id, &Shape::plain(MEMORY_MB, CPUS, DISK_MB)).await {
             return server::json(
                 500,
                 &json!({"code": 500, "message": format!("Failed to place sandbox: {e}"), "error_code": "sandbox_create_failed"}),
@@ -394,7 +394,9 @@ impl Fake {
             let run = {
                 let me = Arc::clone(&me);
                 let id = id.clone();
-                tokio::spawn(async move { me.backing.run(&id, &cmd, &args, &cwd, deadline, chunks).await })
+                let argv = std::iter::once(cmd).chain(args).collect();
+                let process = Process { argv, cwd, deadline, ..Process::default() };
+                tokio::spawn(async move { me.backing.run(&id, process, chunks).await })
             };
             while let Some(chunk) = rx.recv().await {
                 let e = match chunk {

@@ -5,12 +5,13 @@
 //! misbehave in the ways the plugins must catch.
 //!
 //! ```text
-//! plimsoll-fake <e2b|dockercloud> --listen 127.0.0.1:PORT [--misbehave MODE] [--image ID]
+//! plimsoll-fake <e2b|dockercloud|openshell> --listen 127.0.0.1:PORT [--misbehave MODE] [--image ID]
 //! ```
 
 mod backing;
 mod dockercloud;
 mod e2b;
+mod openshell;
 mod pki;
 mod server;
 mod util;
@@ -18,12 +19,13 @@ mod util;
 use std::sync::Arc;
 
 const USAGE: &str =
-    "usage: plimsoll-fake <e2b|dockercloud> --listen 127.0.0.1:PORT [--misbehave MODE] [--image ID] [--dir DIR]
+    "usage: plimsoll-fake <e2b|dockercloud|openshell> --listen 127.0.0.1:PORT [--misbehave MODE] [--image ID] [--dir DIR]
 
-  --listen ADDR     where to serve HTTPS (loopback only)
+  --listen ADDR     where to serve HTTPS (loopback only; openshell: gRPC, mutual TLS)
   --misbehave MODE  answer wrongly in one way (modes below); default: behave
   --image ID        the docker image sandboxes run (default: images/out/sandbox.id)
-  --dir DIR         where to write the generated CA (default: a new temporary directory)
+  --dir DIR         where to write the generated CA, and openshell's client certificate
+                    and key (default: a new temporary directory)
 
 Once ready it prints the daemon's settings as KEY=VALUE lines, then serves until
 it is sent SIGTERM or SIGINT, and removes every container it made.";
@@ -42,6 +44,10 @@ fn main() {
         }
         println!("\ndockercloud modes:");
         for (mode, what) in dockercloud::MODES {
+            println!("  {mode:<18} {what}");
+        }
+        println!("\nopenshell modes:");
+        for (mode, what) in openshell::MODES {
             println!("  {mode:<18} {what}");
         }
         return;
@@ -78,6 +84,7 @@ fn main() {
     let code = rt.block_on(async move {
         let names: &[&str] = match vendor.as_str() {
             "dockercloud" => &["hub.dockercloud.test", "api.dockercloud.test", "*.sandboxes.dockercloud.test"],
+            "openshell" => &[openshell::HOST],
             _ => &["api.e2b.test", "*.e2b.test"],
         };
         let pki = pki::Pki::generate(&dir, names).unwrap_or_else(|e| fail(&e));
@@ -98,15 +105,25 @@ fn main() {
                 });
                 Arc::new(dockercloud::Fake::new(Arc::clone(&backing), mode))
             }
-            other => fail(&format!("no fake for {other:?}; this build fakes e2b and dockercloud")),
+            "openshell" => {
+                let mode = mode.as_deref().map(|m| {
+                    openshell::Mode::parse(m).unwrap_or_else(|| {
+                        fail(&format!("openshell has no mode {m:?}; plimsoll-fake --help lists them"))
+                    })
+                });
+                Arc::new(openshell::Fake::new(Arc::clone(&backing), mode))
+            }
+            other => fail(&format!("no fake for {other:?}; this build fakes e2b, dockercloud and openshell")),
         };
+        // The gateway takes only callers with a certificate from its CA.
+        let tls = if vendor == "openshell" { pki.mtls_server_config() } else { pki.server_config() };
         let listener = tokio::net::TcpListener::bind(listen).await.unwrap_or_else(|e| fail(&format!("{listen}: {e}")));
         let port = listener.local_addr().map(|a| a.port()).unwrap_or_else(|e| fail(&e.to_string()));
         for (k, v) in handler.settings(port, &pki) {
             println!("{k}={v}");
         }
         println!("READY=1");
-        let served = tokio::spawn(server::serve(listener, pki.server_config(), Arc::clone(&handler)));
+        let served = tokio::spawn(server::serve(listener, tls, Arc::clone(&handler)));
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .unwrap_or_else(|e| fail(&e.to_string()));
         tokio::select! {

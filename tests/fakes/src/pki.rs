@@ -1,42 +1,91 @@
 //! The fake's TLS: a CA made at startup (its certificate written for the daemon
-//! to trust) and a server certificate for the vendor's host names.
+//! to trust), a server certificate for the vendor's host names, and a client
+//! certificate (CN `plimsoll`, OU `admin`) for a vendor that takes only mutual
+//! TLS, written with its key for the daemon to present.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair};
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-/// The CA file and the server's certificate and key.
+/// The CA file, the client's certificate and key files, and the server's
+/// certificate and key.
 pub struct Pki {
     /// Where the CA certificate (PEM) is.
     pub ca_file: PathBuf,
+    /// Where the client certificate (PEM) is.
+    pub client_cert_file: PathBuf,
+    /// Where the client certificate's key (PEM, PKCS#8) is.
+    pub client_key_file: PathBuf,
+    ca_cert: String,
     server_cert: String,
     server_key: String,
 }
 
 impl Pki {
-    /// Makes a CA and a server certificate for `names` (and 127.0.0.1), writing the
-    /// CA's certificate into `dir`.
+    /// Makes a CA, a server certificate for `names` (and 127.0.0.1) and a client
+    /// certificate, writing `ca.pem`, `client.pem` and `client.key` into `dir`.
     pub fn generate(dir: &Path, names: &[&str]) -> Result<Pki, String> {
         let err = |e: &dyn std::fmt::Display| format!("making the fake's certificates: {e}");
         let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(|e| err(&e))?;
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.distinguished_name.push(rcgen::DnType::CommonName, "plimsoll-fake CA");
+        ca.distinguished_name.push(DnType::CommonName, "plimsoll-fake CA");
         let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().map_err(|e| err(&e))?).map_err(|e| err(&e))?;
         let key = KeyPair::generate().map_err(|e| err(&e))?;
         let mut sans: Vec<String> = names.iter().map(|n| n.to_string()).collect();
         sans.push("127.0.0.1".into());
         let cert = CertificateParams::new(sans).map_err(|e| err(&e))?.signed_by(&key, &ca).map_err(|e| err(&e))?;
+        let client_key = KeyPair::generate().map_err(|e| err(&e))?;
+        let mut client = CertificateParams::new(Vec::<String>::new()).map_err(|e| err(&e))?;
+        client.distinguished_name.push(DnType::CommonName, "plimsoll");
+        client.distinguished_name.push(DnType::OrganizationalUnitName, "admin");
+        client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let client = client.signed_by(&client_key, &ca).map_err(|e| err(&e))?;
         std::fs::create_dir_all(dir).map_err(|e| err(&e))?;
         let ca_file = dir.join("ca.pem");
         std::fs::write(&ca_file, ca.pem()).map_err(|e| err(&e))?;
-        Ok(Pki { ca_file, server_cert: cert.pem(), server_key: key.serialize_pem() })
+        let client_cert_file = dir.join("client.pem");
+        std::fs::write(&client_cert_file, client.pem()).map_err(|e| err(&e))?;
+        let client_key_file = dir.join("client.key");
+        write_private(&client_key_file, &client_key.serialize_pem()).map_err(|e| err(&e))?;
+        Ok(Pki {
+            ca_file,
+            client_cert_file,
+            client_key_file,
+            ca_cert: ca.pem(),
+            server_cert: cert.pem(),
+            server_key: key.serialize_pem(),
+        })
     }
 
     /// The server's TLS configuration, offering HTTP/2 and HTTP/1.1.
     pub fn server_config(&self) -> Arc<rustls::ServerConfig> {
+        self.config(None)
+    }
+
+    /// The server's TLS configuration that requires a client certificate issued
+    /// by the fake's CA: a client without one fails the handshake.
+    pub fn mtls_server_config(&self) -> Arc<rustls::ServerConfig> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in CertificateDer::pem_slice_iter(self.ca_cert.as_bytes()).filter_map(Result::ok) {
+            let _ = roots.add(ca);
+        }
+        match rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider).build() {
+            Ok(verifier) => self.config(Some(verifier)),
+            Err(e) => {
+                eprintln!("plimsoll-fake: the client certificate verifier: {e}");
+                std::process::exit(2);
+            }
+        }
+    }
+
+    fn config(
+        &self,
+        clients: Option<Arc<dyn rustls::server::danger::ClientCertVerifier>>,
+    ) -> Arc<rustls::ServerConfig> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let chain: Vec<CertificateDer<'static>> =
             CertificateDer::pem_slice_iter(self.server_cert.as_bytes()).filter_map(Result::ok).collect();
@@ -45,7 +94,7 @@ impl Pki {
             rustls::ServerConfig::builder_with_provider(provider)
                 .with_safe_default_protocol_versions()
                 .map_err(|e| e.to_string())?
-                .with_no_client_auth()
+                .with_client_cert_verifier(clients.unwrap_or_else(|| Arc::new(rustls::server::NoClientAuth)))
                 .with_single_cert(chain, key)
                 .map_err(|e| e.to_string())
         }) {
@@ -58,4 +107,13 @@ impl Pki {
         cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         Arc::new(cfg)
     }
+}
+
+/// Writes `text` to a new file only its owner may read.
+fn write_private(path: &Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let _ = std::fs::remove_file(path);
+    let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(path)?;
+    f.write_all(text.as_bytes())
 }

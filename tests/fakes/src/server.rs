@@ -95,6 +95,19 @@ pub fn streamed(content_type: &str) -> (http::Response<Body>, tokio::sync::mpsc:
     (r, tx)
 }
 
+/// A streamed response fed frame by frame, data or trailers (gRPC ends a call
+/// with a trailers frame). The body ends when the sender is dropped, and the
+/// sender's `closed()` resolves once the client has gone (the body dropped).
+pub fn framed(content_type: &str) -> (http::Response<Body>, tokio::sync::mpsc::Sender<Frame<Bytes>>) {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Frame<Bytes>>(16);
+    let stream = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|f| f.map(Ok::<_, std::io::Error>)));
+    let mut r = http::Response::new(StreamBody::new(stream).boxed());
+    if let Ok(v) = http::HeaderValue::from_str(content_type) {
+        r.headers_mut().insert(http::header::CONTENT_TYPE, v);
+    }
+    (r, tx)
+}
+
 /// Serves `listener` over TLS with `handler` until the listener fails.
 pub async fn serve(listener: tokio::net::TcpListener, tls: Arc<rustls::ServerConfig>, handler: Arc<dyn Handler>) {
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
