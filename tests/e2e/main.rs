@@ -16,6 +16,7 @@ mod grants;
 mod jail;
 mod mcp;
 mod mcp_tour;
+mod openshell;
 mod pr_receipt;
 mod probes;
 mod python;
@@ -103,8 +104,13 @@ impl Daemon {
         let stderr = child.stderr.take().expect("stderr");
         let lines = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&lines);
+        // PLIMSOLL_E2E_ECHO=1 shows every daemon's log as it comes, to debug a suite.
+        let echo = std::env::var_os("PLIMSOLL_E2E_ECHO").is_some();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if echo {
+                    eprintln!("daemon: {line}");
+                }
                 sink.lock().expect("lock").push(line);
             }
         });

@@ -2,8 +2,9 @@
 //! and its JavaScript counterpart below), run as the guest at every tier this
 //! machine has (QuickJS in the daemon and in a jailed engine worker and CPython at
 //! the process tier, runc at container, runsc at kernel) and on the remote
-//! backends' fakes (the e2b and dockercloud plugins against `plimsoll-fake`, whose
-//! sandboxes are local containers standing in for the vendors' microVMs). Each attempt must fail and
+//! backends' fakes (the e2b, dockercloud and openshell plugins against
+//! `plimsoll-fake`, whose sandboxes are local containers standing in for the
+//! vendors' microVMs and the gateway's docker sandboxes). Each attempt must fail and
 //! each run must report. What stopped it is read
 //! from the run (the errno or the missing facility) and named as a wall; the table
 //! that results is SPECIFICATION.md's, checked here byte for byte
@@ -17,12 +18,13 @@ use plimsoll_core::wire::{ProjectOutcome, ProjectResult};
 
 use super::docker::{TOKEN, docker_env, fixture, signed_plugin, start};
 use super::fakes::Fake;
-use super::{Daemon, callers, dockercloud, e2b, scratch};
+use super::{Daemon, callers, dockercloud, e2b, openshell, scratch};
 
 /// The columns of the remote plugins against their fakes: the walls are the
 /// plugin's and the fake's containers', standing in for the vendor's microVM.
 const E2B_FAKE: &str = "e2b plugin, on its fake";
 const DOCKERCLOUD_FAKE: &str = "dockercloud plugin, on its fake";
+const OPENSHELL_FAKE: &str = "openshell plugin, on its fake";
 /// What both remote columns are matched as: the same walls stop the same attacks.
 const REMOTE: &str = "a remote plugin, on its fake";
 
@@ -214,6 +216,13 @@ fn the_escape_probe_matrix_holds_on_every_tier() {
     tiers.push((DOCKERCLOUD_FAKE, python_tier(&c, "python3", &host_file, &canary, port)));
     drop(d);
     assert_eq!(super::fakes::settle(&fake, 0), 0, "the dockercloud fake's sandboxes were left behind");
+    let Some(fake) = Fake::start("openshell", None) else { return };
+    let Some(env) = openshell::env(&fake, &scratch("probes-openshell"), &canary_env) else { return };
+    let d = Daemon::start(&super::fakes::pairs(&env));
+    let c = Client::new(&d.url(), Some(openshell::TOKEN.into())).expect("client");
+    tiers.push((OPENSHELL_FAKE, python_tier(&c, "python3", &host_file, &canary, port)));
+    drop(d);
+    assert_eq!(super::fakes::settle(&fake, 0), 0, "the openshell fake's sandboxes were left behind");
     drop(listener);
 
     let table = matrix(&tiers);
@@ -260,7 +269,7 @@ fn wall(tier: &str, attack: &str, seen: &str) -> Option<&'static str> {
     let process = tier.starts_with("process");
     // A jailed worker runs the same engine: the same walls, behind its own.
     let tier = if tier == "process, QuickJS, jailed worker" { "process, QuickJS" } else { tier };
-    let tier = if tier == E2B_FAKE || tier == DOCKERCLOUD_FAKE { REMOTE } else { tier };
+    let tier = if [E2B_FAKE, DOCKERCLOUD_FAKE, OPENSHELL_FAKE].contains(&tier) { REMOTE } else { tier };
     Some(match (tier, attack, seen) {
         (_, _, s) if s.starts_with("SUCCEEDED") || s.starts_with("FOUND") || s.contains("UNEXPLAINED") => return None,
         ("process, QuickJS", "memory_bomb", s) if s.ends_with("out of memory") => "the run's linear memory limit",

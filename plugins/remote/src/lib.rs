@@ -52,6 +52,12 @@ pub trait Remote {
     }
 }
 
+/// A shell line that SIGKILLs every process the guest may signal except the
+/// shell running it and that shell's ancestors (a vendor's exec, a wrapper):
+/// what a [`Remote::before_artifacts`] runs where the command is not the
+/// sandbox's only process of the guest. Ends with `; `.
+pub const KILL_THE_REST: &str = r#"keep=" $$ "; p=$$; while [ "${p:-1}" -gt 1 ]; do p=$(sed -n 's/^PPid:[[:space:]]*//p' "/proc/$p/status" 2>/dev/null); keep="$keep${p:-1} "; done; for d in /proc/[0-9]*; do case "$keep" in *" ${d#/proc/} "*) ;; *) kill -9 "${d#/proc/}" 2>/dev/null;; esac; done; "#;
+
 /// A failure after something of the caller's reached the sandbox: the run may
 /// have happened.
 #[derive(Debug, PartialEq, Eq)]
