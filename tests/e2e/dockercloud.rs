@@ -61,6 +61,7 @@ fn refused(mode: &str) -> Option<String> {
 #[test]
 fn every_misbehaviour_of_the_dockercloud_fake_is_refused_by_name() {
     let cases = [
+        ("redirect", "the token exchange at https://hub.dockercloud.test"),
         (
             "open-policy",
             "the sandbox's effective network policy is \\\"allowAll\\\", not denyAll (run `sbx --cloud policy init deny-all` once for the account)",
@@ -75,6 +76,9 @@ fn every_misbehaviour_of_the_dockercloud_fake_is_refused_by_name() {
     for (mode, why) in cases {
         let Some(err) = refused(mode) else { return };
         assert!(err.contains(why), "{mode}: {err}");
+        if mode == "redirect" {
+            assert!(err.contains("answered with a redirect (307 Temporary Redirect), which is not followed"), "{err}");
+        }
     }
 }
 

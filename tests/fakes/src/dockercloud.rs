@@ -19,7 +19,8 @@ use crate::server::{self, Body, Handler, Request};
 use crate::util::{multipart, now, random, rfc3339};
 
 /// Each way this fake can misbehave, and what it does.
-pub const MODES: [(&str, &str); 12] = [
+pub const MODES: [(&str, &str); 13] = [
+    ("redirect", "every answer, the token exchange's included, is a 307 redirect elsewhere"),
     ("open-policy", "the effective network policy is allowAll"),
     ("allow-rule", "the effective policy denies all but allows one network from the owner's layer"),
     ("weaker", "the read-back's resources are larger than asked: 8 CPUs, 16384 MiB"),
@@ -37,6 +38,7 @@ pub const MODES: [(&str, &str); 12] = [
 /// A misbehaviour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
+    Redirect,
     OpenPolicy,
     AllowRule,
     Weaker,
@@ -55,6 +57,7 @@ impl Mode {
     /// The mode named `s`.
     pub fn parse(s: &str) -> Option<Mode> {
         Some(match s {
+            "redirect" => Mode::Redirect,
             "open-policy" => Mode::OpenPolicy,
             "allow-rule" => Mode::AllowRule,
             "weaker" => Mode::Weaker,
@@ -754,6 +757,14 @@ impl Handler for Fake {
 
     fn handle(self: Arc<Self>, req: Request) -> std::pin::Pin<Box<dyn Future<Output = http::Response<Body>> + Send>> {
         Box::pin(async move {
+            if self.mode == Some(Mode::Redirect) {
+                let mut r = server::whole(307, "", Bytes::new());
+                r.headers_mut().insert(
+                    http::header::LOCATION,
+                    http::HeaderValue::from_static("https://elsewhere.dockercloud.test/"),
+                );
+                return r;
+            }
             let endpoint = req.host.strip_suffix(ENDPOINT_SUFFIX).map(str::to_string);
             match endpoint {
                 Some(uid) => self.endpoint(uid, req).await,
