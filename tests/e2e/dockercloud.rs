@@ -129,7 +129,9 @@ fn dockercloud_sandboxes_that_will_not_delete_hold_capacity() {
     let err = rt.block_on(client.run_javascript("console.log(1)", &Options::default())).expect_err("at capacity");
     assert_eq!(err.not_dispatched(), Some(Reason::Capacity), "{err}");
     assert!(
-        err.to_string().contains("2 sandbox(es) whose delete failed count against SANDBOX_MAX_CONCURRENT=2"),
+        err.to_string().contains(
+            "2 sandbox(es) not yet deleted (a delete under way or failed) count against SANDBOX_MAX_CONCURRENT=2"
+        ),
         "{err}"
     );
 }

@@ -117,7 +117,9 @@ fn sandboxes_that_will_not_delete_hold_capacity_and_the_daemon_keeps_serving() {
     let err = rt.block_on(client.run_javascript("console.log(1)", &Options::default())).expect_err("at capacity");
     assert_eq!(err.not_dispatched(), Some(Reason::Capacity), "{err}");
     assert!(
-        err.to_string().contains("3 sandbox(es) whose delete failed count against SANDBOX_MAX_CONCURRENT=3"),
+        err.to_string().contains(
+            "3 sandbox(es) not yet deleted (a delete under way or failed) count against SANDBOX_MAX_CONCURRENT=3"
+        ),
         "{err}"
     );
     assert_eq!(fake.sandboxes(), 3, "a shed run made a sandbox");

@@ -310,6 +310,10 @@ pub trait Provider: Send + Sync {
         GrantSupport::default()
     }
 
+    /// Finishes what the provider left off the result path (a remote backend's
+    /// deletes) before the daemon exits; bounded by the provider's own limits.
+    fn drain(&self) {}
+
     /// A cheap, repeatable readiness check.
     ///
     /// # Errors

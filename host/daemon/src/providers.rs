@@ -314,6 +314,7 @@ fn remote_provider(
     let provider = Arc::new(provider);
     let weak = Arc::downgrade(&provider);
     let name = remote.provider;
+    let release_log = log;
     std::thread::Builder::new()
         .name("plimsoll-sweep".into())
         .spawn(move || {
@@ -330,8 +331,32 @@ fn remote_provider(
             }
         })
         .map_err(|e| fail(format!("starting the sweep: {e}")))?;
+    // Deletes off the result path: a call's sandboxes the plugin left (or failed
+    // to delete) go as soon as its answer is out, their capacity held meanwhile.
+    let weak = Arc::downgrade(&provider);
+    std::thread::Builder::new()
+        .name("plimsoll-release".into())
+        .spawn(move || {
+            loop {
+                let Some(provider) = weak.upgrade() else { return };
+                if !provider.wait_for_leftovers(RELEASE_WAIT) {
+                    continue;
+                }
+                if let Err(e) = provider.release() {
+                    release_log.warn(
+                        "the remote backend's release failed; its sandboxes hold capacity until a sweep deletes them",
+                        &[("provider", serde_json::json!(name)), ("error", serde_json::json!(e))],
+                    );
+                }
+            }
+        })
+        .map_err(|e| fail(format!("starting the releaser: {e}")))?;
     Ok(provider)
 }
+
+/// How long the releaser waits for leftovers before it looks again whether the
+/// provider is still there.
+const RELEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Says which sandboxes a remote sweep deleted (nothing when it deleted none).
 fn log_remote_swept(log: &Log, provider: &str, swept: &[String]) {

@@ -320,6 +320,12 @@ impl Server {
                 log.warn("shutdown: sessions still ending after the drain period", &[]);
             }
         }
+        // What the provider left off the result path (a remote backend's deletes).
+        let provider = std::sync::Arc::clone(self.daemon.provider());
+        let drained = tokio::task::spawn_blocking(move || provider.drain());
+        if tokio::time::timeout(DRAIN, drained).await.is_err() {
+            log.warn("shutdown: the provider's deletes still under way after the drain period", &[]);
+        }
         log.info("stopped", &[]);
     }
 }

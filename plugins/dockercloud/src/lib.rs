@@ -311,6 +311,10 @@ impl Guest for Plugin {
         Ok(deleted)
     }
 
+    fn release(targets: Vec<String>) -> Vec<String> {
+        remote::release("dockercloud", targets, api::delete, log::warn)
+    }
+
     fn run_snippet(language: String, code: String, limits: Limits) -> Result<(SnippetResult, Evidence), RunError> {
         snippet(&language, &code, &limits)
     }

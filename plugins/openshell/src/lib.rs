@@ -170,9 +170,11 @@ fn now_ms() -> i64 {
     SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }
 
-/// A sandbox of this run; deleted when dropped, whatever happened.
+/// A sandbox of this run; deleted when dropped, unless handed over.
 struct Sandbox {
     name: String,
+    /// The host deletes it (its `release`), off the result path.
+    handed_over: bool,
     id: String,
     image: String,
     driver: String,
@@ -180,7 +182,12 @@ struct Sandbox {
 }
 
 impl Drop for Sandbox {
+    /// Deletes it now, unless the run handed it to the host to delete after the
+    /// answer has gone.
     fn drop(&mut self) {
+        if self.handed_over {
+            return;
+        }
         if let Err(e) = gateway::delete(&self.name) {
             log::warn(&format!(
                 "deleting openshell sandbox {} failed ({e}); the host holds its place until a sweep deletes it",
@@ -225,7 +232,14 @@ impl Sandbox {
         ]);
         let wanted = spec(&s);
         let made = gateway::create(&name, &labels, &wanted).map_err(|e| env("creating an openshell sandbox", e))?;
-        let mut sandbox = Sandbox { name, id: made.id, image: s.image.clone(), driver, policy_hash: String::new() };
+        let mut sandbox = Sandbox {
+            name,
+            handed_over: false,
+            id: made.id,
+            image: s.image.clone(),
+            driver,
+            policy_hash: String::new(),
+        };
         let until = Instant::now() + START_WITHIN;
         let read = loop {
             let read = gateway::get(&sandbox.name)
@@ -274,6 +288,13 @@ impl Sandbox {
         }
         sandbox.policy_hash = effective.hash;
         Ok(sandbox)
+    }
+
+    /// Leaves the delete to the host, which books every sandbox a create made
+    /// and calls `release` for those its calls left once their answers are out.
+    fn hand_over(mut self) -> Evidence {
+        self.handed_over = true;
+        self.evidence()
     }
 
     fn evidence(&self) -> Evidence {
@@ -364,7 +385,7 @@ fn snippet(language: &str, code: &str, limits: &Limits) -> Result<(SnippetResult
     let sandbox = Sandbox::open(budget).map_err(RunError::Refused)?;
     let ran = remote::snippet(&sandbox, RUN_DIR, command, code.as_bytes(), budget, limits.max_output_bytes as usize)
         .map_err(may_have_run)?;
-    Ok((snippet_result(ran), sandbox.evidence()))
+    Ok((snippet_result(ran), sandbox.hand_over()))
 }
 
 fn project(
@@ -376,7 +397,7 @@ fn project(
     let budget = budget(limits);
     let sandbox = Sandbox::open(budget).map_err(RunError::Refused)?;
     let p = project_in(&sandbox, PROJECT_DIR, files, steps, artifacts, budget, limits.max_output_bytes as usize)?;
-    Ok((p, sandbox.evidence()))
+    Ok((p, sandbox.hand_over()))
 }
 
 /// The behavioural proof at startup: a real sandbox, read back, runs node and
@@ -474,6 +495,10 @@ impl Guest for Plugin {
 
     fn sweep(keep: Vec<String>) -> Result<Vec<String>, String> {
         sweep(&keep)
+    }
+
+    fn release(targets: Vec<String>) -> Vec<String> {
+        remote::release("openshell", targets, gateway::delete, log::warn)
     }
 
     fn run_snippet(language: String, code: String, limits: Limits) -> Result<(SnippetResult, Evidence), RunError> {

@@ -273,6 +273,25 @@ pub fn sweep(
     (deleted, failed)
 }
 
+/// A release: deletes each of `targets` (sandboxes of calls that ended) with
+/// `delete`; returns those deleted, telling `warn` of those that failed.
+pub fn release(
+    vendor: &str,
+    targets: Vec<String>,
+    delete: impl Fn(&str) -> Result<(), String>,
+    warn: impl Fn(&str),
+) -> Vec<String> {
+    let (deleted, failed) = sweep(targets, &[], delete);
+    if !failed.is_empty() {
+        warn(&format!(
+            "deleting {} {vendor} sandbox(es) failed; each holds capacity until a sweep deletes it: {}",
+            failed.len(),
+            failed.join("; ")
+        ));
+    }
+    deleted
+}
+
 /// The glue every remote plugin needs between this crate and the WIT types its
 /// `wit_bindgen::generate!` made, expanded in the plugin's root beside them:
 /// `output`, `may_have_run`, `snippet_result`, `project_in` and

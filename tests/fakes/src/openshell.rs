@@ -34,7 +34,7 @@ use proto::{
 };
 
 /// Each way this fake can misbehave, and what it does.
-pub const MODES: [(&str, &str); 11] = [
+pub const MODES: [(&str, &str); 12] = [
     ("redirect", "every answer is a 307 redirect elsewhere, with no gRPC body"),
     ("weaker", "the read-back grants more than asked: 8 CPUs, 16Gi and a network rule to any host on 443"),
     ("foreign-driver", "GetGatewayInfo reports the kubernetes compute driver"),
@@ -45,6 +45,7 @@ pub const MODES: [(&str, &str); 11] = [
     ("truncated", "ExecSandbox streams the output but no exit event, then status OK"),
     ("never-ready", "sandboxes stay PROVISIONING: Ready=False, SupervisorNotConnected"),
     ("undeletable", "DeleteSandbox answers INTERNAL and the sandbox stays"),
+    ("slow-delete", "DeleteSandbox takes 8 s before it removes the sandbox (a driver slow to remove a container)"),
     ("slow", "every unary answer comes after 35 s"),
 ];
 
@@ -61,6 +62,7 @@ pub enum Mode {
     Truncated,
     NeverReady,
     Undeletable,
+    SlowDelete,
     Slow,
 }
 
@@ -78,11 +80,15 @@ impl Mode {
             "truncated" => Mode::Truncated,
             "never-ready" => Mode::NeverReady,
             "undeletable" => Mode::Undeletable,
+            "slow-delete" => Mode::SlowDelete,
             "slow" => Mode::Slow,
             _ => return None,
         })
     }
 }
+
+/// How long a delete takes in mode `slow-delete`.
+const SLOW_DELETE: std::time::Duration = std::time::Duration::from_secs(8);
 
 /// The gateway's host name, as its certificate names it.
 pub const HOST: &str = "gateway.openshell.test";
@@ -531,6 +537,9 @@ impl Fake {
             return Err(Status::internal(format!(
                 "delete sandbox failed: removing container plimsoll-fake-{id}: device or resource busy"
             )));
+        }
+        if self.mode == Some(Mode::SlowDelete) {
+            tokio::time::sleep(SLOW_DELETE).await;
         }
         let removed =
             self.backing.remove(&id).await.map_err(|e| Status::internal(format!("delete sandbox failed: {e}")))?;

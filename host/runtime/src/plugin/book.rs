@@ -5,7 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Condvar, Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::Duration;
 
 /// The book of one remote provider.
 #[derive(Debug, Default)]
@@ -13,6 +14,9 @@ pub struct Book {
     next: AtomicU64,
     calls: Mutex<BTreeMap<u64, Vec<String>>>,
     undeleted: Mutex<BTreeSet<String>>,
+    /// Raised whenever a call's end leaves a sandbox undeleted, for the releaser.
+    left: Mutex<bool>,
+    left_now: Condvar,
     /// Held shared by each write a call sends until what it made is booked, and
     /// whole by a sweep: a sweep never sees a sandbox whose create is in flight.
     writes: RwLock<()>,
@@ -51,7 +55,22 @@ impl Book {
     pub fn end(&self, call: u64, exists: impl Fn(&str) -> bool) {
         let made = lock(&self.calls).remove(&call).unwrap_or_default();
         let left: Vec<String> = made.into_iter().filter(|t| exists(t)).collect();
-        lock(&self.undeleted).extend(left);
+        if !left.is_empty() {
+            lock(&self.undeleted).extend(left);
+            *lock(&self.left) = true;
+            self.left_now.notify_all();
+        }
+    }
+
+    /// Waits up to `timeout` for a call to end leaving a sandbox undeleted since
+    /// the last wait that saw one; whether one did.
+    pub fn wait_left(&self, timeout: Duration) -> bool {
+        let flag = lock(&self.left);
+        let (mut flag, _) = self
+            .left_now
+            .wait_timeout_while(flag, timeout, |raised| !*raised)
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        std::mem::replace(&mut *flag, false)
     }
 
     /// What the calls in flight made: a sweep must keep these.
@@ -64,7 +83,8 @@ impl Book {
         lock(&self.calls).len()
     }
 
-    /// Sandboxes whose call ended without the host seeing them deleted.
+    /// Sandboxes whose call ended without the host seeing them deleted: a delete
+    /// that failed, or one left to the releaser.
     pub fn undeleted(&self) -> Vec<String> {
         lock(&self.undeleted).iter().cloned().collect()
     }
@@ -78,6 +98,19 @@ impl Book {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_releaser_wakes_only_for_a_call_that_left_a_sandbox() {
+        let book = Book::default();
+        let a = book.begin();
+        book.end(a, |_| true);
+        assert!(!book.wait_left(Duration::from_millis(10)), "it made nothing");
+        let b = book.begin();
+        book.made(b, &["s1".into()]);
+        book.end(b, |_| true);
+        assert!(book.wait_left(Duration::from_secs(5)));
+        assert!(!book.wait_left(Duration::from_millis(10)), "seen once");
+    }
 
     #[test]
     fn a_call_keeps_what_it_made_until_it_ends_and_a_failed_delete_stays_until_settled() {

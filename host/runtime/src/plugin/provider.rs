@@ -423,13 +423,49 @@ impl PluginProvider {
         Ok(deleted)
     }
 
-    /// Sandboxes whose delete failed, holding capacity until a sweep deletes them.
+    /// Deletes the sandboxes whose calls ended without the host seeing them
+    /// deleted (left to this, off the result path, or whose delete failed);
+    /// returns those deleted. Each holds capacity until it is gone.
+    ///
+    /// # Errors
+    ///
+    /// The plugin failed; nothing the host counts changes.
+    pub fn release(&self) -> Result<Vec<String>, String> {
+        let targets = self.book.undeleted();
+        if self.remote_cap.is_none() || targets.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut store = self.unbooked_store(Duration::from_secs(60), 0);
+        let r = self
+            .pre
+            .instantiate(&mut store)
+            .and_then(|plugin| plugin.plimsoll_provider_provider().call_release(&mut store, &targets))
+            .map_err(|e| format!("release: the plugin failed: {e:#}"));
+        drop(store);
+        let deleted = r?;
+        if let Some(gate) = &self.http {
+            self.book.settle(|t| gate.holds(t) && !deleted.iter().any(|d| d == t));
+        }
+        Ok(deleted)
+    }
+
+    /// Waits up to `timeout` for a call to end leaving a sandbox to
+    /// [`PluginProvider::release`]; whether one did.
+    pub fn wait_for_leftovers(&self, timeout: Duration) -> bool {
+        if self.remote_cap.is_none() {
+            std::thread::sleep(timeout);
+            return false;
+        }
+        self.book.wait_left(timeout)
+    }
+
+    /// Sandboxes not yet deleted, holding capacity until a release or a sweep deletes them.
     pub fn undeleted(&self) -> Vec<String> {
         self.book.undeleted()
     }
 
     /// Refuses a run while the backend's sandboxes (the calls in flight and those
-    /// whose delete failed) fill the operator's cap.
+    /// not yet deleted) fill the operator's cap.
     fn admit_remote(&self) -> Result<(), Refusal> {
         let cap = self.limits.max_sandboxes as usize;
         if self.remote_cap.is_none() || cap == 0 {
@@ -440,7 +476,7 @@ impl PluginProvider {
             return Err(Refusal::new(
                 Reason::Capacity,
                 format!(
-                    "the {} provider is at capacity: {undeleted} sandbox(es) whose delete failed count against SANDBOX_MAX_CONCURRENT={cap} until the next sweep deletes them; retry shortly",
+                    "the {} provider is at capacity: {undeleted} sandbox(es) not yet deleted (a delete under way or failed) count against SANDBOX_MAX_CONCURRENT={cap} until they are gone; retry shortly",
                     self.name
                 ),
             ));
@@ -511,6 +547,13 @@ pub(super) struct SessionSocket {
 impl Provider for PluginProvider {
     fn describe(&self) -> Description {
         self.description.clone()
+    }
+
+    /// Deletes what the releaser has not yet, before the daemon goes.
+    fn drain(&self) {
+        if let Err(e) = self.release() {
+            eprintln!("plugin {}: releasing its sandboxes at shutdown: {e}", self.name);
+        }
     }
 
     fn figures(&self) -> Vec<Figure> {
