@@ -6,7 +6,7 @@
 //! runs nothing else). Backend-specific walls (escape probes, bombs, a sandbox
 //! removed mid-run) are each backend's own suite's.
 
-use plimsoll_client::{Client, Options};
+use plimsoll_client::{Client, Options, SessionOptions};
 use plimsoll_core::wire::ProjectOutcome;
 use plimsoll_core::{Floor, Reason};
 
@@ -104,6 +104,13 @@ pub(super) fn suite(d: &Daemon, token: &str, b: &Backend<'_>) {
         let above = Options { floor: Some(floor), ..Options::default() };
         let err = rt.block_on(client.run_javascript("console.log(1)", &above)).expect_err("floor above");
         assert_eq!(err.not_dispatched(), Some(Reason::Isolation), "{name}: {err}");
+    }
+
+    // Sessions: where Describe offers none, opening one is refused before anything
+    // is made (where it offers them, tests/e2e/session_suite.rs is their suite).
+    if !desc.supports_sessions {
+        let err = rt.block_on(client.open_session(&SessionOptions::default())).expect_err("no sessions");
+        assert_eq!(err.not_dispatched(), Some(Reason::Unsupported), "{name}: {err}");
     }
 
     // The published Python client, which recomputes every record and checks every tier.
