@@ -141,6 +141,11 @@ fn a_runs_sandbox_is_deleted_after_its_answer_and_holds_capacity_until_it_is_gon
         }
     };
     assert_eq!(again.expect("the slot is free again").javascript.expect("js").stdout, b"2\n");
+    // Stopped while that run's delete is under way, the daemon finishes it first.
+    assert_eq!(fake.sandboxes(), 1, "the answer waited for the delete");
+    let (code, log) = d.terminate();
+    assert_eq!(code, Some(0), "{log:?}");
+    assert_eq!(fake.sandboxes(), 0, "the daemon exited before its pending delete was done");
 }
 
 #[test]

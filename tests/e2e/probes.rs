@@ -221,7 +221,8 @@ fn the_escape_probe_matrix_holds_on_every_tier() {
     let d = Daemon::start(&super::fakes::pairs(&env));
     let c = Client::new(&d.url(), Some(openshell::TOKEN.into())).expect("client");
     tiers.push((OPENSHELL_FAKE, python_tier(&c, "python3", &host_file, &canary, port)));
-    drop(d);
+    // Its last run's delete may still be under way: a stop lets it finish.
+    let _ = d.terminate();
     assert_eq!(super::fakes::settle(&fake, 0), 0, "the openshell fake's sandboxes were left behind");
     drop(listener);
 
