@@ -6,9 +6,8 @@
 //! the operator's token and every bearer and credential kept out of the log.
 
 use plimsoll_client::{Client, Options};
-use plimsoll_core::Reason;
 
-use super::fakes::{Fake, daemon_env, pairs, signed};
+use super::fakes::{Fake, daemon_env, pairs};
 use super::{Daemon, refused_start, rt, scratch};
 
 pub(super) const TOKEN: &str = "dockercloud-suite-token-dockercloud-suite-0123";
@@ -118,22 +117,8 @@ fn dockercloud_sandboxes_that_will_not_delete_hold_capacity() {
     let cap = [("SANDBOX_MAX_CONCURRENT", "2"), ("SANDBOX_PER_KEY_CONCURRENT", "2")];
     let Some(env) = env(&fake, &dir, &cap) else { return };
     let d = Daemon::start(&pairs(&env));
-    let client = Client::new(&d.url(), Some(TOKEN.into())).expect("client");
-    let rt = rt();
-    let r = rt.block_on(client.run_javascript("console.log(6*7)", &Options::default())).expect("run");
-    assert_eq!(r.javascript.expect("js").stdout, b"42\n");
+    super::fakes::undeletable_sandboxes_hold_capacity(&fake, &d, TOKEN, 1);
     assert!(d.log().iter().any(|l| l.contains("deleting dockercloud sandbox") && l.contains("failed")));
-    // The smoke test's sandbox and the run's are still at Docker and count against
-    // the cap of 2 until a sweep deletes them: the next run is shed.
-    assert_eq!(super::fakes::settle(&fake, 2), 2);
-    let err = rt.block_on(client.run_javascript("console.log(1)", &Options::default())).expect_err("at capacity");
-    assert_eq!(err.not_dispatched(), Some(Reason::Capacity), "{err}");
-    assert!(
-        err.to_string().contains(
-            "2 sandbox(es) not yet deleted (a delete under way or failed) count against SANDBOX_MAX_CONCURRENT=2"
-        ),
-        "{err}"
-    );
 }
 
 #[test]
@@ -158,29 +143,11 @@ fn a_dockercloud_daemon_with_grant_profiles_refuses_to_start() {
 #[test]
 #[ignore = "live: runs against Docker Cloud Sandboxes and is billed; needs DOCKER_SBX_USERNAME, DOCKER_SBX_TOKEN, SANDBOX_DOCKERCLOUD_IMAGE and SANDBOX_DOCKERCLOUD_ENDPOINT_URL"]
 fn live_conformance_against_dockercloud() {
-    let var = |k: &str| std::env::var(k).unwrap_or_default();
     let needed =
         ["DOCKER_SBX_USERNAME", "DOCKER_SBX_TOKEN", "SANDBOX_DOCKERCLOUD_IMAGE", "SANDBOX_DOCKERCLOUD_ENDPOINT_URL"];
-    let missing: Vec<&str> = needed.iter().copied().filter(|k| var(k).is_empty()).collect();
-    assert!(
-        missing.is_empty(),
-        "the live dockercloud suite was asked to run without {}: set them for the account to bill (the image pinned by digest, with node and python3; the endpoint URL with {{target}} where a sandbox's uid goes)",
-        missing.join(", ")
-    );
-    let dir = scratch("dockercloud-live");
-    let (plugin, vendor) = signed("dockercloud", &dir).expect("the dockercloud plugin is built (plugins/build.sh)");
-    let mut env: Vec<(String, String)> = needed.iter().map(|k| (k.to_string(), var(k))).collect();
-    env.extend(
-        [
-            ("SANDBOX_PROVIDER", "dockercloud".to_string()),
-            ("SANDBOX_DOCKERCLOUD_PLUGIN", plugin.display().to_string()),
-            ("SANDBOX_DOCKERCLOUD_PLUGIN_KEYS", vendor.display().to_string()),
-            ("SANDBOX_DOCKERCLOUD_PLUGIN_APPROVE", "http,log".to_string()),
-            ("SANDBOX_RATE_PER_MIN", "0".to_string()),
-            ("PLIMSOLL_TOKEN", TOKEN.to_string()),
-        ]
-        .map(|(k, v)| (k.to_string(), v)),
-    );
+    let how = "set them for the account to bill (the image pinned by digest, with node and python3; the endpoint URL with {target} where a sandbox's uid goes)";
+    let env = super::fakes::live_env("dockercloud", &needed, &[], how, &scratch("dockercloud-live"), TOKEN);
+    let var = |k: &str| std::env::var(k).unwrap_or_default();
     let d = Daemon::start(&pairs(&env));
     let environment = format!("dockercloud-image:{}", var("SANDBOX_DOCKERCLOUD_IMAGE"));
     let backend = super::conformance::Backend {

@@ -7,7 +7,7 @@
 use plimsoll_client::{Client, Options};
 use plimsoll_core::{Floor, Reason};
 
-use super::fakes::{Fake, daemon_env, pairs, signed};
+use super::fakes::{Fake, daemon_env, pairs};
 use super::{Daemon, refused_start, rt, scratch};
 
 pub(super) const TOKEN: &str = "e2b-suite-token-e2b-suite-token-e2b-0123456";
@@ -103,26 +103,9 @@ fn sandboxes_that_will_not_delete_hold_capacity_and_the_daemon_keeps_serving() {
     let cap = [("SANDBOX_MAX_CONCURRENT", "3"), ("SANDBOX_PER_KEY_CONCURRENT", "3")];
     let Some(env) = env(&fake, &dir, &cap) else { return };
     let d = Daemon::start(&pairs(&env));
-    let client = Client::new(&d.url(), Some(TOKEN.into())).expect("client");
-    let rt = rt();
-    for _ in 0..2 {
-        let r = rt.block_on(client.run_javascript("console.log(6*7)", &Options::default())).expect("run");
-        assert_eq!(r.javascript.expect("js").stdout, b"42\n");
-    }
+    super::fakes::undeletable_sandboxes_hold_capacity(&fake, &d, TOKEN, 2);
     let warned = d.log().iter().filter(|l| l.contains("deleting e2b sandbox") && l.contains("failed")).count();
     assert!(warned >= 2, "{:?}", d.log());
-    // The smoke test's sandbox and both runs' are still at the vendor, and count
-    // against the cap of 3 until a sweep deletes them: the next run is shed.
-    assert_eq!(fake.sandboxes(), 3);
-    let err = rt.block_on(client.run_javascript("console.log(1)", &Options::default())).expect_err("at capacity");
-    assert_eq!(err.not_dispatched(), Some(Reason::Capacity), "{err}");
-    assert!(
-        err.to_string().contains(
-            "3 sandbox(es) not yet deleted (a delete under way or failed) count against SANDBOX_MAX_CONCURRENT=3"
-        ),
-        "{err}"
-    );
-    assert_eq!(fake.sandboxes(), 3, "a shed run made a sandbox");
 }
 
 #[test]
@@ -205,26 +188,10 @@ fn a_e2b_daemon_with_grant_profiles_refuses_to_start() {
 #[test]
 #[ignore = "live: runs against E2B and is billed; needs E2B_API_KEY (and optionally E2B_TEMPLATE)"]
 fn live_conformance_against_e2b() {
-    let key = std::env::var("E2B_API_KEY").unwrap_or_default();
-    assert!(
-        !key.is_empty(),
-        "the live e2b suite was asked to run without E2B_API_KEY: set it to a key of the team to bill (and E2B_TEMPLATE to a template with node and python3, default base)"
-    );
-    let dir = scratch("e2b-live");
-    let (plugin, vendor) = signed("e2b", &dir).expect("the e2b plugin is built (plugins/build.sh)");
+    let how =
+        "set it to a key of the team to bill (and E2B_TEMPLATE to a template with node and python3, default base)";
+    let env = super::fakes::live_env("e2b", &["E2B_API_KEY"], &["E2B_TEMPLATE"], how, &scratch("e2b-live"), TOKEN);
     let template = std::env::var("E2B_TEMPLATE").unwrap_or_else(|_| "base".into());
-    let env: Vec<(String, String)> = [
-        ("SANDBOX_PROVIDER", "e2b".to_string()),
-        ("E2B_API_KEY", key),
-        ("E2B_TEMPLATE", template.clone()),
-        ("SANDBOX_E2B_PLUGIN", plugin.display().to_string()),
-        ("SANDBOX_E2B_PLUGIN_KEYS", vendor.display().to_string()),
-        ("SANDBOX_E2B_PLUGIN_APPROVE", "http,log".to_string()),
-        ("SANDBOX_RATE_PER_MIN", "0".to_string()),
-        ("PLIMSOLL_TOKEN", TOKEN.to_string()),
-    ]
-    .map(|(k, v)| (k.to_string(), v))
-    .into();
     let d = Daemon::start(&pairs(&env));
     let environment = format!("e2b-template:{template}");
     let backend = super::conformance::Backend {

@@ -204,3 +204,57 @@ pub(super) fn daemon_env(
 pub(super) fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
     env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
 }
+
+/// Against `fake` in mode `undeletable`, served by `d` whose cap is `runs` + 1:
+/// each of `runs` runs answers, and then the smoke test's sandbox and the runs'
+/// are still at the vendor and fill the cap until a sweep deletes them, so the
+/// next run is shed `capacity`, naming them, and makes nothing.
+pub(super) fn undeletable_sandboxes_hold_capacity(fake: &Fake, d: &super::Daemon, token: &str, runs: usize) {
+    use plimsoll_client::{Client, Options};
+    let client = Client::new(&d.url(), Some(token.into())).expect("client");
+    let rt = super::rt();
+    for _ in 0..runs {
+        let r = rt.block_on(client.run_javascript("console.log(6*7)", &Options::default())).expect("run");
+        assert_eq!(r.javascript.expect("js").stdout, b"42\n");
+    }
+    let held = runs + 1;
+    assert_eq!(settle(fake, held), held);
+    let err = rt.block_on(client.run_javascript("console.log(1)", &Options::default())).expect_err("at capacity");
+    assert_eq!(err.not_dispatched(), Some(plimsoll_core::Reason::Capacity), "{err}");
+    let want = format!(
+        "{held} sandbox(es) not yet deleted (a delete under way or failed) count against SANDBOX_MAX_CONCURRENT={held}"
+    );
+    assert!(err.to_string().contains(&want), "{err}");
+    assert_eq!(fake.sandboxes(), held, "a shed run made a sandbox");
+}
+
+/// A live suite's daemon settings for `vendor`: each of `needed` from this
+/// process's environment (without one the suite fails, never skips, saying
+/// which and `how` to set them), each of `optional` that is set, then the
+/// vendor's plugin signed in `dir`, no rate limit and `token` for callers.
+pub(super) fn live_env(
+    vendor: &str,
+    needed: &[&str],
+    optional: &[&str],
+    how: &str,
+    dir: &Path,
+    token: &str,
+) -> Vec<(String, String)> {
+    let var = |k: &str| std::env::var(k).unwrap_or_default();
+    let missing: Vec<&str> = needed.iter().copied().filter(|k| var(k).is_empty()).collect();
+    assert!(missing.is_empty(), "the live {vendor} suite was asked to run without {}: {how}", missing.join(", "));
+    let (plugin, key) =
+        signed(vendor, dir).unwrap_or_else(|| panic!("the {vendor} plugin is built (plugins/build.sh)"));
+    let prefix = format!("SANDBOX_{}_PLUGIN", vendor.to_ascii_uppercase());
+    let mut env: Vec<(String, String)> =
+        needed.iter().chain(optional).map(|k| (k.to_string(), var(k))).filter(|(_, v)| !v.is_empty()).collect();
+    env.extend([
+        ("SANDBOX_PROVIDER".to_string(), vendor.to_string()),
+        (prefix.clone(), plugin.display().to_string()),
+        (format!("{prefix}_KEYS"), key.display().to_string()),
+        (format!("{prefix}_APPROVE"), "http,log".to_string()),
+        ("SANDBOX_RATE_PER_MIN".to_string(), "0".to_string()),
+        ("PLIMSOLL_TOKEN".to_string(), token.to_string()),
+    ]);
+    env
+}

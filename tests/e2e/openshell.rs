@@ -9,7 +9,7 @@
 use plimsoll_client::{Client, Options};
 use plimsoll_core::{Floor, Reason};
 
-use super::fakes::{Fake, daemon_env, pairs, signed};
+use super::fakes::{Fake, daemon_env, pairs};
 use super::{Daemon, refused_start, rt, scratch};
 
 pub(super) const TOKEN: &str = "openshell-suite-token-openshell-suite-0123456";
@@ -19,6 +19,18 @@ pub(super) fn env(fake: &Fake, dir: &std::path::Path, extra: &[(&str, &str)]) ->
     daemon_env(fake, "openshell", dir, TOKEN, extra)
 }
 
+/// What the conformance suite expects of openshell: tier container, a kernel
+/// floor refused, records naming the pinned image.
+fn backend(environment: &str) -> super::conformance::Backend<'_> {
+    super::conformance::Backend {
+        provider: "openshell",
+        tier: "container",
+        environment,
+        above: Some(Floor::Kernel),
+        output_cap: 1 << 20,
+    }
+}
+
 #[test]
 fn the_conformance_suite_passes_against_the_openshell_fake_at_tier_container() {
     let Some(fake) = Fake::start("openshell", None) else { return };
@@ -26,14 +38,7 @@ fn the_conformance_suite_passes_against_the_openshell_fake_at_tier_container() {
     let Some(env) = env(&fake, &dir, &[]) else { return };
     let d = Daemon::start(&pairs(&env));
     let environment = format!("openshell-image:{}", fake.get("SANDBOX_OPENSHELL_IMAGE"));
-    let backend = super::conformance::Backend {
-        provider: "openshell",
-        tier: "container",
-        environment: &environment,
-        above: Some(Floor::Kernel),
-        output_cap: 1 << 20,
-    };
-    super::conformance::suite(&d, TOKEN, &backend);
+    super::conformance::suite(&d, TOKEN, &backend(&environment));
     assert_eq!(super::fakes::settle(&fake, 0), 0, "sandboxes left behind");
     // The client key stays in the host: not in the log, whose call lines name
     // the gateway's methods.
@@ -91,25 +96,11 @@ fn openshell_sandboxes_that_will_not_delete_hold_capacity() {
     let cap = [("SANDBOX_MAX_CONCURRENT", "2"), ("SANDBOX_PER_KEY_CONCURRENT", "2")];
     let Some(env) = env(&fake, &dir, &cap) else { return };
     let d = Daemon::start(&pairs(&env));
-    let client = Client::new(&d.url(), Some(TOKEN.into())).expect("client");
-    let rt = rt();
-    let r = rt.block_on(client.run_javascript("console.log(6*7)", &Options::default())).expect("run");
-    assert_eq!(r.javascript.expect("js").stdout, b"42\n");
+    super::fakes::undeletable_sandboxes_hold_capacity(&fake, &d, TOKEN, 1);
     // The smoke test's delete failed in the plugin, the run's in the host's release.
     let log = d.log();
     assert!(log.iter().any(|l| l.contains("deleting openshell sandbox plimsoll-") && l.contains("failed")));
     assert!(log.iter().any(|l| l.contains("deleting 1 openshell sandbox(es) failed")));
-    // The smoke test's sandbox and the run's are still at the gateway and count
-    // against the cap of 2 until a sweep deletes them: the next run is shed.
-    assert_eq!(super::fakes::settle(&fake, 2), 2);
-    let err = rt.block_on(client.run_javascript("console.log(1)", &Options::default())).expect_err("at capacity");
-    assert_eq!(err.not_dispatched(), Some(Reason::Capacity), "{err}");
-    assert!(
-        err.to_string().contains(
-            "2 sandbox(es) not yet deleted (a delete under way or failed) count against SANDBOX_MAX_CONCURRENT=2"
-        ),
-        "{err}"
-    );
 }
 
 #[test]
@@ -170,43 +161,17 @@ fn an_openshell_daemon_with_grant_profiles_refuses_to_start() {
 #[test]
 #[ignore = "live: runs against an OpenShell gateway; needs SANDBOX_OPENSHELL_GATEWAY_URL, SANDBOX_OPENSHELL_CERT_FILE, SANDBOX_OPENSHELL_KEY_FILE and SANDBOX_OPENSHELL_IMAGE"]
 fn live_conformance_against_openshell() {
-    let var = |k: &str| std::env::var(k).unwrap_or_default();
     let needed = [
         "SANDBOX_OPENSHELL_GATEWAY_URL",
         "SANDBOX_OPENSHELL_CERT_FILE",
         "SANDBOX_OPENSHELL_KEY_FILE",
         "SANDBOX_OPENSHELL_IMAGE",
     ];
-    let missing: Vec<&str> = needed.iter().copied().filter(|k| var(k).is_empty()).collect();
-    assert!(
-        missing.is_empty(),
-        "the live openshell suite was asked to run without {}: set them for a gateway with the docker driver (the CLI bundle's mtls/tls.crt and mtls/tls.key; the image pinned by digest, with node and python3; SANDBOX_OPENSHELL_CA_FILE for the bundle's ca.crt)",
-        missing.join(", ")
-    );
-    let dir = scratch("openshell-live");
-    let (plugin, vendor) = signed("openshell", &dir).expect("the openshell plugin is built (plugins/build.sh)");
     let optional = ["SANDBOX_OPENSHELL_CA_FILE", "SANDBOX_OPENSHELL_CONNECT_TO"];
-    let mut env: Vec<(String, String)> =
-        needed.iter().chain(&optional).map(|k| (k.to_string(), var(k))).filter(|(_, v)| !v.is_empty()).collect();
-    env.extend(
-        [
-            ("SANDBOX_PROVIDER", "openshell".to_string()),
-            ("SANDBOX_OPENSHELL_PLUGIN", plugin.display().to_string()),
-            ("SANDBOX_OPENSHELL_PLUGIN_KEYS", vendor.display().to_string()),
-            ("SANDBOX_OPENSHELL_PLUGIN_APPROVE", "http,log".to_string()),
-            ("SANDBOX_RATE_PER_MIN", "0".to_string()),
-            ("PLIMSOLL_TOKEN", TOKEN.to_string()),
-        ]
-        .map(|(k, v)| (k.to_string(), v)),
-    );
+    let how = "set them for a gateway with the docker driver (the CLI bundle's mtls/tls.crt and mtls/tls.key; the image pinned by digest, with node and python3; SANDBOX_OPENSHELL_CA_FILE for the bundle's ca.crt)";
+    let env = super::fakes::live_env("openshell", &needed, &optional, how, &scratch("openshell-live"), TOKEN);
+    let var = |k: &str| std::env::var(k).unwrap_or_default();
     let d = Daemon::start(&pairs(&env));
     let environment = format!("openshell-image:{}", var("SANDBOX_OPENSHELL_IMAGE"));
-    let backend = super::conformance::Backend {
-        provider: "openshell",
-        tier: "container",
-        environment: &environment,
-        above: Some(Floor::Kernel),
-        output_cap: 1 << 20,
-    };
-    super::conformance::suite(&d, TOKEN, &backend);
+    super::conformance::suite(&d, TOKEN, &backend(&environment));
 }

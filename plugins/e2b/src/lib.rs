@@ -177,17 +177,7 @@ fn budget(limits: &Limits) -> Duration {
 }
 
 fn snippet(language: &str, code: &str, limits: &Limits) -> Result<(SnippetResult, Evidence), RunError> {
-    let command = remote::snippet_command(language).ok_or_else(|| {
-        RunError::Refused(refused(
-            RefusalReason::Unsupported,
-            format!("the e2b provider runs javascript and python, not {language}"),
-        ))
-    })?;
-    let budget = budget(limits);
-    let sandbox = Sandbox::open(limits, budget).map_err(RunError::Refused)?;
-    let ran = remote::snippet(&sandbox, RUN_DIR, command, code.as_bytes(), budget, limits.max_output_bytes as usize)
-        .map_err(may_have_run)?;
-    Ok((snippet_result(ran), sandbox.evidence()))
+    snippet_on(language, code, limits, budget(limits), RUN_DIR, |b| Sandbox::open(limits, b), |s| s.evidence())
 }
 
 fn project(
@@ -196,10 +186,14 @@ fn project(
     artifacts: &[String],
     limits: &Limits,
 ) -> Result<(ProjectResult, Evidence), RunError> {
-    let budget = budget(limits);
-    let sandbox = Sandbox::open(limits, budget).map_err(RunError::Refused)?;
-    let p = project_in(&sandbox, PROJECT_DIR, files, steps, artifacts, budget, limits.max_output_bytes as usize)?;
-    Ok((p, sandbox.evidence()))
+    project_on(
+        (files, steps, artifacts),
+        limits,
+        budget(limits),
+        PROJECT_DIR,
+        |b| Sandbox::open(limits, b),
+        |s| s.evidence(),
+    )
 }
 
 /// The behavioural proof at startup: a real sandbox, read back, runs node and

@@ -294,7 +294,7 @@ pub fn release(
 
 /// The glue every remote plugin needs between this crate and the WIT types its
 /// `wit_bindgen::generate!` made, expanded in the plugin's root beside them:
-/// `output`, `may_have_run`, `snippet_result`, `project_in` and
+/// `output`, `may_have_run`, `snippet_result`, `snippet_on`, `project_on`, `project_in` and
 /// `project_result` (which logs every link out of the project) and `NoSession`, which refuses every session call as `$name`.
 #[macro_export]
 macro_rules! wit_glue {
@@ -314,6 +314,46 @@ macro_rules! wit_glue {
                 stdout: output(ran.stdout),
                 stderr: output(ran.stderr),
             }
+        }
+
+        /// A snippet in `language`, in `dir` of a fresh sandbox that `open`
+        /// makes for `budget`; `finish` gives the evidence (and hands the
+        /// sandbox over or deletes it).
+        fn snippet_on<S: $crate::Remote>(
+            language: &str,
+            code: &str,
+            limits: &Limits,
+            budget: std::time::Duration,
+            dir: &str,
+            open: impl FnOnce(std::time::Duration) -> Result<S, Refusal>,
+            finish: impl FnOnce(S) -> Evidence,
+        ) -> Result<(SnippetResult, Evidence), RunError> {
+            let command = $crate::snippet_command(language).ok_or_else(|| {
+                RunError::Refused(Refusal {
+                    reason: RefusalReason::Unsupported,
+                    message: format!(concat!("the ", $name, " provider runs javascript and python, not {}"), language),
+                })
+            })?;
+            let sandbox = open(budget).map_err(RunError::Refused)?;
+            let max_output = limits.max_output_bytes as usize;
+            let ran =
+                $crate::snippet(&sandbox, dir, command, code.as_bytes(), budget, max_output).map_err(may_have_run)?;
+            Ok((snippet_result(ran), finish(sandbox)))
+        }
+
+        /// A project in `dir` of a fresh sandbox that `open` makes for
+        /// `budget`; `finish` gives the evidence.
+        fn project_on<S: $crate::Remote>(
+            (files, steps, artifacts): (&[File], &[String], &[String]),
+            limits: &Limits,
+            budget: std::time::Duration,
+            dir: &str,
+            open: impl FnOnce(std::time::Duration) -> Result<S, Refusal>,
+            finish: impl FnOnce(S) -> Evidence,
+        ) -> Result<(ProjectResult, Evidence), RunError> {
+            let sandbox = open(budget).map_err(RunError::Refused)?;
+            let p = project_in(&sandbox, dir, files, steps, artifacts, budget, limits.max_output_bytes as usize)?;
+            Ok((p, finish(sandbox)))
         }
 
         /// Runs a project in `dir` of `r` (see [`$crate::project`]), as the WIT
