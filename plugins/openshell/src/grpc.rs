@@ -157,9 +157,9 @@ fn timeout_ms(d: Duration) -> u32 {
     u32::try_from(d.as_millis()).unwrap_or(u32::MAX).max(1)
 }
 
-/// Opens a call of `method` (`CreateSandbox`) with `message`, allowed `budget` in all.
-pub fn open(method: &'static str, message: &[u8], budget: Duration) -> Result<Stream, Failed> {
-    let incoming = http::open(&Request {
+/// The HTTP/2 request of a call of `method` with `message`.
+fn request(method: &str, message: &[u8], budget: Duration) -> Request {
+    Request {
         endpoint: ENDPOINT.into(),
         target: None,
         method: "POST".into(),
@@ -167,8 +167,13 @@ pub fn open(method: &'static str, message: &[u8], budget: Duration) -> Result<St
         headers: vec![("content-type".into(), "application/grpc".into())],
         body: frame(message),
         timeout_ms: timeout_ms(budget),
-    })
-    .map_err(|e| Failed::Transport(format!("{method}: {e}")))?;
+    }
+}
+
+/// Opens a call of `method` (`CreateSandbox`) with `message`, allowed `budget` in all.
+pub fn open(method: &'static str, message: &[u8], budget: Duration) -> Result<Stream, Failed> {
+    let incoming =
+        http::open(&request(method, message, budget)).map_err(|e| Failed::Transport(format!("{method}: {e}")))?;
     let code = incoming.status();
     let headers = incoming.headers();
     if code != 200 {
@@ -234,16 +239,7 @@ impl Stream {
 /// whole, so the host reads the answer too (it books the sandbox a create made).
 pub fn call(method: &'static str, message: &[u8], budget: Duration) -> Result<Vec<u8>, Failed> {
     let named = |e: String| Failed::Transport(format!("{method}: {e}"));
-    let r = http::send(&Request {
-        endpoint: ENDPOINT.into(),
-        target: None,
-        method: "POST".into(),
-        path: format!("/openshell.v1.OpenShell/{method}"),
-        headers: vec![("content-type".into(), "application/grpc".into())],
-        body: frame(message),
-        timeout_ms: timeout_ms(budget),
-    })
-    .map_err(named)?;
+    let r = http::send(&request(method, message, budget)).map_err(named)?;
     if r.status != 200 {
         return Err(named(format!("the gateway answered HTTP {}, not gRPC", r.status)));
     }
