@@ -640,6 +640,20 @@ impl HttpGate {
         made.filter(|t| is_target(t))
     }
 
+    /// Whether `ask` may make or delete a target the gate books from its answer
+    /// or request: a write to an endpoint with a JSON booking, or a gRPC
+    /// booking's create or delete.
+    fn books(&self, ask: &Ask) -> bool {
+        match self.makers.get(&ask.endpoint) {
+            None => false,
+            Some(Maker::Json(_)) => !matches!(ask.method.as_str(), "GET" | "HEAD"),
+            Some(Maker::Grpc(g)) => {
+                let path = ask.path.split('?').next().unwrap_or_default();
+                path == g.create || path == g.delete
+            }
+        }
+    }
+
     /// The target a write deleted, if it deleted one: a `DELETE` answered 2xx or
     /// 404 names it by its path's last segment; a gRPC delete by its request.
     fn deleted(&self, ask: &Ask, answer: &Answer) -> Option<String> {
@@ -862,6 +876,12 @@ impl HttpGate {
             return Err(format!(
                 "endpoint {:?} answers with secrets the host holds, so it is read whole: use send; no request was sent",
                 ask.endpoint
+            ));
+        }
+        if self.books(&ask) && allowed.endpoints.contains(&ask.endpoint) {
+            return Err(format!(
+                "a {} of {} at endpoint {:?} may make or delete a sandbox the host books, so it is read whole: use send; no request was sent",
+                ask.method, ask.path, ask.endpoint
             ));
         }
         let (req, client) = self.request(allowed, &ask)?;

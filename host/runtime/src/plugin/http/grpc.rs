@@ -87,10 +87,15 @@ fn string_at(msg: &[u8], path: &[u32]) -> Option<String> {
     String::from_utf8(here.to_vec()).ok()
 }
 
+/// A path without its query: a server routes a method by its path alone.
+fn without_query(path: &str) -> &str {
+    path.split('?').next().unwrap_or_default()
+}
+
 impl GrpcBooking {
     /// The target an answer to `path` says it made.
     pub(super) fn made(&self, path: &str, headers: &[(String, String)], answer: &super::Answer) -> Option<String> {
-        if path != self.create || answer.status != 200 || status(headers, &answer.trailers) != Some(0) {
+        if without_query(path) != self.create || answer.status != 200 || status(headers, &answer.trailers) != Some(0) {
             return None;
         }
         string_at(first_message(&answer.body)?, &self.made_at)
@@ -98,7 +103,7 @@ impl GrpcBooking {
 
     /// The target a delete request to `path` named, once its answer says it is gone.
     pub(super) fn deleted(&self, path: &str, request: &[u8], answer: &super::Answer) -> Option<String> {
-        if path != self.delete || answer.status != 200 {
+        if without_query(path) != self.delete || answer.status != 200 {
             return None;
         }
         let code = status(&answer.headers, &answer.trailers)?;
@@ -155,6 +160,7 @@ mod tests {
         let a = answer(body.clone(), "0");
         assert_eq!(b.made("/s/Create", &a.headers, &a), Some("plimsoll-1".into()));
         assert_eq!(b.made("/s/Other", &a.headers, &a), None);
+        assert_eq!(b.made("/s/Create?x=1", &a.headers, &a), Some("plimsoll-1".into()), "a query hides nothing");
         assert_eq!(b.made("/s/Create", &a.headers, &answer(body.clone(), "13")), None);
         assert_eq!(b.made("/s/Create", &a.headers, &answer(body[..body.len() - 2].to_vec(), "0")), None);
     }

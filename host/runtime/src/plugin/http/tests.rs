@@ -274,6 +274,17 @@ fn a_grpc_create_books_what_its_answer_names_and_only_a_delete_that_succeeded_fo
     let request = [&[0u8, 0, 0, 0, 12, 0x0a, 10][..], b"plimsoll-1"].concat();
     g.send(&a, post("/s/Delete", &request)).expect("deleted");
     assert!(!g.holds("plimsoll-1"));
+    // A create or delete sent as a stream would hide it from the book: refused.
+    for path in ["/s/Create", "/s/Delete"] {
+        let Err(e) = g.open(&a, post(path, b"")) else { panic!("{path}: streamed") };
+        assert_eq!(
+            e,
+            format!(
+                "a POST of {path} at endpoint \"kms\" may make or delete a sandbox the host books, so it is read whole: use send; no request was sent"
+            )
+        );
+    }
+    assert!(g.open(&a, post("/pieces", b"")).is_ok(), "other methods stream");
     let e = HttpGate::new(BTreeMap::new())
         .expect("gate")
         .booking_grpc(
