@@ -758,12 +758,7 @@ impl Handler for Fake {
     fn handle(self: Arc<Self>, req: Request) -> std::pin::Pin<Box<dyn Future<Output = http::Response<Body>> + Send>> {
         Box::pin(async move {
             if self.mode == Some(Mode::Redirect) {
-                let mut r = server::whole(307, "", Bytes::new());
-                r.headers_mut().insert(
-                    http::header::LOCATION,
-                    http::HeaderValue::from_static("https://elsewhere.dockercloud.test/"),
-                );
-                return r;
+                return server::redirect("https://elsewhere.dockercloud.test/");
             }
             let endpoint = req.host.strip_suffix(ENDPOINT_SUFFIX).map(str::to_string);
             match endpoint {

@@ -447,10 +447,7 @@ impl Handler for Fake {
     fn handle(self: Arc<Self>, req: Request) -> std::pin::Pin<Box<dyn Future<Output = http::Response<Body>> + Send>> {
         Box::pin(async move {
             if self.mode == Some(Mode::Redirect) {
-                let mut r = server::whole(307, "", Bytes::new());
-                r.headers_mut()
-                    .insert(http::header::LOCATION, http::HeaderValue::from_static("https://elsewhere.e2b.test/"));
-                return r;
+                return server::redirect("https://elsewhere.e2b.test/");
             }
             let envd =
                 req.host.strip_prefix("49983-").and_then(|rest| rest.strip_suffix(".e2b.test")).map(str::to_string);

@@ -18,7 +18,6 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bytes::Bytes;
 use prost::Message as _;
 use sha2::{Digest as _, Sha256};
 
@@ -626,12 +625,7 @@ impl Handler for Fake {
     fn handle(self: Arc<Self>, req: Request) -> std::pin::Pin<Box<dyn Future<Output = http::Response<Body>> + Send>> {
         Box::pin(async move {
             if self.mode == Some(Mode::Redirect) {
-                let mut r = server::whole(307, "", Bytes::new());
-                r.headers_mut().insert(
-                    http::header::LOCATION,
-                    http::HeaderValue::from_static("https://elsewhere.openshell.test/"),
-                );
-                return r;
+                return server::redirect("https://elsewhere.openshell.test/");
             }
             if let Some(refused) = grpc::refusal(&req.headers) {
                 return refused;

@@ -77,6 +77,13 @@ pub fn whole(status: u16, content_type: &str, body: impl Into<Bytes>) -> http::R
     r
 }
 
+/// A 307 to `location`, with no body: every fake's `redirect` mode.
+pub fn redirect(location: &'static str) -> http::Response<Body> {
+    let mut r = whole(307, "", Bytes::new());
+    r.headers_mut().insert(http::header::LOCATION, http::HeaderValue::from_static(location));
+    r
+}
+
 /// A JSON response.
 pub fn json(status: u16, v: &serde_json::Value) -> http::Response<Body> {
     whole(status, "application/json", v.to_string())

@@ -2,6 +2,7 @@
 //! each check, and what a read-back shows.
 
 use super::*;
+use bytes::Bytes;
 use http_body_util::BodyExt as _;
 use proto::{ExecSandboxRequest, SandboxSpec};
 
