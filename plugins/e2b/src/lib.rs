@@ -165,10 +165,10 @@ impl Remote for Sandbox {
         envd::download(&self.id, path)
     }
 
-    /// envd runs every process as the guest user, so `kill -9 -1` as that user
-    /// ends every process the steps left.
+    /// envd runs every process as the guest user: this ends every process the
+    /// steps left, as on the other remote backends.
     fn before_artifacts(&self) -> &'static str {
-        "kill -9 -1 2>/dev/null; "
+        remote::KILL_THE_REST
     }
 }
 
