@@ -32,6 +32,13 @@ pub(super) struct Fixture {
     plugin: PathBuf,
 }
 
+impl Fixture {
+    /// The sandbox image's ID.
+    pub(super) fn image(&self) -> &str {
+        &self.image
+    }
+}
+
 /// Says that the calling test skipped `what` and why, on the process's own stderr:
 /// the test harness captures `eprintln!` and shows it only for a failing test, so a
 /// skipped test that passes would otherwise say nothing in any mode.

@@ -1,6 +1,7 @@
 //! End to end: the real `plimsoll-host serve` on 127.0.0.1, driven by the Rust
 //! client, by raw HTTP, and by the published Python client `plimsoll-client`.
 
+mod agent_attach;
 mod attest;
 mod bench;
 mod config;

@@ -1,9 +1,12 @@
 //! A call's files, written under the work directory, and the session's storage.
 
+use std::collections::HashSet;
 use std::path::{Component, Path, PathBuf};
 
 use base64::Engine as _;
 use serde::Deserialize;
+
+use crate::procs::Seat;
 
 /// The writable mounts whose use counts against the session's disk budget.
 const MOUNTS: [&str; 3] = ["/work", "/tmp", "/dev/shm"];
@@ -91,8 +94,52 @@ fn strerror(e: &std::io::Error) -> String {
     }
 }
 
-/// KiB in use on the session's writable mounts.
-pub fn disk_used_kb() -> u64 {
+/// The most entries [`walked_kb`] looks at before it calls the storage full.
+const WALK_LIMIT: usize = 200_000;
+
+/// KiB in use on the session's writable mounts. Seated [`Seat::Hosted`] those
+/// may share one filesystem with the vendor's own files, so the guest's files
+/// under them are walked instead of the filesystems measured.
+pub fn disk_used_kb(seat: Seat) -> u64 {
+    match seat {
+        Seat::Init => mounted_kb(),
+        // SAFETY: getuid has no preconditions.
+        Seat::Hosted => walked_kb(&MOUNTS.map(Path::new), unsafe { libc::getuid() }, WALK_LIMIT),
+    }
+}
+
+/// KiB the files owned by `uid` under `roots` take (each inode once; links not
+/// followed; other filesystems' entries too). Past `limit` entries the walk
+/// stops and says `u64::MAX`: a tree that large is over any budget. Deleted
+/// files still held open are not seen; the figure is an estimate the guest can
+/// keep low, not a wall (the vendor's disk size is).
+pub fn walked_kb(roots: &[&Path], uid: u32, limit: usize) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut seen = HashSet::new();
+    let mut pending: Vec<PathBuf> = roots.iter().map(|r| r.to_path_buf()).collect();
+    let (mut entries, mut bytes) = (0usize, 0u64);
+    while let Some(dir) = pending.pop() {
+        let Ok(list) = std::fs::read_dir(&dir) else { continue };
+        for entry in list.flatten() {
+            entries += 1;
+            if entries > limit {
+                return u64::MAX;
+            }
+            let Ok(m) = entry.metadata() else { continue };
+            if m.is_dir() {
+                pending.push(entry.path());
+            }
+            if m.uid() == uid && seen.insert((m.dev(), m.ino())) {
+                bytes = bytes.saturating_add(m.blocks().saturating_mul(512));
+            }
+        }
+    }
+    bytes / 1024
+}
+
+/// KiB in use on the mounts, as their filesystems count it (deleted-but-open
+/// files included).
+fn mounted_kb() -> u64 {
     MOUNTS
         .iter()
         .filter_map(|m| {
@@ -130,6 +177,24 @@ mod tests {
         let base_real = resolve(&base).expect("base");
         assert_eq!(safe_path(&base, "a/b.txt"), Ok(base_real.join("a/b.txt")));
         assert_eq!(safe_path(&base, "in/c.txt"), Ok(base_real.join("sub/c.txt")));
+        let _ = std::fs::remove_dir_all(&base);
+    }
+
+    #[test]
+    fn a_walk_counts_the_owners_files_once_and_gives_up_past_its_limit() {
+        use std::os::unix::fs::MetadataExt as _;
+        let base = scratch("walk");
+        std::fs::create_dir_all(base.join("a/b")).expect("dirs");
+        std::fs::write(base.join("a/b/big"), vec![7u8; 256 << 10]).expect("big");
+        std::fs::hard_link(base.join("a/b/big"), base.join("a/again")).expect("link");
+        std::os::unix::fs::symlink("/usr", base.join("out")).expect("symlink");
+        let uid = std::fs::metadata(&base).expect("meta").uid();
+        let kb = walked_kb(&[base.as_path()], uid, 1000);
+        // 256 KiB of data, counted once, plus the directories' own blocks.
+        assert!((256..256 + 64).contains(&kb), "{kb} KiB");
+        assert_eq!(walked_kb(&[base.as_path()], uid.wrapping_add(1), 1000), 0, "another owner's files");
+        assert_eq!(walked_kb(&[base.as_path()], uid, 3), u64::MAX, "past the limit");
+        assert_eq!(walked_kb(&[Path::new("/nonexistent-plimsoll")], uid, 3), 0);
         let _ = std::fs::remove_dir_all(&base);
     }
 

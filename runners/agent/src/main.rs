@@ -8,6 +8,14 @@
 //! project, sweeps again, measures the session's storage, and ends with a status
 //! line and the end marker. As PID 1 it also reaps the orphans calls leave, and no
 //! process in the container can signal it.
+//!
+//! `plimsoll-agent attach WORD` serves the same calls where a vendor's process
+//! manager started it inside a remote sandbox (E2B's envd, an OpenShell exec):
+//! it makes itself the subreaper of what its calls leave, its sweep spares its
+//! ancestors and what the guest may not signal (the vendor's processes), and the
+//! storage is the guest's files under the writable mounts, walked. The channel is
+//! the same authenticated one: under a shared uid, a process of the guest's could
+//! otherwise write into it.
 
 mod files;
 mod interp;
@@ -126,15 +134,24 @@ impl Agent {
         }
         status.leftover = status.leftover.max(self.sweep());
         procs::thaw(&frozen);
-        status.disk_used_kb = files::disk_used_kb();
+        status.disk_used_kb = files::disk_used_kb(procs::seat());
         status.ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
         sink.finish(&key, &req.nonce, status)
     }
 }
 
-fn serve(word: &str) -> Result<(), String> {
+fn serve(word: &str, seat: procs::Seat) -> Result<(), String> {
     // Before anything the host sends arrives: nothing beside the agent may read it.
     procs::undumpable().map_err(|e| format!("prctl(PR_SET_DUMPABLE, 0): {e}"))?;
+    // SAFETY: getuid has no preconditions.
+    if seat == procs::Seat::Hosted && unsafe { libc::getuid() } == 0 {
+        // Every process of the sandbox would be its sweep's to kill, the vendor's too.
+        return Err("attach refuses to run as root: start it as the sandbox's guest user".into());
+    }
+    procs::seat_at(seat);
+    if seat == procs::Seat::Hosted {
+        procs::subreaper().map_err(|e| format!("prctl(PR_SET_CHILD_SUBREAPER, 1): {e}"))?;
+    }
     let dup = |f: std::os::fd::BorrowedFd<'_>| f.try_clone_to_owned().map(File::from);
     let stdin = dup(std::io::stdin().as_fd()).map_err(|e| format!("stdin: {e}"))?;
     let chan = Channel {
@@ -157,8 +174,9 @@ fn serve(word: &str) -> Result<(), String> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let outcome = match args.as_slice() {
-        [serve_word, word] if serve_word == "serve" && !word.is_empty() => serve(word),
-        _ => Err("usage: plimsoll-agent serve WORD".into()),
+        [verb, word] if verb == "serve" && !word.is_empty() => serve(word, procs::Seat::Init),
+        [verb, word] if verb == "attach" && !word.is_empty() => serve(word, procs::Seat::Hosted),
+        _ => Err("usage: plimsoll-agent serve WORD | plimsoll-agent attach WORD".into()),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,12 +1,37 @@
 //! Processes: the sweep that leaves only the kept interpreters, reaping the
-//! orphans the agent inherits as PID 1, and starting children in their own session.
+//! orphans the agent inherits (as PID 1, or as a subreaper where a vendor's
+//! process manager started it), and starting children in their own session.
 
 use std::collections::HashSet;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+/// Where the agent runs, which decides what its sweep may leave alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Seat {
+    /// The container's PID 1 (`serve`): every other process is the session's.
+    Init,
+    /// Started by a vendor's process manager inside the sandbox (`attach`): the
+    /// manager and the agent's other ancestors, and every process the guest may
+    /// not signal (another user's), are the sandbox's, not the session's.
+    Hosted,
+}
+
+static SEAT: OnceLock<Seat> = OnceLock::new();
+
+/// Sets where the agent runs, once, before the first sweep.
+pub fn seat_at(seat: Seat) {
+    let _ = SEAT.set(seat);
+}
+
+/// Where the agent runs ([`Seat::Init`] until told).
+pub fn seat() -> Seat {
+    *SEAT.get().unwrap_or(&Seat::Init)
+}
 
 /// How many times the sweep looks again for processes that outlived a kill.
 const SWEEP_ROUNDS: usize = 50;
@@ -79,14 +104,20 @@ fn pids() -> Vec<i32> {
 /// Kills every process but this one and `keep`, and reaps the zombies it was left
 /// as parent of, except `children` (whose owners wait for them). Returns how many
 /// processes survived every round: 0 unless something resists a SIGKILL.
+///
+/// Seated [`Seat::Hosted`], the agent's ancestors are spared and a process the
+/// kill is not permitted to reach (another user's: the vendor's own) is not
+/// counted: only what the guest could signal is the session's.
 pub fn sweep(keep: &HashSet<Identity>, children: &HashSet<i32>) -> u32 {
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
+    let hosted = seat() == Seat::Hosted;
+    let spared = if hosted { ancestors(me) } else { HashSet::new() };
     let mut left = Vec::new();
     for _ in 0..SWEEP_ROUNDS {
         left.clear();
         for pid in pids() {
-            if pid == me || pid == 1 {
+            if pid == me || pid == 1 || spared.contains(&pid) {
                 continue;
             }
             let Some(s) = stat(pid) else {
@@ -110,7 +141,7 @@ pub fn sweep(keep: &HashSet<Identity>, children: &HashSet<i32>) -> u32 {
             left.push(pid);
         }
         // SAFETY: kill has no memory preconditions; a pid gone since is ESRCH.
-        left.retain(|&pid| unsafe { libc::kill(pid, libc::SIGKILL) } == 0 || !gone_since());
+        left.retain(|&pid| unsafe { libc::kill(pid, libc::SIGKILL) } == 0 || !(gone_since() || (hosted && denied())));
         if left.is_empty() {
             return 0;
         }
@@ -122,6 +153,32 @@ pub fn sweep(keep: &HashSet<Identity>, children: &HashSet<i32>) -> u32 {
 /// Whether the last failed call's error was ESRCH: no such process.
 fn gone_since() -> bool {
     std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// Whether the last failed call's error was EPERM: another user's process.
+fn denied() -> bool {
+    std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// `pid`'s parent, its parent's parent, and so on up to (not including) PID 0.
+fn ancestors(pid: i32) -> HashSet<i32> {
+    let mut seen = HashSet::new();
+    let mut at = stat(pid).map_or(0, |s| s.parent);
+    while at > 0 && seen.insert(at) {
+        at = stat(at).map_or(0, |s| s.parent);
+    }
+    seen
+}
+
+/// Makes the agent the reaper of every orphan its descendants leave, as PID 1
+/// is in a container: a detached child cannot slip out of its sweep's reach by
+/// being reparented to the vendor's init.
+pub fn subreaper() -> io::Result<()> {
+    // SAFETY: PR_SET_CHILD_SUBREAPER takes plain integers.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// The kernel's flag on a task that has begun to exit (`PF_EXITING`).
@@ -265,6 +322,20 @@ mod tests {
         child.kill().expect("kill");
         child.wait().expect("wait");
         assert_eq!(identity(pid), None);
+    }
+
+    #[test]
+    fn a_process_has_its_parents_as_ancestors_and_not_itself() {
+        // SAFETY: getpid and getppid have no preconditions.
+        let (me, parent) = unsafe { (libc::getpid(), libc::getppid()) };
+        let up = ancestors(me);
+        assert!(up.contains(&parent), "{up:?} lacks the parent {parent}");
+        assert!(!up.contains(&me) && !up.contains(&0));
+        let mut child = spawn_here(&["sleep", "30"]);
+        let pid = i32::try_from(child.id()).expect("pid");
+        let child_up = ancestors(pid);
+        assert!(child_up.contains(&me) && child_up.is_superset(&up));
+        kill_group(&mut child);
     }
 
     #[test]
