@@ -101,9 +101,19 @@ pub struct Process {
     pub env: Vec<(String, String)>,
     /// All of its standard input, then end of file (`None`: none at all).
     pub stdin: Option<Bytes>,
-    /// When to kill every guest process and give up.
+    /// Its standard input as it arrives, end of file when the sender is dropped
+    /// (taken instead of `stdin`).
+    pub input: Option<tokio::sync::mpsc::UnboundedReceiver<Bytes>>,
+    /// When to give up and kill: every guest process, or with `marker` only
+    /// this process and what it started that kept its environment.
     pub deadline: Option<Duration>,
+    /// A name for this process alone, so it can be killed without the rest of
+    /// the guest's (see [`Backing::kill_marked`]).
+    pub marker: Option<String>,
 }
+
+/// The variable that carries a process's [`Process::marker`].
+const MARKER: &str = "PLIMSOLL_FAKE_PROCESS";
 
 /// Output of a process as it runs.
 #[derive(Debug)]
@@ -266,17 +276,30 @@ impl Backing {
     /// `out`. When its deadline passes first, every guest process is killed and
     /// `Ok(false)` returned.
     pub async fn run(&self, id: &str, process: Process, out: tokio::sync::mpsc::Sender<Chunk>) -> Result<bool, String> {
-        let mut argv = self.user_exec(id, &process.cwd, &process.env);
+        let mut env = process.env.clone();
+        if let Some(m) = &process.marker {
+            env.push((MARKER.into(), m.clone()));
+        }
+        let mut argv = self.user_exec(id, &process.cwd, &env);
         argv.extend(process.argv.iter().cloned());
+        let piped = process.stdin.is_some() || process.input.is_some();
         let mut child = Command::new("docker")
             .args(&argv)
-            .stdin(if process.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdin(if piped { Stdio::piped() } else { Stdio::null() })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| format!("docker exec: {e}"))?;
-        if let (Some(input), Some(mut pipe)) = (process.stdin, child.stdin.take()) {
+        if let (Some(mut input), Some(mut pipe)) = (process.input, child.stdin.take()) {
+            tokio::spawn(async move {
+                while let Some(bytes) = input.recv().await {
+                    if pipe.write_all(&bytes).await.is_err() {
+                        break;
+                    }
+                }
+            });
+        } else if let (Some(input), Some(mut pipe)) = (process.stdin, child.stdin.take()) {
             // All of it, then end of file; a process that stops reading early
             // just closes the pipe on the rest.
             tokio::spawn(async move {
@@ -317,11 +340,23 @@ impl Backing {
                 Ok(true)
             }
             None => {
-                self.kill_guest(id).await;
+                match &process.marker {
+                    Some(m) => self.kill_marked(id, m).await,
+                    None => self.kill_guest(id).await,
+                }
                 let _ = child.kill().await;
                 Ok(false)
             }
         }
+    }
+
+    /// SIGKILLs the processes in sandbox `id` that carry `marker` in their
+    /// environment: one process and those of its descendants that kept it.
+    pub async fn kill_marked(&self, id: &str, marker: &str) {
+        let name = format!("plimsoll-fake-{id}");
+        let needle = format!("{MARKER}={marker}");
+        let script = r#"for e in /proc/[0-9]*/environ; do if tr '\0' '\n' < "$e" 2>/dev/null | grep -qxF "$1"; then p=${e#/proc/}; kill -9 "${p%/environ}" 2>/dev/null; fi; done; true"#;
+        let _ = docker(&["exec", "-u", "0", &name, "sh", "-c", script, "sh", &needle], None).await;
     }
 
     /// Kills every process of the guest in sandbox `id`.

@@ -83,6 +83,19 @@ struct Sandbox {
     ends: u64,
     network: Value,
     pids: u32,
+    /// The processes envd runs, by pid, until they end.
+    procs: HashMap<u32, Proc>,
+}
+
+/// A process envd runs.
+struct Proc {
+    tag: Option<String>,
+    /// Its `ProcessConfig`, as `List` shows it.
+    config: Value,
+    /// Its standard input while open.
+    input: Option<tokio::sync::mpsc::UnboundedSender<Bytes>>,
+    /// The streams attached to it (its `Start`'s, any `Connect`'s).
+    watchers: Vec<tokio::sync::mpsc::Sender<Bytes>>,
 }
 
 /// The fake.
@@ -199,6 +212,7 @@ impl Fake {
                 ends: started + timeout as u64,
                 network,
                 pids: 0,
+                procs: HashMap::new(),
             },
         );
         if self.mode == Some(Mode::Malformed) {
@@ -307,6 +321,11 @@ impl Fake {
             ("POST", "/files") => self.upload(&id, &req).await,
             ("GET", "/files") => self.download(&id, &req).await,
             ("POST", "/process.Process/Start") => self.start(id, &req),
+            ("POST", "/process.Process/Connect") => self.connect(id, &req),
+            ("POST", path) if path.starts_with("/process.Process/") => {
+                let call = path.trim_start_matches("/process.Process/").to_string();
+                self.unary(&id, &call, &req).await
+            }
             _ => error(404, &format!("no route {} {}", req.method, req.path)),
         }
     }
@@ -347,20 +366,13 @@ impl Fake {
         }
     }
 
+    /// Envd's `Start`: the process runs until it ends or its `Connect-Timeout-Ms`
+    /// passes, whatever becomes of this stream (envd starts it detached from the
+    /// request); its output goes to every stream attached to it.
     fn start(self: Arc<Self>, id: String, req: &Request) -> http::Response<Body> {
-        let (mut response, tx) = server::streamed("application/connect+json");
-        if req.header("content-type") != Some("application/connect+json") {
-            return error(415, "a streaming call takes application/connect+json");
-        }
-        let body = &req.body;
-        let message: Option<Value> =
-            (body.len() >= 5 && body[0] == 0).then(|| serde_json::from_slice(&body[5..]).ok()).flatten();
-        let Some(message) = message else {
-            let end = json!({"error": {"code": "invalid_argument", "message": "the request is not one JSON envelope"}});
-            tokio::spawn(async move {
-                let _ = tx.send(envelope(2, end.to_string().as_bytes())).await;
-            });
-            return response;
+        let Streaming { mut response, tx, message } = match streaming(req) {
+            Ok(opened) => opened,
+            Err(answer) => return *answer,
         };
         let process = message.get("process").cloned().unwrap_or_default();
         let cmd = process.get("cmd").and_then(Value::as_str).unwrap_or_default().to_string();
@@ -370,16 +382,28 @@ impl Fake {
             .map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect())
             .unwrap_or_default();
         let cwd = process.get("cwd").and_then(Value::as_str).unwrap_or("/home/user").to_string();
+        let tag = message.get("tag").and_then(Value::as_str).map(String::from);
+        // Absent, stdin is open: the field came later, and envd keeps old clients working.
+        let stdin = message.get("stdin").and_then(Value::as_bool).unwrap_or(true);
         let deadline = req
             .header("connect-timeout-ms")
             .and_then(|v| v.parse::<u64>().ok())
             .filter(|ms| *ms > 0)
             .map(Duration::from_millis);
+        let (input, input_rx) = if stdin {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            (Some(tx), Some(rx))
+        } else {
+            (None, None)
+        };
         let pid = {
             let mut s = self.sandboxes();
             let Some(sb) = s.get_mut(&id) else { return error(502, "The sandbox was not found") };
             sb.pids += 1;
-            1000 + sb.pids
+            let pid = 1000 + sb.pids;
+            // This stream watches from before the process exists: none of its output is missed.
+            sb.procs.insert(pid, Proc { tag, config: process.clone(), input, watchers: vec![tx.clone()] });
+            pid
         };
         let truncated = self.mode == Some(Mode::Truncated);
         let me = Arc::clone(&self);
@@ -388,14 +412,18 @@ impl Fake {
                 return;
             }
             if truncated {
+                drop(me.forget(&id, pid));
                 return;
             }
+            drop(tx);
             let (chunks, mut rx) = tokio::sync::mpsc::channel(16);
             let run = {
                 let me = Arc::clone(&me);
                 let id = id.clone();
                 let argv = std::iter::once(cmd).chain(args).collect();
-                let process = Process { argv, cwd, deadline, ..Process::default() };
+                let marker = format!("{id}-{pid}");
+                let process =
+                    Process { argv, cwd, deadline, input: input_rx, marker: Some(marker), ..Process::default() };
                 tokio::spawn(async move { me.backing.run(&id, process, chunks).await })
             };
             while let Some(chunk) = rx.recv().await {
@@ -410,11 +438,7 @@ impl Fake {
                         "exitCode": c, "exited": true, "status": format!("exit status {c}"),
                         "error": format!("exit status {c}")}}),
                 };
-                if tx.send(event(e)).await.is_err() {
-                    // The client went away: its process goes too, as envd's does.
-                    me.backing.kill_guest(&id).await;
-                    return;
-                }
+                me.tell(&id, pid, event(e)).await;
             }
             let end = match run.await {
                 Ok(Ok(true)) => json!({}),
@@ -424,11 +448,179 @@ impl Fake {
                 Ok(Err(e)) => json!({"error": {"code": "internal", "message": e}}),
                 Err(e) => json!({"error": {"code": "internal", "message": e.to_string()}}),
             };
-            let _ = tx.send(envelope(2, end.to_string().as_bytes())).await;
+            // Gone from the table before its streams end: a call after the end sees no process.
+            for w in me.forget(&id, pid) {
+                let _ = w.send(envelope(2, end.to_string().as_bytes())).await;
+            }
         });
         response.headers_mut().insert("connect-accept-encoding", http::HeaderValue::from_static("identity"));
         response
     }
+
+    /// Sends `frame` to every stream attached to process `pid`, letting go of
+    /// those whose client has gone (the process goes on).
+    async fn tell(&self, id: &str, pid: u32, frame: Bytes) {
+        let watchers: Vec<tokio::sync::mpsc::Sender<Bytes>> =
+            self.sandboxes().get(id).and_then(|s| s.procs.get(&pid)).map(|p| p.watchers.clone()).unwrap_or_default();
+        let mut gone = Vec::new();
+        for w in &watchers {
+            if w.send(frame.clone()).await.is_err() {
+                gone.push(w.clone());
+            }
+        }
+        if !gone.is_empty()
+            && let Some(p) = self.sandboxes().get_mut(id).and_then(|s| s.procs.get_mut(&pid))
+        {
+            p.watchers.retain(|w| !gone.iter().any(|g| g.same_channel(w)));
+        }
+    }
+
+    /// Process `pid` has ended: takes it out of the table; returns the streams
+    /// still attached, which end with it.
+    fn forget(&self, id: &str, pid: u32) -> Vec<tokio::sync::mpsc::Sender<Bytes>> {
+        self.sandboxes().get_mut(id).and_then(|s| s.procs.remove(&pid)).map(|p| p.watchers).unwrap_or_default()
+    }
+
+    /// The process a `ProcessSelector` names: by pid, or by tag.
+    fn select(&self, id: &str, selector: Option<&Value>) -> Result<u32, (&'static str, String)> {
+        let s = self.sandboxes();
+        let procs = s.get(id).map(|s| &s.procs).ok_or(("not_found", "The sandbox was not found".to_string()))?;
+        let found = match (
+            selector.and_then(|v| v.get("pid")).and_then(Value::as_u64),
+            selector.and_then(|v| v.get("tag")).and_then(Value::as_str),
+        ) {
+            (Some(pid), _) => u32::try_from(pid).ok().filter(|p| procs.contains_key(p)),
+            (None, Some(tag)) => procs.iter().find(|(_, p)| p.tag.as_deref() == Some(tag)).map(|(pid, _)| *pid),
+            (None, None) => return Err(("invalid_argument", "invalid input type".into())),
+        };
+        found.ok_or(("not_found", "process not found".into()))
+    }
+
+    /// Envd's `Connect`: a stream attached to a running process, from its start
+    /// event on; it ends when the process does (or when the client goes).
+    fn connect(self: Arc<Self>, id: String, req: &Request) -> http::Response<Body> {
+        let Streaming { mut response, tx, message } = match streaming(req) {
+            Ok(opened) => opened,
+            Err(answer) => return *answer,
+        };
+        match self.select(&id, message.get("process")) {
+            Err((code, why)) => end_stream(tx, Some((code, why))),
+            Ok(pid) => {
+                if let Some(p) = self.sandboxes().get_mut(&id).and_then(|s| s.procs.get_mut(&pid)) {
+                    // The start event goes first: the channel is empty and holds 16.
+                    let _ = tx.try_send(event(json!({"start": {"pid": pid}})));
+                    p.watchers.push(tx);
+                }
+            }
+        }
+        response.headers_mut().insert("connect-accept-encoding", http::HeaderValue::from_static("identity"));
+        response
+    }
+
+    /// Envd's unary calls on a running process: `SendInput`, `CloseStdin`,
+    /// `SendSignal` and `List`, in Connect's JSON form.
+    async fn unary(&self, id: &str, call: &str, req: &Request) -> http::Response<Body> {
+        if req.header("content-type") != Some("application/json") {
+            return connect_error("invalid_argument", "a unary call here takes application/json");
+        }
+        let Ok(message) = serde_json::from_slice::<Value>(&req.body) else {
+            return connect_error("invalid_argument", "the request is not JSON");
+        };
+        if call == "List" {
+            let s = self.sandboxes();
+            let list: Vec<Value> = s
+                .get(id)
+                .map(|s| s.procs.iter().map(|(pid, p)| json!({"config": p.config, "pid": pid, "tag": p.tag})).collect())
+                .unwrap_or_default();
+            return server::json(200, &json!({"processes": list}));
+        }
+        let pid = match self.select(id, message.get("process")) {
+            Ok(pid) => pid,
+            Err((code, why)) => return connect_error(code, &why),
+        };
+        match call {
+            "SendInput" => {
+                let Some(b64) = message.pointer("/input/stdin").and_then(Value::as_str) else {
+                    return connect_error("invalid_argument", "invalid input type");
+                };
+                let Ok(bytes) = STANDARD.decode(b64) else {
+                    return connect_error("invalid_argument", "stdin is not base64");
+                };
+                let s = self.sandboxes();
+                let sent = s
+                    .get(id)
+                    .and_then(|s| s.procs.get(&pid))
+                    .and_then(|p| p.input.as_ref())
+                    .map(|i| i.send(Bytes::from(bytes)).is_ok());
+                if sent != Some(true) {
+                    return connect_error("failed_precondition", "stdin not enabled or closed");
+                }
+            }
+            "CloseStdin" => {
+                if let Some(p) = self.sandboxes().get_mut(id).and_then(|s| s.procs.get_mut(&pid)) {
+                    p.input = None;
+                }
+            }
+            "SendSignal" => match message.get("signal").and_then(Value::as_str) {
+                Some("SIGNAL_SIGKILL" | "SIGNAL_SIGTERM") => {
+                    self.backing.kill_marked(id, &format!("{id}-{pid}")).await;
+                }
+                _ => return connect_error("invalid_argument", "invalid signal"),
+            },
+            _ => return connect_error("unimplemented", &format!("process.Process/{call} is not implemented")),
+        }
+        server::json(200, &json!({}))
+    }
+}
+
+/// A streaming call, opened: its response, the sender that feeds it, and the
+/// request's one message.
+struct Streaming {
+    response: http::Response<Body>,
+    tx: tokio::sync::mpsc::Sender<Bytes>,
+    message: Value,
+}
+
+/// Opens a streaming call; the answer to give instead when the request is not one.
+fn streaming(req: &Request) -> Result<Streaming, Box<http::Response<Body>>> {
+    let (response, tx) = server::streamed("application/connect+json");
+    if req.header("content-type") != Some("application/connect+json") {
+        return Err(Box::new(error(415, "a streaming call takes application/connect+json")));
+    }
+    match one_envelope(&req.body) {
+        Some(message) => Ok(Streaming { response, tx, message }),
+        None => {
+            end_stream(tx, Some(("invalid_argument", "the request is not one JSON envelope".into())));
+            Err(Box::new(response))
+        }
+    }
+}
+
+/// The one JSON message a streaming request carries.
+fn one_envelope(body: &[u8]) -> Option<Value> {
+    (body.len() >= 5 && body[0] == 0).then(|| serde_json::from_slice(&body[5..]).ok()).flatten()
+}
+
+/// Ends a stream with its end-of-stream message, an error's when given.
+fn end_stream(tx: tokio::sync::mpsc::Sender<Bytes>, error: Option<(&str, String)>) {
+    let end = match error {
+        Some((code, message)) => json!({"error": {"code": code, "message": message}}),
+        None => json!({}),
+    };
+    tokio::spawn(async move {
+        let _ = tx.send(envelope(2, end.to_string().as_bytes())).await;
+    });
+}
+
+/// A unary call's error as Connect writes it: the code's HTTP status and a JSON body.
+fn connect_error(code: &str, message: &str) -> http::Response<Body> {
+    let status = match code {
+        "not_found" => 404,
+        "unimplemented" => 501,
+        "internal" => 500,
+        _ => 400,
+    };
+    server::json(status, &json!({"code": code, "message": message}))
 }
 
 impl Handler for Fake {
@@ -465,6 +657,7 @@ impl Handler for Fake {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body_util::BodyExt as _;
 
     #[test]
     fn every_mode_parses_and_ids_look_like_e2bs() {
@@ -474,5 +667,139 @@ mod tests {
         assert_eq!(Mode::parse("nope"), None);
         let id = sandbox_id();
         assert!(id.len() == 20 && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit()));
+    }
+
+    fn request(host: &str, path: &str, headers: &[(&str, &str)], body: impl Into<Bytes>) -> Request {
+        let mut h = http::HeaderMap::new();
+        for (k, v) in headers {
+            h.insert(
+                http::HeaderName::from_bytes(k.as_bytes()).expect("name"),
+                http::HeaderValue::from_str(v).expect("value"),
+            );
+        }
+        Request {
+            method: "POST".into(),
+            host: host.into(),
+            path: path.into(),
+            query: String::new(),
+            headers: h,
+            body: body.into(),
+        }
+    }
+
+    /// One sandbox of `fake`'s, made through its API; its id and envd token.
+    async fn sandbox(fake: &Arc<Fake>) -> (String, String) {
+        let body = json!({"templateID": "base", "timeout": 300, "secure": true,
+            "network": {"allowPublicTraffic": false, "denyOut": ["0.0.0.0/0"]}});
+        let key = fake.key.clone();
+        let r = Arc::clone(fake)
+            .handle(request("api.e2b.test", "/sandboxes", &[("x-api-key", &key)], body.to_string()))
+            .await;
+        assert_eq!(r.status(), 201);
+        let v: Value = serde_json::from_slice(&r.into_body().collect().await.expect("body").to_bytes()).expect("json");
+        let id = v["sandboxID"].as_str().expect("id").to_string();
+        (id, v["envdAccessToken"].as_str().expect("token").to_string())
+    }
+
+    /// The events of one Connect stream, as they come.
+    struct Events(Body);
+
+    impl Events {
+        /// The next message: an event's JSON, or the end-of-stream's (flag 2).
+        async fn next(&mut self) -> Option<(u8, Value)> {
+            let frame = tokio::time::timeout(Duration::from_secs(30), self.0.frame()).await.expect("in time")?;
+            let data = frame.expect("frame").into_data().expect("data");
+            assert!(data.len() >= 5, "one envelope per frame here");
+            Some((data[0], serde_json::from_slice(&data[5..]).expect("json")))
+        }
+    }
+
+    async fn stream(
+        fake: &Arc<Fake>,
+        id: &str,
+        token: &str,
+        call: &str,
+        message: Value,
+        extra: &[(&str, &str)],
+    ) -> Events {
+        let mut headers = vec![("content-type", "application/connect+json"), ("x-access-token", token)];
+        headers.extend_from_slice(extra);
+        let host = format!("49983-{id}.e2b.test");
+        let r = Arc::clone(fake)
+            .handle(request(
+                &host,
+                &format!("/process.Process/{call}"),
+                &headers,
+                envelope(0, message.to_string().as_bytes()),
+            ))
+            .await;
+        assert_eq!(r.status(), 200);
+        Events(r.into_body())
+    }
+
+    async fn unary(fake: &Arc<Fake>, id: &str, token: &str, call: &str, message: Value) -> (u16, Value) {
+        let headers = [("content-type", "application/json"), ("x-access-token", token)];
+        let host = format!("49983-{id}.e2b.test");
+        let r = Arc::clone(fake)
+            .handle(request(&host, &format!("/process.Process/{call}"), &headers, message.to_string()))
+            .await;
+        let status = r.status().as_u16();
+        (status, serde_json::from_slice(&r.into_body().collect().await.expect("body").to_bytes()).expect("json"))
+    }
+
+    /// Envd's process model, on a real container: a process outlives the stream
+    /// that started it, takes input while its stdin is open, can be attached to
+    /// again, and only its own deadline or signal ends it, not another's.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_process_outlives_its_stream_takes_input_and_is_attached_to_again() {
+        let Some(image) = crate::util::sandbox_image_or_skip("e2b::a_process_outlives_its_stream") else { return };
+        let fake = Arc::new(Fake::new(Arc::new(Backing::new(image)), None));
+        let (id, token) = sandbox(&fake).await;
+
+        let cat = json!({"process": {"cmd": "/bin/cat", "args": []}, "tag": "echo", "stdin": true});
+        let mut started = stream(&fake, &id, &token, "Start", cat, &[]).await;
+        let (_, first) = started.next().await.expect("start event");
+        let pid = first.pointer("/event/start/pid").and_then(Value::as_u64).expect("pid");
+        drop(started);
+
+        let (status, list) = unary(&fake, &id, &token, "List", json!({})).await;
+        assert_eq!((status, list.pointer("/processes/0/tag")), (200, Some(&json!("echo"))), "{list}");
+
+        let mut attached = stream(&fake, &id, &token, "Connect", json!({"process": {"tag": "echo"}}), &[]).await;
+        assert_eq!(attached.next().await.map(|(_, v)| v), Some(json!({"event": {"start": {"pid": pid}}})));
+        let input = json!({"process": {"pid": pid}, "input": {"stdin": STANDARD.encode("hello\n")}});
+        assert_eq!(unary(&fake, &id, &token, "SendInput", input.clone()).await, (200, json!({})));
+        let (_, data) = attached.next().await.expect("data");
+        assert_eq!(data.pointer("/event/data/stdout"), Some(&json!(STANDARD.encode("hello\n"))), "{data}");
+
+        assert_eq!(unary(&fake, &id, &token, "CloseStdin", json!({"process": {"pid": pid}})).await.0, 200);
+        let (_, end) = attached.next().await.expect("end");
+        assert_eq!(end.pointer("/event/end/exited"), Some(&json!(true)), "{end}");
+        assert_eq!(attached.next().await, Some((2, json!({}))));
+        let (status, gone) = unary(&fake, &id, &token, "SendInput", input).await;
+        assert_eq!((status, gone["code"].as_str()), (404, Some("not_found")));
+
+        // One process's deadline ends it alone.
+        let other = json!({"process": {"cmd": "/bin/sleep", "args": ["120"]}, "tag": "other", "stdin": false});
+        drop(stream(&fake, &id, &token, "Start", other, &[]).await);
+        let short = json!({"process": {"cmd": "/bin/sleep", "args": ["60"]}, "stdin": false});
+        let mut timed = stream(&fake, &id, &token, "Start", short, &[("connect-timeout-ms", "1500")]).await;
+        let mut last = None;
+        while let Some(m) = timed.next().await {
+            last = Some(m);
+        }
+        let (flag, end) = last.expect("an end");
+        assert_eq!((flag, end.pointer("/error/code")), (2, Some(&json!("deadline_exceeded"))), "{end}");
+        let (_, list) = unary(&fake, &id, &token, "List", json!({})).await;
+        let tags: Vec<&Value> = list["processes"].as_array().expect("list").iter().map(|p| &p["tag"]).collect();
+        assert_eq!(tags, [&json!("other")], "the other process lives on: {list}");
+        let ps = fake.backing.read(&id, "/proc/self/status").await;
+        assert!(ps.is_ok(), "the sandbox still answers");
+
+        let (status, _) =
+            unary(&fake, &id, &token, "SendSignal", json!({"process": {"tag": "other"}, "signal": "SIGNAL_SIGKILL"}))
+                .await;
+        assert_eq!(status, 200);
+        let _ = fake.backing.remove(&id).await;
     }
 }

@@ -73,6 +73,27 @@ pub fn multipart(body: &[u8], boundary: &str) -> Vec<Part> {
     parts
 }
 
+/// The sandbox image for a test that needs docker; `None` (the test skips,
+/// saying so) unless required mode is on (`CI=true` or
+/// `PLIMSOLL_DOCKER_TESTS=required`), where a missing engine or image fails it.
+#[cfg(test)]
+pub fn sandbox_image_or_skip(test: &str) -> Option<String> {
+    let required = std::env::var("CI").is_ok_and(|v| v == "true")
+        || std::env::var("PLIMSOLL_DOCKER_TESTS").is_ok_and(|v| v == "required");
+    let engine = std::process::Command::new("docker")
+        .args(["version", "--format", "{{.Server.Version}}"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let why = match crate::backing::default_image() {
+        _ if !engine => "no docker engine answers",
+        None => "no images/out/sandbox.id (run images/build.sh)",
+        Some(image) => return Some(image),
+    };
+    assert!(!required, "{test}: {why}, and docker tests are required here");
+    eprintln!("SKIPPED {test}: {why} (set PLIMSOLL_DOCKER_TESTS=required to fail instead)");
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -50,7 +50,7 @@ impl Fake {
             cwd: docker::WORKSPACE.into(),
             env: req.environment.clone().into_iter().collect(),
             stdin: Some(Bytes::from(req.stdin.clone())),
-            deadline: None,
+            ..Process::default()
         };
         let (tx, rx) = mpsc::channel(16);
         let me = Arc::clone(&self);
