@@ -755,6 +755,7 @@ mod tests {
         let Some(image) = crate::util::sandbox_image_or_skip("e2b::a_process_outlives_its_stream") else { return };
         let fake = Arc::new(Fake::new(Arc::new(Backing::new(image)), None));
         let (id, token) = sandbox(&fake).await;
+        let _container = Removed(id.clone());
 
         let cat = json!({"process": {"cmd": "/bin/cat", "args": []}, "tag": "echo", "stdin": true});
         let mut started = stream(&fake, &id, &token, "Start", cat, &[]).await;
@@ -800,6 +801,16 @@ mod tests {
             unary(&fake, &id, &token, "SendSignal", json!({"process": {"tag": "other"}, "signal": "SIGNAL_SIGKILL"}))
                 .await;
         assert_eq!(status, 200);
-        let _ = fake.backing.remove(&id).await;
+    }
+
+    /// Removes a sandbox's container when the test ends, passed or failed.
+    struct Removed(String);
+
+    impl Drop for Removed {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("docker")
+                .args(["rm", "-f", &format!("plimsoll-fake-{}", self.0)])
+                .output();
+        }
     }
 }
