@@ -291,20 +291,24 @@ impl Backing {
             .kill_on_drop(true)
             .spawn()
             .map_err(|e| format!("docker exec: {e}"))?;
-        if let (Some(mut input), Some(mut pipe)) = (process.input, child.stdin.take()) {
-            tokio::spawn(async move {
-                while let Some(bytes) = input.recv().await {
-                    if pipe.write_all(&bytes).await.is_err() {
-                        break;
+        match (process.input, process.stdin, child.stdin.take()) {
+            (Some(mut input), _, Some(mut pipe)) => {
+                tokio::spawn(async move {
+                    while let Some(bytes) = input.recv().await {
+                        if pipe.write_all(&bytes).await.is_err() {
+                            break;
+                        }
                     }
-                }
-            });
-        } else if let (Some(input), Some(mut pipe)) = (process.stdin, child.stdin.take()) {
-            // All of it, then end of file; a process that stops reading early
-            // just closes the pipe on the rest.
-            tokio::spawn(async move {
-                let _ = pipe.write_all(&input).await;
-            });
+                });
+            }
+            (None, Some(all), Some(mut pipe)) => {
+                // All of it, then end of file; a process that stops reading early
+                // just closes the pipe on the rest.
+                tokio::spawn(async move {
+                    let _ = pipe.write_all(&all).await;
+                });
+            }
+            _ => {}
         }
         let (Some(mut so), Some(mut se)) = (child.stdout.take(), child.stderr.take()) else {
             return Err("docker exec gave no pipes".into());
