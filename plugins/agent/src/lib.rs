@@ -1,14 +1,21 @@
-//! The resident session agent's channel (`runners/agent`, its `wire` module) as
-//! the provider plugins speak it, whatever carries the bytes (docker's attached
-//! stream, a vendor's process input and output): a request is its length, its
-//! HMAC under the session key and its JSON body; an answer ends with a status
-//! line whose MAC covers the call's nonce, both streams and the status. An
-//! answer that fails the check was not the agent's: something in the sandbox
-//! wrote to the channel.
+//! The sandbox image's programs as the provider plugins speak them, whatever
+//! carries the bytes (docker's attached stream, a vendor's process input and
+//! output). The resident session agent's channel (`runners/agent`, its `wire`
+//! module): a request is its length, its HMAC under the session key and its JSON
+//! body; an answer ends with a status line whose MAC covers the call's nonce,
+//! both streams and the status, and one that fails the check was not the agent's
+//! (something in the sandbox wrote to the channel). [`session`] serves a session
+//! over it; [`runner`] plans a project runner's run and [`report`] finds its
+//! authenticated report; [`session_glue!`] maps them to a plugin's WIT types.
 
 use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
+
+mod glue;
+pub mod report;
+pub mod runner;
+pub mod session;
 
 /// What an answer's MAC covers first (the agent's `wire::ANSWER_CONTEXT`).
 pub const ANSWER_CONTEXT: &[u8] = b"plimsoll-agent answer v1\0";
@@ -84,7 +91,7 @@ mod tests {
     const KEY: [u8; 32] = [7; 32];
 
     /// An answer as the agent writes it (its `wire::Sink::finish`).
-    fn answered(key: &[u8; 32], nonce: &str, stdout: &[u8], stderr: &[u8], status: &str) -> Vec<u8> {
+    pub(crate) fn answered(key: &[u8; 32], nonce: &str, stdout: &[u8], stderr: &[u8], status: &str) -> Vec<u8> {
         let mut m = hmac(key);
         for part in [ANSWER_CONTEXT, nonce.as_bytes(), b"\0", &Sha256::digest(stdout), &Sha256::digest(stderr)] {
             m.update(part);

@@ -11,7 +11,6 @@
 //! - **authenticated reports**: a project's result is only what the runner reports
 //!   in a frame whose HMAC verifies under a key no step can read.
 
-mod report;
 mod session;
 
 wit_bindgen::generate!({
@@ -20,15 +19,14 @@ wit_bindgen::generate!({
     generate_all,
 });
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
 use exports::plimsoll::provider::provider::{Description, Guest, RunError};
 use plimsoll::host::containers::{self, Container, Mount};
 use plimsoll::host::log;
 use plimsoll::types::types::{
     Evidence, File, Limits, ModuleRequest, ModuleResult, Output, ProjectOutcome, ProjectResult, Refusal, RefusalReason,
-    SnippetResult, StepResult, Tier,
+    SnippetResult, Tier,
 };
+use plimsoll_plugin_agent::runner;
 
 /// Defaults for a limit the host left at zero.
 const MEMORY_MB: u32 = 256;
@@ -355,29 +353,13 @@ fn snippet(language: &str, code: &str, limits: &Limits) -> Result<(SnippetResult
     Ok((result, evidence(&image, &runtime)))
 }
 
-fn project_result(outcome: ProjectOutcome, detail: impl Into<String>) -> ProjectResult {
-    ProjectResult {
-        outcome,
-        detail: detail.into(),
-        steps: Vec::new(),
-        artifacts: Vec::new(),
-        artifacts_truncated: false,
-    }
-}
-
 /// A fresh 32-byte report key, hex-encoded, for one project run.
 fn report_key() -> Result<String, Refusal> {
-    let key = random_hex(32);
-    if key.is_empty() {
-        return Err(refused(RefusalReason::Environment, "no randomness for the report key"));
-    }
-    Ok(key)
+    runner::report_key().ok_or_else(|| refused(RefusalReason::Environment, "no randomness for the report key"))
 }
 
-/// The runner's plan: files, steps, artifacts, budget, the memory of the container
-/// it runs in (`memory_mb`: the runner keeps its steps below it, so the sandbox's
-/// own limit never ends the runner) and where to read its use (under gVisor,
-/// `/proc/meminfo` is the sandbox's own), and the report key (hex).
+/// The runner's plan (see [`runner::Plan`]) for a container of `memory_mb` under
+/// `runtime`.
 fn plan(
     files: &[File],
     steps: &[String],
@@ -386,89 +368,31 @@ fn plan(
     (memory_mb, runtime): (u32, &str),
     key: &str,
 ) -> serde_json::Value {
-    serde_json::json!({
-        "files": files.iter().map(|f| serde_json::json!({"path": f.path, "content": STANDARD.encode(&f.content)})).collect::<Vec<_>>(),
-        "steps": steps,
-        "artifacts": artifacts,
-        "timeoutMs": limits.timeout_ms,
-        "maxOutput": or(limits.max_output_bytes, 1 << 20),
-        "maxArtifactBytes": MAX_ARTIFACT_BYTES,
-        "memoryBytes": u64::from(memory_mb) << 20,
-        "memorySource": if runtime == "runsc" { "meminfo" } else { "cgroup" },
+    let files: Vec<(&str, &[u8])> = files.iter().map(|f| (f.path.as_str(), f.content.as_slice())).collect();
+    let runsc = runtime == "runsc";
+    runner::Plan {
+        files: &files,
+        steps,
+        artifacts,
+        timeout_ms: limits.timeout_ms,
+        max_output: or(limits.max_output_bytes, 1 << 20),
+        memory_mb,
+        // Under gVisor, /proc/meminfo is the sandbox's own.
+        memory_source: if runsc { runner::MemorySource::Meminfo } else { runner::MemorySource::Cgroup },
         // gVisor's ptrace platform spends host threads and memory on every guest task,
         // so a fork bomb of some 30 to 40 tasks ends the whole sandbox (exit 2) before the
         // container's pids limit says no. A step's tasks are capped below that.
-        "stepProcesses": if runtime == "runsc" { RUNSC_STEP_PROCESSES } else { 0 },
-        "env": GUEST_ENV.iter().filter_map(|kv| kv.split_once('=')).collect::<std::collections::BTreeMap<_, _>>(),
-        "reportKey": key,
-    })
-}
-
-/// The most processes and threads of the guest user (RLIMIT_NPROC) while a step
-/// runs under runsc: node with worker threads and a child fits; a fork bomb stops at
-/// EAGAIN instead of ending the sandbox.
-const RUNSC_STEP_PROCESSES: u32 = 24;
-
-/// The most bytes a run's artifacts may hold together, as the original's runner allows.
-const MAX_ARTIFACT_BYTES: u32 = 8 << 20;
-
-/// The most bytes a runner's report may take on stdout: every step's two streams,
-/// the artifacts in base64 (4/3 of their bytes), and room for the JSON around them.
-fn report_cap(limits: &Limits, steps: usize) -> u32 {
-    let artifacts = MAX_ARTIFACT_BYTES / 3 * 4 + (1 << 20);
-    or(limits.max_output_bytes, 1 << 20).saturating_mul(2).saturating_mul(steps.max(1) as u32).saturating_add(artifacts)
-}
-
-/// How the runner's process ended, for reading its report.
-struct Ended {
-    timed_out: bool,
-    oom_killed: bool,
-    exit_code: Option<i32>,
-}
-
-/// A project's result from what the runner wrote: only a frame whose MAC verifies
-/// under `key` (hex) counts.
-fn read_report(stdout: &[u8], key: &str, ended: &Ended) -> ProjectResult {
-    let key = hex::decode(key).unwrap_or_default();
-    let body = match report::find(stdout, &key) {
-        report::Found::Authentic(b) => b,
-        _ if ended.timed_out => return project_result(ProjectOutcome::TimedOut, "run exceeded the time budget"),
-        report::Found::Forged => {
-            return project_result(ProjectOutcome::ProtocolError, "no authenticated runner report");
-        }
-        report::Found::Missing => {
-            let why = if ended.oom_killed { " after running out of memory" } else { "" };
-            let detail = format!("the runner did not report{why} (exit {})", ended.exit_code.unwrap_or(-1));
-            return project_result(ProjectOutcome::ProtocolError, detail);
-        }
-    };
-    let Ok(report) = serde_json::from_slice::<report::Report>(&body) else {
-        return project_result(ProjectOutcome::ProtocolError, "could not parse sandbox result");
-    };
-    if let Some(e) = report.error {
-        return project_result(ProjectOutcome::SetupFailed, e);
+        step_processes: if runsc { runner::RUNSC_STEP_PROCESSES } else { 0 },
+        env: &GUEST_ENV,
     }
-    let decode = |s: &str| STANDARD.decode(s).unwrap_or_default();
-    let steps: Vec<StepResult> = report
-        .steps
-        .iter()
-        .map(|s| StepResult {
-            command: s.command.clone(),
-            exit_code: s.exit_code,
-            timed_out: s.timed_out,
-            duration_ms: s.duration_ms,
-            stdout: output(decode(&s.stdout), s.stdout_truncated),
-            stderr: output(decode(&s.stderr), s.stderr_truncated),
-        })
-        .collect();
-    let (outcome, detail) = match steps.iter().position(|s| s.timed_out) {
-        Some(i) => (ProjectOutcome::TimedOut, format!("step {} exceeded its time budget", i + 1)),
-        None => (ProjectOutcome::Completed, String::new()),
-    };
-    let artifacts =
-        report.artifacts.iter().map(|a| File { path: a.path.clone(), content: decode(&a.content) }).collect();
-    ProjectResult { outcome, detail, steps, artifacts, artifacts_truncated: report.artifacts_truncated }
+    .json(key)
 }
+
+fn report_cap(limits: &Limits, steps: usize) -> u32 {
+    runner::report_cap(or(limits.max_output_bytes, 1 << 20), steps)
+}
+
+plimsoll_plugin_agent::session_glue!();
 
 /// Runs a project whose runner authenticates its report with `key` (hex).
 fn project(
@@ -511,7 +435,7 @@ fn project(
             r.exit_code
         )));
     }
-    let ended = Ended { timed_out: r.timed_out, oom_killed: r.oom_killed, exit_code: r.exit_code };
+    let ended = runner::Ended { timed_out: r.timed_out, oom_killed: r.oom_killed, exit_code: r.exit_code };
     Ok((read_report(&r.stdout, key, &ended), evidence(&image, &runtime)))
 }
 

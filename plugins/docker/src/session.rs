@@ -8,63 +8,51 @@
 //! writes the call's files, runs the payload, and measures the session's storage.
 //!
 //! Under gVisor a non-dumpable process's descriptors stay open to its uid, so the
-//! channel is authenticated rather than trusted: the first request carries a
-//! fresh session key (read before any code of the caller's exists), every request
-//! carries its HMAC under that key, and every answer ends with a status line whose
-//! MAC covers the call's nonce, both streams' bytes and the status. An answer that
-//! fails the check ends the session: something in the sandbox wrote to the channel.
+//! channel is authenticated rather than trusted (`plimsoll-plugin-agent`): the
+//! first request carries a fresh session key, every request its HMAC under it,
+//! and every answer a status line whose MAC covers the call's nonce, both
+//! streams' bytes and the status. An answer that fails the check ends the
+//! session: something in the sandbox wrote to the channel.
 //!
 //! The host, not this plugin, reads the container back before calls (a change ends
 //! the session as `sandbox_changed`) and pauses it when idle.
 
-use std::cell::Cell;
+use plimsoll_plugin_agent::session::{self as agent, Agent, Channel};
 
-use plimsoll_plugin_agent::{Trailer, Unchecked, check_answer, frame};
-
-use crate::exports::plimsoll::provider::provider::{
-    Answer, CallError, CallOutput, Ending, Failure, GuestSession, Session, SessionEnd,
-};
-use crate::plimsoll::host::containers::{Container, Reply, ReplyEnd};
-use crate::plimsoll::types::types::{CellResult, Evidence, File, Limits, Refusal, RefusalReason, SnippetResult};
+use crate::exports::plimsoll::provider::provider::{Answer, CallError, CallOutput, GuestSession, Session};
+use crate::plimsoll::host::containers::{Container, ReplyEnd};
+use crate::plimsoll::types::types::{CellResult, Evidence, File, Limits, Refusal, RefusalReason};
 use crate::{
-    Ended, MEMORY_MB, evidence, or, output, plan, random_hex, read_report, refused, report_cap, report_key, spec,
-    target,
+    MEMORY_MB, cell_answer, evidence, or, plan, project_answer, random_hex, refused, report_cap, report_key,
+    session_budget, session_failed, snippet_answer, spec, target,
 };
 
 /// The resident session agent, installed by `images/build.sh`.
 const AGENT: &str = "/opt/plimsoll/plimsoll-agent";
-/// What the agent may take beyond a call's budget (the sweeps, an interpreter's start).
-const AGENT_GRACE_MS: u32 = 15_000;
-/// Room on stderr for the status line beyond the payload's own capped output.
-const TRAILER_ROOM: u32 = 64 << 10;
 /// The smallest session disk budget: the interpreters need room to start.
 const MIN_DISK_MB: u32 = 16;
-/// A call's answer, checked: the payload's output and the agent's status.
-struct Exchange {
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-    trailer: Trailer,
+
+/// The session container's attached stream: the agent's channel.
+struct Attached(Container);
+
+impl Channel for Attached {
+    fn converse(&self, request: &[u8], end: &[u8], timeout_ms: u32, cap: u32) -> Result<agent::Reply, String> {
+        let r = self.0.converse(request, end, timeout_ms, cap)?;
+        let end = match r.end {
+            ReplyEnd::Said => agent::ReplyEnd::Said,
+            ReplyEnd::TimedOut => agent::ReplyEnd::TimedOut,
+            ReplyEnd::Ended => agent::ReplyEnd::Ended,
+        };
+        Ok(agent::Reply { end, stdout: r.stdout, stderr: r.stderr })
+    }
 }
 
-/// One session: its container, served by the agent, and the session key.
+/// One session: its container, served by the agent.
 pub struct DockerSession {
-    container: Container,
+    agent: Agent<Attached>,
     image: String,
     runtime: String,
-    disk_mb: u32,
     memory_mb: u32,
-    key: [u8; 32],
-    cells: Cell<u32>,
-}
-
-fn may_have_run(detail: impl Into<String>, ended: Option<Ending>) -> CallError {
-    CallError::MayHaveRun(Failure { detail: detail.into(), ended })
-}
-
-/// A call that may have run and took the session with it as `end`, for `detail`.
-fn lost(end: SessionEnd, detail: impl Into<String>) -> CallError {
-    let detail = detail.into();
-    may_have_run(detail.clone(), Some(Ending { end, detail }))
 }
 
 impl DockerSession {
@@ -73,9 +61,8 @@ impl DockerSession {
     fn open(limits: &Limits, lifetime_s: u32) -> Result<DockerSession, Refusal> {
         let (runtime, image) = target()?;
         let marker = random_hex(16);
-        let mut key = [0u8; 32];
-        if marker.is_empty() || getrandom::fill(&mut key).is_err() {
-            return Err(refused(RefusalReason::Environment, "no randomness for the start marker or session key"));
+        if marker.is_empty() {
+            return Err(refused(RefusalReason::Environment, "no randomness for the start marker"));
         }
         let disk_mb = or(limits.disk_mb, 1024);
         if disk_mb < MIN_DISK_MB {
@@ -88,123 +75,10 @@ impl DockerSession {
         let spec = spec(limits, &runtime, &image, command, Some(disk_mb), lifetime_s);
         let container = Container::serve(&spec, marker.as_bytes())
             .map_err(|e| refused(RefusalReason::Environment, format!("starting the session's container: {e}")))?;
-        let session = DockerSession {
-            container,
-            image,
-            runtime,
-            disk_mb,
-            memory_mb: or(limits.memory_mb, MEMORY_MB),
-            key,
-            cells: Cell::new(0),
-        };
-        // Nothing of the caller's has run yet: any failure here is a refusal.
-        let ready = Limits { timeout_ms: 30_000, ..*limits };
-        let mut first = serde_json::Map::new();
-        first.insert("key".into(), hex::encode(key).into());
-        match session.exchange("ready", first, &ready, 0) {
-            Ok(x) if x.trailer.leftover == 0 => Ok(session),
-            Ok(x) => Err(refused(
-                RefusalReason::Environment,
-                format!("the new session's sweep left {} processes", x.trailer.leftover),
-            )),
-            Err(CallError::Refused(r)) => Err(r),
-            Err(CallError::Ended(e)) => Err(refused(RefusalReason::Environment, e.detail)),
-            Err(CallError::MayHaveRun(f)) => {
-                Err(refused(RefusalReason::Environment, format!("the session agent did not start: {}", f.detail)))
-            }
-        }
-    }
-
-    /// One request to the agent and its checked answer.
-    fn exchange(
-        &self,
-        kind: &str,
-        mut request: serde_json::Map<String, serde_json::Value>,
-        limits: &Limits,
-        stdout_cap: u32,
-    ) -> Result<Exchange, CallError> {
-        let nonce = random_hex(16);
-        if nonce.is_empty() {
-            return Err(CallError::Refused(refused(RefusalReason::Environment, "no randomness for the call's nonce")));
-        }
-        let max_output = or(limits.max_output_bytes, 1 << 20);
-        request.insert("nonce".into(), nonce.clone().into());
-        request.insert("kind".into(), kind.into());
-        request.insert("timeoutMs".into(), limits.timeout_ms.into());
-        request.insert("maxOutput".into(), max_output.into());
-        let body = serde_json::Value::Object(request).to_string().into_bytes();
-        let cap = stdout_cap.max(max_output).saturating_add(TRAILER_ROOM);
-        let timeout = limits.timeout_ms.saturating_add(AGENT_GRACE_MS);
-        let end = format!("\n{nonce}.\n");
-        let reply = self
-            .container
-            .converse(&frame(&self.key, &body), end.as_bytes(), timeout, cap)
-            .map_err(|e| lost(SessionEnd::BoundaryFailed, format!("the session agent's channel failed: {e}")))?;
-        self.checked(reply, &nonce)
-    }
-
-    /// The answer, once it proved to be the agent's.
-    fn checked(&self, reply: Reply, nonce: &str) -> Result<Exchange, CallError> {
-        let Reply { end, stdout, mut stderr, .. } = reply;
-        match end {
-            ReplyEnd::Said => {}
-            ReplyEnd::TimedOut => {
-                return Err(lost(
-                    SessionEnd::BoundaryFailed,
-                    "the session agent did not answer within the call's budget and grace",
-                ));
-            }
-            ReplyEnd::Ended => {
-                return Err(lost(SessionEnd::MainProcessEnded, "the session agent ended during the call"));
-            }
-        }
-        match check_answer(&self.key, nonce, &stdout, &mut stderr) {
-            Ok(trailer) => Ok(Exchange { stdout, stderr, trailer }),
-            Err(why) => {
-                let detail = match why {
-                    Unchecked::Missing => "the session agent's answer has no status line",
-                    Unchecked::Forged => {
-                        "the session agent's answer failed its check: something in the sandbox wrote to the agent's channel"
-                    }
-                };
-                Err(lost(SessionEnd::BoundaryFailed, detail))
-            }
-        }
-    }
-
-    /// Why the sandbox can take no more calls after this one, if it cannot.
-    fn ending(&self, t: &Trailer) -> Option<Ending> {
-        if t.leftover > 0 {
-            return Some(Ending {
-                end: SessionEnd::BoundaryFailed,
-                detail: format!("{} processes survived the sweep after the call", t.leftover),
-            });
-        }
-        let budget_kb = u64::from(self.disk_mb) * 1024;
-        (t.disk_used_kb > budget_kb).then(|| Ending {
-            end: SessionEnd::DiskExceeded,
-            detail: format!(
-                "the session's storage holds {} MiB, over its budget of {} MiB (SANDBOX_SESSION_DISK_MB)",
-                t.disk_used_kb.div_ceil(1024),
-                self.disk_mb
-            ),
-        })
-    }
-
-    /// The status line's verdict on a call that produced `output`.
-    fn answer(
-        &self,
-        x: Exchange,
-        output: impl FnOnce(Vec<u8>, Vec<u8>, &Trailer) -> CallOutput,
-    ) -> Result<Answer, CallError> {
-        let ended = self.ending(&x.trailer);
-        if let Some(message) = &x.trailer.refused {
-            return Err(match ended {
-                Some(e) => CallError::Ended(e),
-                None => CallError::Refused(refused(RefusalReason::Request, message.clone())),
-            });
-        }
-        Ok(Answer { output: output(x.stdout, x.stderr, &x.trailer), ended })
+        // Nothing of the caller's has run yet: any failure here is a refusal (the
+        // host removes the container with the store).
+        let agent = Agent::start(Attached(container), disk_mb).map_err(|e| refused(RefusalReason::Environment, e))?;
+        Ok(DockerSession { agent, image, runtime, memory_mb: or(limits.memory_mb, MEMORY_MB) })
     }
 
     fn language(language: &str) -> Result<(), CallError> {
@@ -229,47 +103,14 @@ impl GuestSession for DockerSession {
 
     fn cell(&self, language: String, code: String, files: Vec<File>, limits: Limits) -> Result<Answer, CallError> {
         DockerSession::language(&language)?;
-        let n = self.cells.get() + 1;
-        self.cells.set(n);
-        let mut request = serde_json::Map::new();
-        request.insert("language".into(), language.into());
-        request.insert("code".into(), code.into());
-        request.insert("cell".into(), n.into());
-        request.insert("files".into(), files_json(&files));
-        let x = self.exchange("cell", request, &limits, 0)?;
-        let memory_mb = self.memory_mb;
-        self.answer(x, |stdout, mut stderr, t| {
-            if t.ended && !t.timed_out && t.exit == 137 {
-                stderr.extend_from_slice(
-                    format!("\nplimsoll: the interpreter was killed (SIGKILL; the memory limit is {memory_mb} MiB)\n")
-                        .as_bytes(),
-                );
-            }
-            CallOutput::Cell(CellResult {
-                exit_code: t.exit,
-                timed_out: t.timed_out,
-                stdout: output(stdout, t.stdout_truncated),
-                stderr: output(stderr, t.stderr_truncated),
-                interpreter_started: t.started,
-                interpreter_ended: t.ended,
-            })
-        })
+        let files: Vec<(&str, &[u8])> = files.iter().map(|f| (f.path.as_str(), f.content.as_slice())).collect();
+        let a = self.agent.cell(&language, &code, &files, session_budget(&limits)).map_err(session_failed)?;
+        Ok(cell_answer(a, self.memory_mb))
     }
 
     fn snippet(&self, language: String, code: String, limits: Limits) -> Result<Answer, CallError> {
         DockerSession::language(&language)?;
-        let mut request = serde_json::Map::new();
-        request.insert("language".into(), language.into());
-        request.insert("code".into(), code.into());
-        let x = self.exchange("snippet", request, &limits, 0)?;
-        self.answer(x, |stdout, stderr, t| {
-            CallOutput::Snippet(SnippetResult {
-                exit_code: t.exit,
-                timed_out: t.timed_out,
-                stdout: output(stdout, t.stdout_truncated),
-                stderr: output(stderr, t.stderr_truncated),
-            })
-        })
+        self.agent.snippet(&language, &code, session_budget(&limits)).map(snippet_answer).map_err(session_failed)
     }
 
     fn project(
@@ -281,18 +122,13 @@ impl GuestSession for DockerSession {
     ) -> Result<Answer, CallError> {
         let key = report_key().map_err(CallError::Refused)?;
         let cap = report_cap(&limits, steps.len());
-        let mut request = serde_json::Map::new();
-        request.insert("plan".into(), plan(&files, &steps, &artifacts, &limits, (self.memory_mb, &self.runtime), &key));
-        request.insert("reportCap".into(), cap.into());
-        let x = self.exchange("project", request, &limits, cap)?;
-        self.answer(x, |stdout, _, t| {
-            let ended = Ended { timed_out: t.timed_out, oom_killed: false, exit_code: Some(t.exit) };
-            CallOutput::Project(read_report(&stdout, &key, &ended))
-        })
+        let plan = plan(&files, &steps, &artifacts, &limits, (self.memory_mb, &self.runtime), &key);
+        let a = self.agent.project(plan, cap, session_budget(&limits)).map_err(session_failed)?;
+        Ok(project_answer(a, &key))
     }
 
     fn close(&self) {
-        self.container.remove();
+        self.agent.channel().0.remove();
     }
 }
 
@@ -341,12 +177,4 @@ pub(crate) fn smoke(limits: &Limits) -> Result<(), String> {
     }
     s.close();
     Ok(())
-}
-
-fn files_json(files: &[File]) -> serde_json::Value {
-    use base64::Engine as _;
-    files
-        .iter()
-        .map(|f| serde_json::json!({"path": f.path, "content": base64::engine::general_purpose::STANDARD.encode(&f.content)}))
-        .collect()
 }

@@ -254,6 +254,7 @@ fn smoke() -> Result<Evidence, Refusal> {
 }
 
 plimsoll_plugin_remote::wit_glue!("dockercloud");
+plimsoll_plugin_remote::no_sessions!("dockercloud");
 
 impl Guest for Plugin {
     type Session = NoSession;

@@ -209,6 +209,7 @@ fn smoke() -> Result<Evidence, Refusal> {
 }
 
 plimsoll_plugin_remote::wit_glue!("e2b");
+plimsoll_plugin_remote::no_sessions!("e2b");
 
 impl Guest for Plugin {
     type Session = NoSession;

@@ -449,6 +449,7 @@ fn sweep(keep: &[String]) -> Result<Vec<String>, String> {
 }
 
 plimsoll_plugin_remote::wit_glue!("openshell");
+plimsoll_plugin_remote::no_sessions!("openshell");
 
 impl Guest for Plugin {
     type Session = NoSession;

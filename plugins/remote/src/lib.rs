@@ -295,7 +295,7 @@ pub fn release(
 /// The glue every remote plugin needs between this crate and the WIT types its
 /// `wit_bindgen::generate!` made, expanded in the plugin's root beside them:
 /// `output`, `may_have_run`, `snippet_result`, `snippet_on`, `project_on`, `project_in` and
-/// `project_result` (which logs every link out of the project) and `NoSession`, which refuses every session call as `$name`.
+/// `project_result` (which logs every link out of the project).
 #[macro_export]
 macro_rules! wit_glue {
     ($name:literal) => {
@@ -402,7 +402,14 @@ macro_rules! wit_glue {
                 artifacts_truncated: p.artifacts_truncated,
             }
         }
+    };
+}
 
+/// `NoSession`, for a remote plugin that keeps no sessions: every session call
+/// is refused as `unsupported`, naming `$name`. Expanded beside [`wit_glue!`].
+#[macro_export]
+macro_rules! no_sessions {
+    ($name:literal) => {
         /// Sessions are not offered: `describe` says so, and the host never opens one.
         struct NoSession;
 
