@@ -114,12 +114,12 @@ pub struct PluginProvider {
     description: Description,
     sessions: bool,
     /// Outbound HTTP to the endpoints the operator mapped for this plugin.
-    http: Option<Arc<HttpGate>>,
+    pub(super) http: Option<Arc<HttpGate>>,
     /// What the manifest lets the plugin ask of `http`.
     allowed: Allowed,
     /// For a plugin whose sandboxes are a remote backend's: the operator's cap on
     /// the tier it may be credited with.
-    remote_cap: Option<Tier>,
+    pub(super) remote_cap: Option<Tier>,
     /// The tier a remote plugin's smoke test proved (capped), stated before runs.
     proven: std::sync::OnceLock<Tier>,
     /// What `plimsoll:host/config` answers.
@@ -711,6 +711,8 @@ impl Provider for PluginProvider {
             return Err(provider::unsupported_kind(&self.name, "sessions").into());
         }
         provider::check_floor(self.tier(), floor)?;
+        // A remote session holds one of the backend's sandboxes for its life.
+        self.admit_remote()?;
         let made = |e: std::io::Error| {
             Refusal::new(Reason::Environment, format!("the session's broker socket could not be made: {e}"))
         };

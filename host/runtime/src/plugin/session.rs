@@ -1,8 +1,10 @@
 //! A plugin's session as a [`Session`]: one store and one plugin instance kept for
 //! the session's life, holding the plugin's `session` resource and the containers
-//! it created.
+//! it created, or, for a remote backend's plugin, the sandbox the host booked
+//! when the plugin created it (a session is a call in flight until it closes:
+//! the sweep keeps its sandbox and it counts against the backend's capacity).
 //!
-//! The host stays the reference monitor here too. Before each call it reads every
+//! Behind the host's own wall the host stays the reference monitor here too. Before each call it reads every
 //! container of the session back from the engine and compares it with the
 //! read-back taken at open (image, runtime, root, network, mounts, limits, user):
 //! any difference ends the session as `sandbox_changed` before anything runs, and
@@ -10,7 +12,11 @@
 //! skipped only while the engine's event stream vouches that nothing named the
 //! container since the last one ([`plimsoll_containers::watch`]). It pauses the
 //! containers itself when the session idles and thaws them before the next call.
-//! The plugin only drives calls inside the sandbox.
+//! The plugin only drives calls inside the sandbox. A remote plugin reads its
+//! vendor's sandbox back itself before each call (the host cannot parse a
+//! vendor's answers): a difference ends the session as `sandbox_changed`; the
+//! host states the tier from what the plugin checked, capped by the operator, and
+//! redacts every credential it attaches from what the plugin says.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,6 +33,7 @@ use super::host::bindings::exports::plimsoll::provider::provider as wit;
 use super::host::bindings::plimsoll::types::types as t;
 use super::host::bindings::{ProviderPlugin, ProviderPluginPre};
 use super::host::{PluginState, Used, Wall};
+use super::http::HttpGate;
 use super::provider::{
     PluginLimits, PluginProvider, SessionSocket, after_run_floor, evidence_of, project_result, reason, snippet_result,
     wit_files,
@@ -48,9 +55,29 @@ const LABEL_MARGIN: Duration = Duration::from_secs(10 * 60);
 /// The facts a session keeps of its provider.
 struct Facts {
     name: String,
-    wall: Arc<Wall>,
+    /// The host's container wall; none for a remote backend's plugin.
+    wall: Option<Arc<Wall>>,
+    /// A remote backend's tier cap (see [`PluginProvider`]).
+    remote_cap: Option<Tier>,
+    /// A remote plugin's outbound gate, whose credentials are redacted from its words.
+    gate: Option<Arc<HttpGate>>,
     max_tier: Tier,
     limits: PluginLimits,
+}
+
+impl Facts {
+    /// `text` with every credential the plugin's gate attaches redacted.
+    fn redact(&self, text: String) -> String {
+        match &self.gate {
+            Some(g) => g.redact(&text),
+            None => text,
+        }
+    }
+
+    fn ending(&self, e: wit::Ending) -> Ending {
+        let e = ending(e);
+        Ending::new(e.end, self.redact(e.detail))
+    }
 }
 
 /// One session of a plugin.
@@ -82,6 +109,7 @@ fn ending(e: wit::Ending) -> Ending {
         wit::SessionEnd::DiskExceeded => SessionEnd::DiskExceeded,
         wit::SessionEnd::MainProcessEnded => SessionEnd::MainProcessEnded,
         wit::SessionEnd::BoundaryFailed => SessionEnd::BoundaryFailed,
+        wit::SessionEnd::SandboxChanged => SessionEnd::SandboxChanged,
     };
     Ending::new(end, e.detail)
 }
@@ -135,11 +163,17 @@ impl PluginSession {
         floor: Option<Floor>,
         socket: Option<SessionSocket>,
     ) -> Result<Opened, RunError> {
-        let Some(wall) = provider.wall.clone() else {
+        if provider.wall.is_none() && provider.remote_cap.is_none() {
             return Err(Refusal::new(Reason::Environment, "no container engine is configured on this host").into());
+        }
+        let facts = Facts {
+            name: provider.name.clone(),
+            wall: provider.wall.clone(),
+            remote_cap: provider.remote_cap,
+            gate: provider.http.clone(),
+            max_tier: provider.max_tier,
+            limits: provider.limits.clone(),
         };
-        let facts =
-            Facts { name: provider.name.clone(), wall, max_tier: provider.max_tier, limits: provider.limits.clone() };
         let mut store = provider.store(OPEN_BUDGET, SESSION_COLLECT_CAP);
         // Every container the open creates gets the session's socket and variables.
         store.data_mut().broker = socket.as_ref().map(|s| s.socket.mount());
@@ -150,37 +184,52 @@ impl PluginSession {
         let lifetime = u32::try_from((facts.limits.session_lifetime + LABEL_MARGIN).as_secs()).unwrap_or(u32::MAX);
         let opened = plugin.plimsoll_provider_provider().session().call_open(&mut store, limits, lifetime);
         let used = std::mem::take(&mut store.data_mut().used);
-        // A failed open leaves nothing: dropping the store removes what it created.
+        // A failed open leaves nothing: dropping the store removes what it created
+        // (a remote sandbox left undeleted goes to the releaser).
         let handle = match opened {
             Ok(Ok(handle)) => handle,
-            Ok(Err(r)) => return Err(Refusal::new(reason(r.reason), r.message).into()),
-            Err(e) => return Err(Refusal::new(Reason::Environment, format!("the plugin failed: {e:#}")).into()),
+            Ok(Err(r)) => return Err(Refusal::new(reason(r.reason), facts.redact(r.message)).into()),
+            Err(e) => {
+                return Err(Refusal::new(Reason::Environment, facts.redact(format!("the plugin failed: {e:#}"))).into());
+            }
         };
         let claimed =
             plugin.plimsoll_provider_provider().session().call_evidence(&mut store, handle).map_err(|e| {
                 RunError::Refused(Refusal::new(Reason::Environment, format!("the plugin failed: {e:#}")))
             })?;
         let ids: Vec<String> = store.data().live.iter().cloned().collect();
-        if ids.is_empty() {
-            return Err(Refusal::new(
-                Reason::Environment,
-                format!("the {} plugin opened a session without a sandbox the host can read back", facts.name),
-            )
-            .into());
-        }
         let mut opened = Vec::new();
         let mut stamps = Vec::new();
-        for id in &ids {
-            facts.wall.watch().follow(id);
-            stamps.push(facts.wall.watch().stamp(id));
-            match facts.wall.block_on(facts.wall.engine().inspect(id)) {
-                Ok(now) => opened.push((id.clone(), now)),
-                Err(e) => {
-                    ids.iter().for_each(|id| facts.wall.watch().forget(id));
-                    let why = format!("reading the new session back: {e}");
-                    return Err(RunError::Refused(Refusal::new(Reason::Environment, why)));
+        match &facts.wall {
+            Some(wall) => {
+                if ids.is_empty() {
+                    return Err(Refusal::new(
+                        Reason::Environment,
+                        format!("the {} plugin opened a session without a sandbox the host can read back", facts.name),
+                    )
+                    .into());
+                }
+                for id in &ids {
+                    wall.watch().follow(id);
+                    stamps.push(wall.watch().stamp(id));
+                    match wall.block_on(wall.engine().inspect(id)) {
+                        Ok(now) => opened.push((id.clone(), now)),
+                        Err(e) => {
+                            ids.iter().for_each(|id| wall.watch().forget(id));
+                            let why = format!("reading the new session back: {e}");
+                            return Err(RunError::Refused(Refusal::new(Reason::Environment, why)));
+                        }
+                    }
                 }
             }
+            None if used.remote_writes == 0 => {
+                return Err(Refusal::new(
+                    Reason::Environment,
+                    format!("the {} plugin opened a session without reaching its backend", facts.name),
+                )
+                .into());
+            }
+            None => {}
         }
         let mut session = PluginSession {
             facts,
@@ -205,16 +254,18 @@ impl PluginSession {
         Ok(Opened { session: Box::new(session), evidence })
     }
 
-    /// The open's evidence with the tier the wall justifies now.
+    /// The open's evidence with the tier the wall justifies now (or, for a
+    /// remote backend, what the plugin checked at open, capped).
     fn evidence(&self) -> Evidence {
-        evidence_of(Some(&self.facts.wall), None, self.facts.max_tier, &self.used, &self.claimed)
+        evidence_of(self.facts.wall.as_deref(), self.facts.remote_cap, self.facts.max_tier, &self.used, &self.claimed)
     }
 
     /// Reads every container back, unless the event stream vouches nothing named it
     /// since its last read-back; thaws one the idle timer froze. Refused when the
     /// engine does not answer (the session goes on), ended on any change.
     fn read_back(&mut self) -> Result<(), CallError> {
-        let wall = Arc::clone(&self.facts.wall);
+        // A remote plugin reads its vendor's sandbox back inside each call.
+        let Some(wall) = self.facts.wall.clone() else { return Ok(()) };
         for ((id, at_open), stamp) in self.opened.iter().zip(self.stamps.iter_mut()) {
             if wall.watch().unchanged(id, *stamp) {
                 continue;
@@ -263,7 +314,7 @@ impl PluginSession {
     /// After a call: a main process that ended takes the session with it. Only a
     /// container the event stream cannot vouch for is read back.
     fn after_call(&self) -> Option<Ending> {
-        let wall = &self.facts.wall;
+        let wall = self.facts.wall.as_ref()?;
         self.opened.iter().zip(&self.stamps).find_map(|((id, _), stamp)| {
             if wall.watch().unchanged(id, *stamp) {
                 return None;
@@ -290,14 +341,19 @@ impl PluginSession {
             return Err(CallError::Ended(Ending::new(SessionEnd::Closed, "the session is closed; nothing ran")));
         };
         let budget = timeout + CALL_GRACE;
-        self.store.data_mut().deadline = Instant::now() + budget;
+        let data = self.store.data_mut();
+        data.deadline = Instant::now() + budget;
+        data.http_deadline = data.deadline;
         self.store.set_epoch_deadline(Engine::deadline_ticks(budget));
+        let facts = &self.facts;
         match f(&mut self.store, &self.plugin, handle) {
             Ok(Ok(answer)) => Ok(answer),
-            Ok(Err(wit::CallError::Refused(r))) => Err(CallError::Refused(Refusal::new(reason(r.reason), r.message))),
-            Ok(Err(wit::CallError::Ended(e))) => Err(CallError::Ended(ending(e))),
+            Ok(Err(wit::CallError::Refused(r))) => {
+                Err(CallError::Refused(Refusal::new(reason(r.reason), facts.redact(r.message))))
+            }
+            Ok(Err(wit::CallError::Ended(e))) => Err(CallError::Ended(facts.ending(e))),
             Ok(Err(wit::CallError::MayHaveRun(f))) => {
-                Err(CallError::MayHaveRun { detail: f.detail, ended: f.ended.map(ending) })
+                Err(CallError::MayHaveRun { detail: facts.redact(f.detail), ended: f.ended.map(|e| facts.ending(e)) })
             }
             Err(e) => {
                 // A trapped instance cannot take another call.
@@ -401,12 +457,13 @@ impl Session for PluginSession {
             wit::CallOutput::Project(r) => Output::Project(project_result(r)),
             wit::CallOutput::Cell(r) => Output::Cell(cell_result(r)),
         };
-        let ended = answer.ended.map(ending).or_else(|| self.after_call());
+        let ended = answer.ended.map(|e| self.facts.ending(e)).or_else(|| self.after_call());
         Ok(Answered { output, evidence, ended })
     }
 
     fn suspend(&mut self) -> Result<(), String> {
-        let wall = &self.facts.wall;
+        // A remote sandbox keeps running until the session's lifetime ends it.
+        let Some(wall) = &self.facts.wall else { return Ok(()) };
         // Frozen by the host itself: the next call reads back (and thaws) whatever
         // the event stream has delivered by then.
         self.stamps.iter_mut().for_each(|s| *s = None);
@@ -418,7 +475,10 @@ impl Session for PluginSession {
 
     fn close(&mut self) {
         if let Some(handle) = self.handle.take() {
-            self.store.data_mut().deadline = Instant::now() + CALL_GRACE;
+            let data = self.store.data_mut();
+            data.deadline = Instant::now() + CALL_GRACE;
+            // A remote plugin deletes its sandbox over HTTP, however long the session idled.
+            data.http_deadline = data.deadline;
             self.store.set_epoch_deadline(Engine::deadline_ticks(CALL_GRACE));
             if self.broken.is_none() {
                 // The plugin's own close is a courtesy; the host removes the containers below.
@@ -426,7 +486,9 @@ impl Session for PluginSession {
             }
             let _ = handle.resource_drop(&mut self.store);
         }
-        let wall = Arc::clone(&self.facts.wall);
+        // A remote sandbox the plugin's close did not delete goes to the releaser
+        // when the store drops (the book holds its capacity meanwhile).
+        let Some(wall) = self.facts.wall.clone() else { return };
         for (id, _) in &self.opened {
             wall.watch().forget(id);
         }
