@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use plimsoll_client::{Client, Error, Options, SessionOptions};
+use plimsoll_core::Floor;
 use plimsoll_core::wire::{CellResult, ProjectFile, ProjectRun, RunRequest, RunResponse, SessionEnd};
 
 use super::docker::{Fixture, created_since, docker_env, fixture, now, owner, signed_plugin, start};
@@ -429,6 +430,7 @@ fn sessions(runtime: &str) {
         processes: true,
         snippets_share_files: true,
         max_sessions: 2,
+        above: Some(Floor::Vm),
     });
     docker_cases(&d, &tokens[0], runtime);
     fault_cases(&d, &tokens[0], runtime);

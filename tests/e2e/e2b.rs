@@ -4,11 +4,13 @@
 //! operator's cap on the tier; every misbehaviour the fake can show, refused; and
 //! no credential in the log or an answer.
 
-use plimsoll_client::{Client, Options};
+use plimsoll_client::{Client, Options, SessionOptions};
+use plimsoll_core::wire::SessionEnd;
 use plimsoll_core::{Floor, Reason};
 
-use super::fakes::{Fake, daemon_env, pairs};
-use super::{Daemon, refused_start, rt, scratch};
+use super::fakes::{Fake, daemon_env, pairs, settle};
+use super::session_suite::{self, Target};
+use super::{Daemon, callers, refused_start, rt, scratch};
 
 pub(super) const TOKEN: &str = "e2b-suite-token-e2b-suite-token-e2b-0123456";
 
@@ -39,6 +41,75 @@ fn the_conformance_suite_passes_against_the_e2b_fake_at_tier_vm() {
     let key = fake.get("E2B_API_KEY");
     assert!(log.iter().all(|l| !l.contains(key) && !l.contains("envdAccessToken")), "a credential was logged");
     assert!(log.iter().any(|l| l.contains(r#""msg":"plugin http call""#) && l.contains(r#""endpoint":"envd""#)));
+}
+
+/// The session conformance suite against the e2b fake: the agent, attached by
+/// envd in the sandbox, keeps the interpreters, sweeps between calls and walks
+/// the storage; the sandbox is read back before every call and deleted with the
+/// session.
+#[test]
+fn the_session_suite_passes_against_the_e2b_fake_at_tier_vm() {
+    let Some(fake) = Fake::start("e2b", None) else { return };
+    let dir = scratch("e2b-sessions");
+    let (file, tokens) = callers(&dir, &["ana", "ben"]);
+    let file = file.display().to_string();
+    let extra = [
+        ("PLIMSOLL_CLIENTS_FILE", file.as_str()),
+        ("SANDBOX_MAX_SESSIONS", "2"),
+        ("SANDBOX_SESSION_IDLE", "2s"),
+        ("SANDBOX_SESSION_DISK_MB", "32"),
+    ];
+    let Some(env) = env(&fake, &dir, &extra) else { return };
+    let env: Vec<(String, String)> = env.into_iter().filter(|(k, _)| k != "PLIMSOLL_TOKEN").collect();
+    let d = Daemon::start(&pairs(&env));
+    session_suite::run(&Target {
+        url: d.url(),
+        tokens: [tokens[0].clone(), tokens[1].clone()],
+        sandbox: "e2b",
+        tier: "vm",
+        languages: &["javascript", "python"],
+        read: |path| format!("require('fs').readFileSync('{path}', 'utf8')"),
+        processes: true,
+        snippets_share_files: true,
+        max_sessions: 2,
+        above: None,
+    });
+    // Every session's sandbox went with its close.
+    assert_eq!(settle(&fake, 0), 0, "sandboxes left behind");
+}
+
+/// A daemon for `fake` with one session allowed; its callers present [`TOKEN`].
+fn session_daemon(fake: &Fake, name: &str) -> Option<Daemon> {
+    let dir = scratch(name);
+    let env = env(fake, &dir, &[("SANDBOX_MAX_SESSIONS", "1")])?;
+    Some(Daemon::start(&pairs(&env)))
+}
+
+/// A session's sandbox that changes at the vendor after the open ends the
+/// session as `sandbox_changed` before the next call runs, and is deleted.
+#[test]
+fn a_session_whose_sandbox_changes_ends_before_the_next_call_runs() {
+    let Some(fake) = Fake::start("e2b", Some("drift")) else { return };
+    let Some(d) = session_daemon(&fake, "e2b-drift") else { return };
+    let client = Client::new(&d.url(), Some(TOKEN.into())).expect("client");
+    let rt = rt();
+    let s = rt.block_on(client.open_session(&SessionOptions::default())).expect("open");
+    let r = rt.block_on(s.run_cell("javascript", "6 * 7", &[], &Options::default())).expect("first call");
+    assert_eq!(r.cell.expect("cell").stdout, b"42\n");
+    let e = rt.block_on(s.run_cell("javascript", "1", &[], &Options::default())).expect_err("changed");
+    match &e {
+        plimsoll_client::Error::SessionEnded { end, detail, .. } => {
+            assert_eq!(*end, SessionEnd::SandboxChanged, "{detail}");
+            assert!(
+                detail.contains("the session's e2b sandbox changed since it was opened (the sandbox allows internet access); nothing ran"),
+                "{detail}"
+            );
+        }
+        other => panic!("expected the session to have ended: {other:?}"),
+    }
+    assert!(!e.may_have_run(), "{e}");
+    assert_eq!(rt.block_on(s.close()).expect("close").ended, SessionEnd::SandboxChanged);
+    assert_eq!(settle(&fake, 0), 0, "the changed sandbox was deleted");
 }
 
 #[test]

@@ -2,7 +2,8 @@
 //! keeps sessions (wasm, docker under runc, docker under runsc): the cases of the
 //! original's `sessiontest`, each against a fresh session of one running daemon.
 //! A case a provider cannot meet by design is named in its [`Target`], never skipped
-//! silently: wasm runs no processes, and its snippets share no files with its cells.
+//! silently: wasm runs no processes, and its snippets share no files with its cells;
+//! no floor is above a `vm` tier.
 
 use std::time::Duration;
 
@@ -31,6 +32,8 @@ pub struct Target {
     pub snippets_share_files: bool,
     /// The daemon's `SANDBOX_MAX_SESSIONS`.
     pub max_sessions: usize,
+    /// A floor above the sessions' tier, refused before dispatch (none above `vm`).
+    pub above: Option<Floor>,
 }
 
 /// How a language spells what the cases need.
@@ -103,7 +106,9 @@ pub fn run(t: &Target) {
         files_persist_across_calls_and_kinds(t, &c).await;
         sessions_do_not_share_files(t, &c).await;
         deadline_ends_the_call_not_the_session(&c).await;
-        floor_above_the_tier_is_refused_before_dispatch(&c).await;
+        if let Some(floor) = t.above {
+            floor_above_the_tier_is_refused_before_dispatch(&c, floor).await;
+        }
         suspend_keeps_files_and_state(t, &c).await;
         close_ends_the_session(&c).await;
         lifetime_ends_the_session(&c).await;
@@ -210,9 +215,9 @@ async fn deadline_ends_the_call_not_the_session(c: &Client) {
 
 /// `FloorAboveTheTierIsRefusedBeforeDispatch`: marked `isolation`, no number taken,
 /// the session goes on.
-async fn floor_above_the_tier_is_refused_before_dispatch(c: &Client) {
+async fn floor_above_the_tier_is_refused_before_dispatch(c: &Client, floor: Floor) {
     let s = open(c, &SessionOptions::default()).await;
-    let high = Options { floor: Some(Floor::Vm), ..Options::default() };
+    let high = Options { floor: Some(floor), ..Options::default() };
     let e = s.run_cell("javascript", "1", &[], &high).await.expect_err("floor");
     assert_eq!(e.not_dispatched(), Some(Reason::Isolation), "{e}");
     assert_eq!(text(&run_cell(&s, "javascript", "6 * 7").await.stdout), "42\n");

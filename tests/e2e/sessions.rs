@@ -3,7 +3,7 @@
 //! published Python client.
 
 use plimsoll_client::{Client, Error, Mismatch, Options, SessionOptions};
-use plimsoll_core::Reason;
+use plimsoll_core::{Floor, Reason};
 
 use super::python::run_script;
 use super::raw;
@@ -38,6 +38,7 @@ fn the_conformance_suite_passes_on_wasm() {
         processes: false,
         snippets_share_files: false,
         max_sessions: 4,
+        above: Some(Floor::Vm),
     });
 }
 

@@ -66,11 +66,17 @@ pub fn create(template: &str, timeout_s: u32, instance: &str) -> Result<Created,
 
 /// The sandbox as E2B reports it now.
 pub fn detail(id: &str) -> Result<Value, String> {
+    read_back(id)?.ok_or_else(|| format!("e2b has no sandbox {id}"))
+}
+
+/// The sandbox as E2B reports it now; None when E2B says it does not exist.
+pub fn read_back(id: &str) -> Result<Option<Value>, String> {
     let (status, answer) = call("GET", &format!("/sandboxes/{id}"), None)?;
-    if status != 200 {
-        return Err(vendor_error("the read-back", status, &answer));
+    match status {
+        200 => serde_json::from_slice(&answer).map(Some).map_err(|_| "e2b's read-back is not JSON".to_string()),
+        404 => Ok(None),
+        _ => Err(vendor_error("the read-back", status, &answer)),
     }
-    serde_json::from_slice(&answer).map_err(|_| "e2b's read-back is not JSON".to_string())
 }
 
 /// Kills the sandbox; one already gone counts as deleted.

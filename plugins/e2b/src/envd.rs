@@ -1,6 +1,8 @@
 //! A sandbox's envd, through the host's `envd` endpoint (one host per sandbox;
-//! the host attaches that sandbox's access token): files in and out, and a
-//! process run over envd's streamed `Start` call.
+//! the host attaches that sandbox's access token): files in and out, a process
+//! run over envd's streamed `Start` call, and a serving process (a session's
+//! agent) started with its input open, spoken to with `SendInput` and heard on a
+//! `Connect` stream attached to it.
 
 use std::time::{Duration, Instant};
 
@@ -235,6 +237,209 @@ pub fn run(id: &str, script: &str, cwd: &str, deadline: Instant, max_output: usi
                     });
                 }
             }
+        }
+    }
+}
+
+/// Events of an envd process stream (`Start` or `Connect`), as they arrive.
+struct Events {
+    stream: http::Incoming,
+    frames: Frames,
+    pending: std::collections::VecDeque<Value>,
+    /// The stream's end-of-stream error, once it has ended.
+    ended: Option<Option<String>>,
+}
+
+impl Events {
+    /// Opens `call` (`Start`, `Connect`) with `message`, for at most `timeout`.
+    fn open(
+        id: &str,
+        call: &str,
+        message: &Value,
+        extra: Vec<(String, String)>,
+        timeout: Duration,
+    ) -> Result<Events, String> {
+        let mut headers = vec![
+            ("content-type".into(), "application/connect+json".into()),
+            ("connect-protocol-version".into(), "1".into()),
+            ("keepalive-ping-interval".into(), "30".into()),
+        ];
+        headers.extend(extra);
+        let stream = http::open(&Request {
+            endpoint: "envd".into(),
+            target: Some(id.into()),
+            method: "POST".into(),
+            path: format!("/process.Process/{call}"),
+            headers,
+            body: connect::envelope(message.to_string().as_bytes()),
+            timeout_ms: u32::try_from(timeout.as_millis()).unwrap_or(u32::MAX),
+        })?;
+        if stream.status() != 200 {
+            let mut body = Vec::new();
+            while let Ok(Some(piece)) = stream.read(1000) {
+                if piece.is_empty() || body.len() > 4096 {
+                    break;
+                }
+                body.extend(piece);
+            }
+            return Err(vendor_error(&format!("the process {call}"), stream.status(), &body));
+        }
+        Ok(Events { stream, frames: Frames::default(), pending: Default::default(), ended: None })
+    }
+
+    /// The next event (keepalives skipped), waiting until `deadline`: `Ok(None)`
+    /// once the stream has ended (its error in `ended`) or the time is up.
+    fn next(&mut self, deadline: Instant) -> Result<Option<Value>, String> {
+        loop {
+            if let Some(e) = self.pending.pop_front() {
+                if e.get("keepalive").is_some() {
+                    continue;
+                }
+                return Ok(Some(e));
+            }
+            if self.ended.is_some() {
+                return Ok(None);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(None);
+            }
+            let wait = u32::try_from(left.as_millis().min(1000)).unwrap_or(1000).max(1);
+            let Some(piece) = self.stream.read(wait)? else {
+                return Err("envd's process stream ended without its end-of-stream message".into());
+            };
+            self.frames.push(&piece);
+            while let Some(frame) = self.frames.next()? {
+                match frame {
+                    Frame::Message(m) => {
+                        let v: Value =
+                            serde_json::from_slice(&m).map_err(|_| "an envd process event is not JSON".to_string())?;
+                        let event = v.get("event").cloned().ok_or("an envd process message has no event")?;
+                        self.pending.push_back(event);
+                    }
+                    Frame::End(end) => self.ended = Some(connect::end_error(&end)?),
+                }
+            }
+        }
+    }
+}
+
+/// The pid a stream's first event, its start event, names.
+fn started(events: &mut Events, deadline: Instant) -> Result<u32, String> {
+    let first = events.next(deadline)?.ok_or("envd's process stream gave no start event in time")?;
+    first
+        .get("start")
+        .and_then(|s| s.get("pid"))
+        .and_then(Value::as_u64)
+        .and_then(|p| u32::try_from(p).ok())
+        .ok_or_else(|| "envd's process stream did not begin with its start event".to_string())
+}
+
+/// Starts `argv` with its input open, detached from this call (envd keeps it
+/// until it ends: no `Connect-Timeout-Ms`), and waits until its stdout ends with
+/// `ready`; returns its pid. A process that ends first is named with its stderr.
+pub fn start_serving(id: &str, argv: &[&str], cwd: &str, ready: &str, within: Duration) -> Result<u32, String> {
+    let deadline = Instant::now() + within;
+    let (cmd, args) = argv.split_first().ok_or("no command")?;
+    let message = json!({"process": {"cmd": cmd, "args": args, "cwd": cwd}, "stdin": true});
+    let mut events = Events::open(id, "Start", &message, Vec::new(), within + Duration::from_secs(5))?;
+    let pid = started(&mut events, deadline)?;
+    let (mut out, mut err) = (Kept::new(4096), Kept::new(4096));
+    while let Some(e) = events.next(deadline)? {
+        if let Some(data) = e.get("data") {
+            for (name, kept) in [("stdout", &mut out), ("stderr", &mut err)] {
+                if let Some(b64) = data.get(name).and_then(Value::as_str) {
+                    kept.add(&STANDARD.decode(b64).map_err(|_| format!("envd's {name} data is not base64"))?);
+                }
+            }
+            if out.bytes.ends_with(ready.as_bytes()) {
+                // Dropping the stream leaves the process running, as envd does.
+                return Ok(pid);
+            }
+        } else if let Some(end) = e.get("end") {
+            return Err(format!(
+                "it ended (exit {}) before it was ready: {}",
+                exit_code(end),
+                String::from_utf8_lossy(&err.bytes).trim()
+            ));
+        }
+    }
+    Err(format!("it did not say it was ready within {} s", within.as_secs()))
+}
+
+/// Writes `bytes` to process `pid`'s input.
+pub fn send_input(id: &str, pid: u32, bytes: &[u8]) -> Result<(), String> {
+    let body = json!({"process": {"pid": pid}, "input": {"stdin": STANDARD.encode(bytes)}});
+    let r = http::send(&Request {
+        endpoint: "envd".into(),
+        target: Some(id.into()),
+        method: "POST".into(),
+        path: "/process.Process/SendInput".into(),
+        headers: vec![
+            ("content-type".into(), "application/json".into()),
+            ("connect-protocol-version".into(), "1".into()),
+        ],
+        body: body.to_string().into_bytes(),
+        timeout_ms: FILE_TIMEOUT_MS,
+    })?;
+    if r.status != 200 {
+        return Err(vendor_error("the process input", r.status, &r.body));
+    }
+    Ok(())
+}
+
+/// How one exchange with a serving process ended.
+pub enum Said {
+    /// Both streams ended with the end marker (taken off).
+    Whole,
+    TimedOut,
+    /// The process ended first.
+    Ended,
+}
+
+/// Attaches to process `pid`, writes `request` to its input, and gathers its
+/// stdout and stderr until both end with `end`, for at most `timeout`, keeping
+/// at most `cap` bytes of each (more is an error: the exchange is not whole).
+pub fn converse(
+    id: &str,
+    pid: u32,
+    request: &[u8],
+    end: &[u8],
+    timeout: Duration,
+    cap: usize,
+) -> Result<(Said, Vec<u8>, Vec<u8>), String> {
+    let deadline = Instant::now() + timeout;
+    let message = json!({"process": {"pid": pid}});
+    let mut events = Events::open(id, "Connect", &message, Vec::new(), timeout + Duration::from_secs(5))?;
+    // Attached before the request goes in: none of the answer is missed.
+    let attached = started(&mut events, deadline)?;
+    if attached != pid {
+        return Err(format!("envd attached to process {attached}, not {pid}"));
+    }
+    send_input(id, pid, request)?;
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    loop {
+        let Some(e) = events.next(deadline)? else {
+            return Ok((if events.ended.is_some() { Said::Ended } else { Said::TimedOut }, out, err));
+        };
+        if let Some(data) = e.get("data") {
+            for (name, kept) in [("stdout", &mut out), ("stderr", &mut err)] {
+                if let Some(b64) = data.get(name).and_then(Value::as_str) {
+                    kept.extend(STANDARD.decode(b64).map_err(|_| format!("envd's {name} data is not base64"))?);
+                    if kept.len() > cap.saturating_add(end.len()) {
+                        return Err(format!("the answer's {name} is over {cap} bytes"));
+                    }
+                }
+            }
+            if out.ends_with(end) && err.ends_with(end) {
+                out.truncate(out.len() - end.len());
+                err.truncate(err.len() - end.len());
+                return Ok((Said::Whole, out, err));
+            }
+        } else if e.get("end").is_some() {
+            return Ok((Said::Ended, out, err));
+        } else if e.get("start").is_some() {
+            return Err("envd sent a second start event".into());
         }
     }
 }

@@ -13,6 +13,7 @@
 mod api;
 mod connect;
 mod envd;
+mod session;
 
 wit_bindgen::generate!({
     world: "plimsoll:provider/provider-plugin",
@@ -23,9 +24,10 @@ wit_bindgen::generate!({
 use std::cell::Cell;
 use std::time::{Duration, Instant};
 
+use plimsoll_plugin_agent::runner;
 use plimsoll_plugin_remote::{self as remote, Remote};
 
-use exports::plimsoll::provider::provider::{Answer, CallError, Description, Guest, GuestSession, RunError, Session};
+use exports::plimsoll::provider::provider::{Description, Guest, RunError};
 use plimsoll::host::{config, log};
 use plimsoll::types::types::{
     Evidence, File, Limits, ModuleRequest, ModuleResult, Output, ProjectOutcome, ProjectResult, Refusal, RefusalReason,
@@ -36,6 +38,8 @@ use plimsoll::types::types::{
 const RUN_DIR: &str = "/home/user/plimsoll";
 /// A project's work directory.
 const PROJECT_DIR: &str = "/home/user/project";
+/// The only variables a session's project steps get.
+const GUEST_ENV: [&str; 3] = ["PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/home/user", "LANG=C.UTF-8"];
 /// Seconds E2B keeps a sandbox past the run's budget, should every delete be lost.
 const LIFETIME_MARGIN_S: u32 = 120;
 /// The longest snippet and project E2B runs here.
@@ -209,10 +213,44 @@ fn smoke() -> Result<Evidence, Refusal> {
 }
 
 plimsoll_plugin_remote::wit_glue!("e2b");
-plimsoll_plugin_remote::no_sessions!("e2b");
+plimsoll_plugin_agent::session_glue!();
+
+/// A fresh 32-byte report key, hex-encoded, for one project call of a session.
+fn report_key() -> Result<String, Refusal> {
+    runner::report_key().ok_or_else(|| refused(RefusalReason::Environment, "no randomness for the report key"))
+}
+
+/// The project runner's plan for a session's project call in a sandbox of
+/// `memory_mb`, and the room its report needs.
+fn plan(
+    files: &[File],
+    steps: &[String],
+    artifacts: &[String],
+    limits: &Limits,
+    memory_mb: u32,
+    key: &str,
+) -> (serde_json::Value, u32) {
+    let files: Vec<(&str, &[u8])> = files.iter().map(|f| (f.path.as_str(), f.content.as_slice())).collect();
+    let max_output = if limits.max_output_bytes == 0 { 1 << 20 } else { limits.max_output_bytes };
+    let plan = runner::Plan {
+        files: &files,
+        steps,
+        artifacts,
+        timeout_ms: limits.timeout_ms,
+        max_output,
+        // The runner ends a step before the sandbox's memory runs out, so the kept
+        // interpreters and the agent live on; it reads the use from the cgroup
+        // where the sandbox has one of its own, else sums the guest's processes.
+        memory_mb,
+        memory_source: runner::MemorySource::Cgroup,
+        step_processes: 0,
+        env: &GUEST_ENV,
+    };
+    (plan.json(key), runner::report_cap(max_output, steps.len()))
+}
 
 impl Guest for Plugin {
-    type Session = NoSession;
+    type Session = session::E2bSession;
 
     fn describe() -> Description {
         Description {
@@ -220,7 +258,7 @@ impl Guest for Plugin {
             languages: vec!["javascript".into(), "python".into()],
             projects: true,
             modules: false,
-            sessions: false,
+            sessions: true,
             max_timeout_ms: MAX_TIMEOUT_MS,
             max_project_timeout_ms: MAX_PROJECT_TIMEOUT_MS,
         }

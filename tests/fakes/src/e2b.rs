@@ -11,13 +11,13 @@ use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use serde_json::{Value, json};
 
-use crate::backing::{Backing, Chunk, Process, Shape};
+use crate::backing::{Backing, Chunk, GUEST_UID, Process, Shape, Tmpfs};
 use crate::pki::Pki;
 use crate::server::{self, Body, Handler, Request};
 use crate::util::{multipart, now, random, rfc3339};
 
 /// Each way this fake can misbehave, and what it does.
-pub const MODES: [(&str, &str); 10] = [
+pub const MODES: [(&str, &str); 11] = [
     ("redirect", "every answer is a 307 redirect elsewhere"),
     ("weaker", "the read-back grants more than asked: internet access, egress to 0.0.0.0/0, 8 CPUs and 8 GiB"),
     ("open-policy", "the read-back's egress policy is not deny-all (denyOut empty)"),
@@ -28,6 +28,7 @@ pub const MODES: [(&str, &str); 10] = [
     ("truncated", "a process stream ends after its start event, without an end or end-of-stream message"),
     ("undeletable", "deletes answer 500 and leave the sandbox running"),
     ("leaky", "a create answers 500 with the caller's API key echoed in its message"),
+    ("drift", "a sandbox reads back as asked twice, then with internet access (a sandbox changed after its create)"),
 ];
 
 /// A misbehaviour.
@@ -43,6 +44,7 @@ pub enum Mode {
     Truncated,
     Undeletable,
     Leaky,
+    Drift,
 }
 
 impl Mode {
@@ -59,6 +61,7 @@ impl Mode {
             "truncated" => Mode::Truncated,
             "undeletable" => Mode::Undeletable,
             "leaky" => Mode::Leaky,
+            "drift" => Mode::Drift,
             _ => return None,
         })
     }
@@ -83,6 +86,8 @@ struct Sandbox {
     ends: u64,
     network: Value,
     pids: u32,
+    /// How many times it was read back.
+    reads: u32,
     /// The processes envd runs, by pid, until they end.
     procs: HashMap<u32, Proc>,
 }
@@ -195,7 +200,16 @@ impl Fake {
             }
         }
         let id = sandbox_id();
-        if let Err(e) = self.backing.create(&id, &Shape::plain(MEMORY_MB, CPUS, DISK_MB)).await {
+        let mut shape = Shape::plain(MEMORY_MB, CPUS, DISK_MB);
+        // The template is the sandbox image with a /work the guest owns, as the
+        // e2b guide asks of a template that serves sessions.
+        shape.tmpfs.push(Tmpfs {
+            target: "/work".into(),
+            size_bytes: Some(u64::from(DISK_MB) << 20),
+            mode: Some(0o755),
+            options: vec!["exec".into(), format!("uid={GUEST_UID}"), format!("gid={GUEST_UID}")],
+        });
+        if let Err(e) = self.backing.create(&id, &shape).await {
             return server::json(
                 500,
                 &json!({"code": 500, "message": format!("Failed to place sandbox: {e}"), "error_code": "sandbox_create_failed"}),
@@ -212,6 +226,7 @@ impl Fake {
                 ends: started + timeout as u64,
                 network,
                 pids: 0,
+                reads: 0,
                 procs: HashMap::new(),
             },
         );
@@ -229,10 +244,12 @@ impl Fake {
     }
 
     fn detail(&self, id: &str) -> http::Response<Body> {
-        let sandboxes = self.sandboxes();
-        let Some(s) = sandboxes.get(id) else {
+        let mut sandboxes = self.sandboxes();
+        let Some(s) = sandboxes.get_mut(id) else {
             return error(404, &format!("Sandbox \"{id}\" doesn't exist or you don't have access to it"));
         };
+        s.reads += 1;
+        let s = &*s;
         let mut network = s.network.clone();
         let mut v = json!({
             "templateID": TEMPLATE_ID, "alias": TEMPLATE, "sandboxID": id, "clientID": CLIENT_ID,
@@ -246,6 +263,10 @@ impl Fake {
             v["envdAccessToken"] = json!(t);
         }
         match self.mode {
+            Some(Mode::Drift) if s.reads > 2 => {
+                network = json!({"allowOut": ["0.0.0.0/0"], "denyOut": []});
+                v["allowInternetAccess"] = json!(true);
+            }
             Some(Mode::Weaker) => {
                 network = json!({"allowOut": ["0.0.0.0/0"], "denyOut": []});
                 v["allowInternetAccess"] = json!(true);
@@ -808,9 +829,8 @@ mod tests {
 
     impl Drop for Removed {
         fn drop(&mut self) {
-            let _ = std::process::Command::new("docker")
-                .args(["rm", "-f", &format!("plimsoll-fake-{}", self.0)])
-                .output();
+            let _ =
+                std::process::Command::new("docker").args(["rm", "-f", &format!("plimsoll-fake-{}", self.0)]).output();
         }
     }
 }
