@@ -25,6 +25,12 @@ pub fn call_log(log: Log, plugin: &str) -> CallLog {
             ("streamed", json!(r.streamed)),
         ];
         match &r.error {
+            // A stream the plugin let go of once it had read enough.
+            None if r.cancelled => {
+                let mut fields = fields.to_vec();
+                fields.push(("cancelled", json!(true)));
+                log.info("plugin http call", &fields);
+            }
             None => log.info("plugin http call", &fields),
             Some(e) => {
                 let mut fields = fields.to_vec();

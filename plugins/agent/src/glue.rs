@@ -1,10 +1,11 @@
 //! The WIT glue a plugin's sessions and project runs need around this crate.
 
 /// Expanded in a provider plugin's root, where its `wit_bindgen::generate!`
-/// put the provider world's types: `session_failed`, `session_budget`,
-/// `cell_answer`, `snippet_answer` and `project_answer` for calls through
-/// [`crate::session::Agent`], and `read_report` for the project runner's stdout
-/// (see [`crate::runner::read`]).
+/// put the provider world's types: `session_language`, `session_cell`,
+/// `session_snippet` and `session_project` for calls through
+/// [`crate::session::Agent`]; `report_key`, `runner_plan` and `report_room` for
+/// the project runner's run, and `read_report` for its stdout (see
+/// [`crate::runner::read`]).
 #[macro_export]
 #[allow(clippy::crate_in_macro_def, reason = "the glue names the expanding plugin's own WIT bindings")]
 macro_rules! session_glue {
@@ -22,6 +23,91 @@ macro_rules! session_glue {
                 Output { bytes, truncated }
             }
 
+            /// Refuses a session call in a language `provider`'s agent keeps no interpreter for.
+            pub(crate) fn session_language(provider: &str, language: &str) -> Result<(), CallError> {
+                match language {
+                    "javascript" | "python" => Ok(()),
+                    other => Err(CallError::Refused(Refusal {
+                        reason: RefusalReason::Unsupported,
+                        message: format!("the {provider} provider's sessions run javascript and python, not {other}"),
+                    })),
+                }
+            }
+
+            /// A cell through `agent`, in a sandbox of `memory_mb`.
+            pub(crate) fn session_cell<C: $crate::session::Channel>(
+                agent: &$crate::session::Agent<C>,
+                (language, code, files): (&str, &str, &[File]),
+                limits: &Limits,
+                memory_mb: u32,
+            ) -> Result<Answer, CallError> {
+                let files: Vec<(&str, &[u8])> = files.iter().map(|f| (f.path.as_str(), f.content.as_slice())).collect();
+                let a = agent.cell(language, code, &files, session_budget(limits)).map_err(session_failed)?;
+                Ok(cell_answer(a, memory_mb))
+            }
+
+            /// A snippet through `agent`.
+            pub(crate) fn session_snippet<C: $crate::session::Channel>(
+                agent: &$crate::session::Agent<C>,
+                language: &str,
+                code: &str,
+                limits: &Limits,
+            ) -> Result<Answer, CallError> {
+                agent.snippet(language, code, session_budget(limits)).map(snippet_answer).map_err(session_failed)
+            }
+
+            /// A project through `agent`: the runner on `plan` for `steps` steps, its
+            /// report under `key`.
+            pub(crate) fn session_project<C: $crate::session::Channel>(
+                agent: &$crate::session::Agent<C>,
+                (plan, steps): (serde_json::Value, usize),
+                limits: &Limits,
+                key: &str,
+            ) -> Result<Answer, CallError> {
+                let a =
+                    agent.project(plan, report_room(limits, steps), session_budget(limits)).map_err(session_failed)?;
+                Ok(project_answer(a, key))
+            }
+
+            /// A fresh 32-byte report key, hex-encoded, for one project run.
+            pub(crate) fn report_key() -> Result<String, Refusal> {
+                $crate::runner::report_key().ok_or_else(|| Refusal {
+                    reason: RefusalReason::Environment,
+                    message: "no randomness for the report key".into(),
+                })
+            }
+
+            /// The runner's plan (see [`$crate::runner::Plan`]) for a sandbox of
+            /// `memory_mb` read from `source`, each step under `step_processes`
+            /// processes (0: no cap) with only `env`.
+            pub(crate) fn runner_plan(
+                (files, steps, artifacts): (&[File], &[String], &[String]),
+                limits: &Limits,
+                (memory_mb, source): (u32, $crate::runner::MemorySource),
+                step_processes: u32,
+                env: &[&str],
+                key: &str,
+            ) -> serde_json::Value {
+                let files: Vec<(&str, &[u8])> = files.iter().map(|f| (f.path.as_str(), f.content.as_slice())).collect();
+                $crate::runner::Plan {
+                    files: &files,
+                    steps,
+                    artifacts,
+                    timeout_ms: limits.timeout_ms,
+                    max_output: session_budget(limits).max_output,
+                    memory_mb,
+                    memory_source: source,
+                    step_processes,
+                    env,
+                }
+                .json(key)
+            }
+
+            /// The bytes a runner's report of `steps` steps may take on stdout.
+            pub(crate) fn report_room(limits: &Limits, steps: usize) -> u32 {
+                $crate::runner::report_cap(session_budget(limits).max_output, steps)
+            }
+
             fn session_ending(e: $crate::session::Ending) -> Ending {
                 let end = match e.end {
                     $crate::session::End::DiskExceeded => SessionEnd::DiskExceeded,
@@ -32,7 +118,7 @@ macro_rules! session_glue {
             }
 
             /// A failed session call in WIT's words.
-            pub(crate) fn session_failed(f: $crate::session::Failed) -> CallError {
+            fn session_failed(f: $crate::session::Failed) -> CallError {
                 use $crate::session::{Failed, Refuse};
                 match f {
                     Failed::Refused(Refuse::Request, message) => {
@@ -48,14 +134,14 @@ macro_rules! session_glue {
                 }
             }
 
-            pub(crate) fn session_budget(limits: &Limits) -> $crate::session::Budget {
+            fn session_budget(limits: &Limits) -> $crate::session::Budget {
                 let max_output = if limits.max_output_bytes == 0 { 1 << 20 } else { limits.max_output_bytes };
                 $crate::session::Budget { timeout_ms: limits.timeout_ms, max_output }
             }
 
             /// A cell's answer; an interpreter the kernel killed is named, with the
             /// sandbox's memory (`memory_mb`).
-            pub(crate) fn cell_answer(a: $crate::session::Answered, memory_mb: u32) -> Answer {
+            fn cell_answer(a: $crate::session::Answered, memory_mb: u32) -> Answer {
                 let t = &a.trailer;
                 let mut stderr = a.stderr;
                 if t.ended && !t.timed_out && t.exit == 137 {
@@ -79,7 +165,7 @@ macro_rules! session_glue {
                 }
             }
 
-            pub(crate) fn snippet_answer(a: $crate::session::Answered) -> Answer {
+            fn snippet_answer(a: $crate::session::Answered) -> Answer {
                 let t = &a.trailer;
                 Answer {
                     output: CallOutput::Snippet(SnippetResult {
@@ -93,7 +179,7 @@ macro_rules! session_glue {
             }
 
             /// A project call's answer: the runner's report under `key`.
-            pub(crate) fn project_answer(a: $crate::session::Answered, key: &str) -> Answer {
+            fn project_answer(a: $crate::session::Answered, key: &str) -> Answer {
                 let t = &a.trailer;
                 let ended =
                     $crate::runner::Ended { timed_out: t.timed_out, oom_killed: false, exit_code: Some(t.exit) };
@@ -146,6 +232,9 @@ macro_rules! session_glue {
                 ProjectResult { outcome, detail, steps, artifacts, artifacts_truncated: report.artifacts_truncated }
             }
         }
-        use session_glue::{cell_answer, project_answer, read_report, session_budget, session_failed, snippet_answer};
+        use session_glue::{
+            read_report, report_key, report_room, runner_plan, session_cell, session_language, session_project,
+            session_snippet,
+        };
     };
 }

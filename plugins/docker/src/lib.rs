@@ -353,13 +353,7 @@ fn snippet(language: &str, code: &str, limits: &Limits) -> Result<(SnippetResult
     Ok((result, evidence(&image, &runtime)))
 }
 
-/// A fresh 32-byte report key, hex-encoded, for one project run.
-fn report_key() -> Result<String, Refusal> {
-    runner::report_key().ok_or_else(|| refused(RefusalReason::Environment, "no randomness for the report key"))
-}
-
-/// The runner's plan (see [`runner::Plan`]) for a container of `memory_mb` under
-/// `runtime`.
+/// The runner's plan for a container of `memory_mb` under `runtime`.
 fn plan(
     files: &[File],
     steps: &[String],
@@ -368,28 +362,17 @@ fn plan(
     (memory_mb, runtime): (u32, &str),
     key: &str,
 ) -> serde_json::Value {
-    let files: Vec<(&str, &[u8])> = files.iter().map(|f| (f.path.as_str(), f.content.as_slice())).collect();
     let runsc = runtime == "runsc";
-    runner::Plan {
-        files: &files,
-        steps,
-        artifacts,
-        timeout_ms: limits.timeout_ms,
-        max_output: or(limits.max_output_bytes, 1 << 20),
-        memory_mb,
-        // Under gVisor, /proc/meminfo is the sandbox's own.
-        memory_source: if runsc { runner::MemorySource::Meminfo } else { runner::MemorySource::Cgroup },
-        // gVisor's ptrace platform spends host threads and memory on every guest task,
-        // so a fork bomb of some 30 to 40 tasks ends the whole sandbox (exit 2) before the
-        // container's pids limit says no. A step's tasks are capped below that.
-        step_processes: if runsc { runner::RUNSC_STEP_PROCESSES } else { 0 },
-        env: &GUEST_ENV,
-    }
-    .json(key)
-}
-
-fn report_cap(limits: &Limits, steps: usize) -> u32 {
-    runner::report_cap(or(limits.max_output_bytes, 1 << 20), steps)
+    // Under gVisor, /proc/meminfo is the sandbox's own. Its ptrace platform spends
+    // host threads and memory on every guest task, so a fork bomb of some 30 to 40
+    // tasks ends the whole sandbox (exit 2) before the container's pids limit says
+    // no: a step's tasks are capped below that.
+    let (source, processes) = if runsc {
+        (runner::MemorySource::Meminfo, runner::RUNSC_STEP_PROCESSES)
+    } else {
+        (runner::MemorySource::Cgroup, 0)
+    };
+    runner_plan((files, steps, artifacts), limits, (memory_mb, source), processes, &GUEST_ENV, key)
 }
 
 plimsoll_plugin_agent::session_glue!();
@@ -425,7 +408,7 @@ fn project(
     // The runner's own deadline is the budget; the container gets a little more to report.
     let wait_ms = limits.timeout_ms.saturating_add(5000);
     let r = c
-        .wait_for_end(end.as_bytes(), wait_ms, report_cap(limits, steps.len()))
+        .wait_for_end(end.as_bytes(), wait_ms, report_room(limits, steps.len()))
         .map_err(|e| RunError::MayHaveRun(format!("waiting for the container: {e}")));
     c.remove();
     let r = r?;

@@ -23,8 +23,8 @@ use crate::exports::plimsoll::provider::provider::{Answer, CallError, CallOutput
 use crate::plimsoll::host::containers::{Container, ReplyEnd};
 use crate::plimsoll::types::types::{CellResult, Evidence, File, Limits, Refusal, RefusalReason};
 use crate::{
-    MEMORY_MB, cell_answer, evidence, or, plan, project_answer, random_hex, refused, report_cap, report_key,
-    session_budget, session_failed, snippet_answer, spec, target,
+    MEMORY_MB, evidence, or, plan, random_hex, refused, report_key, session_cell, session_language, session_project,
+    session_snippet, spec, target,
 };
 
 /// The resident session agent, installed by `images/build.sh`.
@@ -80,16 +80,6 @@ impl DockerSession {
         let agent = Agent::start(Attached(container), disk_mb).map_err(|e| refused(RefusalReason::Environment, e))?;
         Ok(DockerSession { agent, image, runtime, memory_mb: or(limits.memory_mb, MEMORY_MB) })
     }
-
-    fn language(language: &str) -> Result<(), CallError> {
-        match language {
-            "javascript" | "python" => Ok(()),
-            other => Err(CallError::Refused(refused(
-                RefusalReason::Unsupported,
-                format!("the docker provider's sessions run javascript and python, not {other}"),
-            ))),
-        }
-    }
 }
 
 impl GuestSession for DockerSession {
@@ -102,15 +92,13 @@ impl GuestSession for DockerSession {
     }
 
     fn cell(&self, language: String, code: String, files: Vec<File>, limits: Limits) -> Result<Answer, CallError> {
-        DockerSession::language(&language)?;
-        let files: Vec<(&str, &[u8])> = files.iter().map(|f| (f.path.as_str(), f.content.as_slice())).collect();
-        let a = self.agent.cell(&language, &code, &files, session_budget(&limits)).map_err(session_failed)?;
-        Ok(cell_answer(a, self.memory_mb))
+        session_language("docker", &language)?;
+        session_cell(&self.agent, (&language, &code, &files), &limits, self.memory_mb)
     }
 
     fn snippet(&self, language: String, code: String, limits: Limits) -> Result<Answer, CallError> {
-        DockerSession::language(&language)?;
-        self.agent.snippet(&language, &code, session_budget(&limits)).map(snippet_answer).map_err(session_failed)
+        session_language("docker", &language)?;
+        session_snippet(&self.agent, &language, &code, &limits)
     }
 
     fn project(
@@ -121,10 +109,8 @@ impl GuestSession for DockerSession {
         limits: Limits,
     ) -> Result<Answer, CallError> {
         let key = report_key().map_err(CallError::Refused)?;
-        let cap = report_cap(&limits, steps.len());
         let plan = plan(&files, &steps, &artifacts, &limits, (self.memory_mb, &self.runtime), &key);
-        let a = self.agent.project(plan, cap, session_budget(&limits)).map_err(session_failed)?;
-        Ok(project_answer(a, &key))
+        session_project(&self.agent, (plan, steps.len()), &limits, &key)
     }
 
     fn close(&self) {

@@ -137,108 +137,46 @@ pub fn run(id: &str, script: &str, cwd: &str, deadline: Instant, max_output: usi
     });
     // envd kills the process at its own deadline too, a little after ours.
     let envd_deadline = left + Duration::from_secs(2);
-    let stream = http::open(&Request {
-        endpoint: "envd".into(),
-        target: Some(id.into()),
-        method: "POST".into(),
-        path: "/process.Process/Start".into(),
-        headers: vec![
-            ("content-type".into(), "application/connect+json".into()),
-            ("connect-protocol-version".into(), "1".into()),
-            ("connect-timeout-ms".into(), envd_deadline.as_millis().to_string()),
-            ("keepalive-ping-interval".into(), "30".into()),
-        ],
-        body: connect::envelope(request.to_string().as_bytes()),
-        timeout_ms: u32::try_from((envd_deadline + Duration::from_secs(5)).as_millis()).unwrap_or(u32::MAX),
-    })?;
-    if stream.status() != 200 {
-        let mut body = Vec::new();
-        while let Ok(Some(piece)) = stream.read(1000) {
-            if piece.is_empty() || body.len() > 4096 {
-                break;
-            }
-            body.extend(piece);
-        }
-        return Err(vendor_error("the process start", stream.status(), &body));
-    }
-    let mut frames = Frames::default();
+    let timeout = vec![("connect-timeout-ms".into(), envd_deadline.as_millis().to_string())];
+    let mut events = Events::open(id, "Start", &request, timeout, envd_deadline + Duration::from_secs(5))?;
+    started_pid(&mut events, deadline)?;
     let (mut out, mut err) = (Kept::new(max_output), Kept::new(max_output));
-    let mut started_pid = false;
     let mut ended: Option<i32> = None;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            drop(stream);
+    while let Some(event) = events.next(deadline)? {
+        if let Some(data) = event.get("data") {
+            data_into(data, &mut out, &mut err)?;
+        } else if let Some(end) = event.get("end") {
+            ended = Some(exit_code(end));
+        } else if event.get("start").is_some() {
+            return Err("envd sent a second start event".into());
+        } else {
+            return Err(format!("an envd process event plimsoll does not know: {event}"));
+        }
+    }
+    let Some(end_error) = events.ended.take() else {
+        // The deadline passed first: dropping the stream resets it.
+        return Ok(timed_out(out, err, started));
+    };
+    if let Some(e) = end_error {
+        if e.starts_with("deadline_exceeded") && ended.is_none() {
             return Ok(timed_out(out, err, started));
         }
-        let wait = u32::try_from(left.as_millis().min(1000)).unwrap_or(1000).max(1);
-        let piece = match stream.read(wait)? {
-            Some(piece) => piece,
-            None => {
-                return Err(if frames.pending() {
-                    "envd's process stream broke off mid-message".into()
-                } else {
-                    "envd's process stream ended without its end-of-stream message".into()
-                });
-            }
-        };
-        frames.push(&piece);
-        while let Some(frame) = frames.next()? {
-            match frame {
-                Frame::Message(m) => {
-                    let v: Value =
-                        serde_json::from_slice(&m).map_err(|_| "an envd process event is not JSON".to_string())?;
-                    let event = v.get("event").ok_or("an envd process message has no event")?;
-                    if let Some(start) = event.get("start") {
-                        if start.get("pid").and_then(Value::as_u64).is_none() {
-                            return Err("envd's start event has no pid".into());
-                        }
-                        started_pid = true;
-                    } else if !started_pid {
-                        return Err("envd's process stream did not begin with its start event".into());
-                    } else if let Some(data) = event.get("data") {
-                        for (name, kept) in [("stdout", &mut out), ("stderr", &mut err)] {
-                            if let Some(b64) = data.get(name).and_then(Value::as_str) {
-                                let bytes =
-                                    STANDARD.decode(b64).map_err(|_| format!("envd's {name} data is not base64"))?;
-                                kept.add(&bytes);
-                            }
-                        }
-                    } else if let Some(end) = event.get("end") {
-                        ended = Some(exit_code(end));
-                    } else if event.get("keepalive").is_none() {
-                        return Err(format!("an envd process event plimsoll does not know: {event}"));
-                    }
-                }
-                Frame::End(end) => {
-                    // The body ends right after its end-of-stream message: read to
-                    // its end, so the call ends whole rather than cancelled.
-                    for _ in 0..5 {
-                        match stream.read(200) {
-                            Ok(Some(p)) if p.is_empty() => continue,
-                            _ => break,
-                        }
-                    }
-                    if let Some(e) = connect::end_error(&end)? {
-                        if e.starts_with("deadline_exceeded") && ended.is_none() {
-                            return Ok(timed_out(out, err, started));
-                        }
-                        if ended.is_none() {
-                            return Err(format!("envd ended the process call: {e}"));
-                        }
-                    }
-                    let exit_code = ended.ok_or("envd's process stream ended without the process's end")?;
-                    return Ok(Ran {
-                        exit_code,
-                        timed_out: false,
-                        stdout: out.output(),
-                        stderr: err.output(),
-                        duration_ms: elapsed(started),
-                    });
-                }
-            }
+        if ended.is_none() {
+            return Err(format!("envd ended the process call: {e}"));
         }
     }
+    let exit_code = ended.ok_or("envd's process stream ended without the process's end")?;
+    Ok(Ran { exit_code, timed_out: false, stdout: out.output(), stderr: err.output(), duration_ms: elapsed(started) })
+}
+
+/// A data event's bytes, into the stream each belongs to.
+fn data_into(data: &Value, out: &mut Kept, err: &mut Kept) -> Result<(), String> {
+    for (name, kept) in [("stdout", out), ("stderr", err)] {
+        if let Some(b64) = data.get(name).and_then(Value::as_str) {
+            kept.add(&STANDARD.decode(b64).map_err(|_| format!("envd's {name} data is not base64"))?);
+        }
+    }
+    Ok(())
 }
 
 /// Events of an envd process stream (`Start` or `Connect`), as they arrive.
@@ -306,7 +244,11 @@ impl Events {
             }
             let wait = u32::try_from(left.as_millis().min(1000)).unwrap_or(1000).max(1);
             let Some(piece) = self.stream.read(wait)? else {
-                return Err("envd's process stream ended without its end-of-stream message".into());
+                return Err(if self.frames.pending() {
+                    "envd's process stream broke off mid-message".into()
+                } else {
+                    "envd's process stream ended without its end-of-stream message".into()
+                });
             };
             self.frames.push(&piece);
             while let Some(frame) = self.frames.next()? {
@@ -317,7 +259,17 @@ impl Events {
                         let event = v.get("event").cloned().ok_or("an envd process message has no event")?;
                         self.pending.push_back(event);
                     }
-                    Frame::End(end) => self.ended = Some(connect::end_error(&end)?),
+                    Frame::End(end) => {
+                        // The body ends right after its end-of-stream message: read to
+                        // its end, so the call ends whole rather than cancelled.
+                        for _ in 0..5 {
+                            match self.stream.read(200) {
+                                Ok(Some(p)) if p.is_empty() => continue,
+                                _ => break,
+                            }
+                        }
+                        self.ended = Some(connect::end_error(&end)?);
+                    }
                 }
             }
         }
@@ -325,7 +277,7 @@ impl Events {
 }
 
 /// The pid a stream's first event, its start event, names.
-fn started(events: &mut Events, deadline: Instant) -> Result<u32, String> {
+fn started_pid(events: &mut Events, deadline: Instant) -> Result<u32, String> {
     let first = events.next(deadline)?.ok_or("envd's process stream gave no start event in time")?;
     first
         .get("start")
@@ -343,15 +295,11 @@ pub fn start_serving(id: &str, argv: &[&str], cwd: &str, ready: &str, within: Du
     let (cmd, args) = argv.split_first().ok_or("no command")?;
     let message = json!({"process": {"cmd": cmd, "args": args, "cwd": cwd}, "stdin": true});
     let mut events = Events::open(id, "Start", &message, Vec::new(), within + Duration::from_secs(5))?;
-    let pid = started(&mut events, deadline)?;
+    let pid = started_pid(&mut events, deadline)?;
     let (mut out, mut err) = (Kept::new(4096), Kept::new(4096));
     while let Some(e) = events.next(deadline)? {
         if let Some(data) = e.get("data") {
-            for (name, kept) in [("stdout", &mut out), ("stderr", &mut err)] {
-                if let Some(b64) = data.get(name).and_then(Value::as_str) {
-                    kept.add(&STANDARD.decode(b64).map_err(|_| format!("envd's {name} data is not base64"))?);
-                }
-            }
+            data_into(data, &mut out, &mut err)?;
             if out.bytes.ends_with(ready.as_bytes()) {
                 // Dropping the stream leaves the process running, as envd does.
                 return Ok(pid);
@@ -412,7 +360,7 @@ pub fn converse(
     let message = json!({"process": {"pid": pid}});
     let mut events = Events::open(id, "Connect", &message, Vec::new(), timeout + Duration::from_secs(5))?;
     // Attached before the request goes in: none of the answer is missed.
-    let attached = started(&mut events, deadline)?;
+    let attached = started_pid(&mut events, deadline)?;
     if attached != pid {
         return Err(format!("envd attached to process {attached}, not {pid}"));
     }

@@ -215,40 +215,6 @@ fn smoke() -> Result<Evidence, Refusal> {
 plimsoll_plugin_remote::wit_glue!("e2b");
 plimsoll_plugin_agent::session_glue!();
 
-/// A fresh 32-byte report key, hex-encoded, for one project call of a session.
-fn report_key() -> Result<String, Refusal> {
-    runner::report_key().ok_or_else(|| refused(RefusalReason::Environment, "no randomness for the report key"))
-}
-
-/// The project runner's plan for a session's project call in a sandbox of
-/// `memory_mb`, and the room its report needs.
-fn plan(
-    files: &[File],
-    steps: &[String],
-    artifacts: &[String],
-    limits: &Limits,
-    memory_mb: u32,
-    key: &str,
-) -> (serde_json::Value, u32) {
-    let files: Vec<(&str, &[u8])> = files.iter().map(|f| (f.path.as_str(), f.content.as_slice())).collect();
-    let max_output = if limits.max_output_bytes == 0 { 1 << 20 } else { limits.max_output_bytes };
-    let plan = runner::Plan {
-        files: &files,
-        steps,
-        artifacts,
-        timeout_ms: limits.timeout_ms,
-        max_output,
-        // The runner ends a step before the sandbox's memory runs out, so the kept
-        // interpreters and the agent live on; it reads the use from the cgroup
-        // where the sandbox has one of its own, else sums the guest's processes.
-        memory_mb,
-        memory_source: runner::MemorySource::Cgroup,
-        step_processes: 0,
-        env: &GUEST_ENV,
-    };
-    (plan.json(key), runner::report_cap(max_output, steps.len()))
-}
-
 impl Guest for Plugin {
     type Session = session::E2bSession;
 

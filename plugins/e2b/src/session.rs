@@ -22,7 +22,8 @@ use plimsoll_plugin_remote::random_hex;
 use crate::exports::plimsoll::provider::provider::{Answer, CallError, Ending, GuestSession, Session, SessionEnd};
 use crate::plimsoll::types::types::{Evidence, File, Limits, Refusal, RefusalReason};
 use crate::{
-    Sandbox, api, cell_answer, envd, project_answer, refused, session_budget, session_failed, settings, snippet_answer,
+    GUEST_ENV, Sandbox, api, envd, refused, report_key, runner, runner_plan, session_cell, session_language,
+    session_project, session_snippet, settings,
 };
 
 /// The resident session agent, as the sandbox image installs it.
@@ -95,6 +96,11 @@ impl E2bSession {
         Ok(E2bSession { agent, sandbox, instance, maxima })
     }
 
+    /// The sandbox's memory, as its read-back gave it.
+    fn memory_mb(&self) -> u32 {
+        u32::try_from(self.sandbox.memory_mb).unwrap_or(u32::MAX)
+    }
+
     /// Reads the sandbox back before a call: refused when E2B does not answer
     /// (the session goes on), ended when the sandbox is gone or changed.
     fn check(&self) -> Result<(), CallError> {
@@ -113,16 +119,6 @@ impl E2bSession {
             ))),
         }
     }
-
-    fn language(language: &str) -> Result<(), CallError> {
-        match language {
-            "javascript" | "python" => Ok(()),
-            other => Err(CallError::Refused(refused(
-                RefusalReason::Unsupported,
-                format!("the e2b provider's sessions run javascript and python, not {other}"),
-            ))),
-        }
-    }
 }
 
 impl GuestSession for E2bSession {
@@ -135,17 +131,15 @@ impl GuestSession for E2bSession {
     }
 
     fn cell(&self, language: String, code: String, files: Vec<File>, limits: Limits) -> Result<Answer, CallError> {
-        E2bSession::language(&language)?;
+        session_language("e2b", &language)?;
         self.check()?;
-        let files: Vec<(&str, &[u8])> = files.iter().map(|f| (f.path.as_str(), f.content.as_slice())).collect();
-        let a = self.agent.cell(&language, &code, &files, session_budget(&limits)).map_err(session_failed)?;
-        Ok(cell_answer(a, u32::try_from(self.sandbox.memory_mb).unwrap_or(u32::MAX)))
+        session_cell(&self.agent, (&language, &code, &files), &limits, self.memory_mb())
     }
 
     fn snippet(&self, language: String, code: String, limits: Limits) -> Result<Answer, CallError> {
-        E2bSession::language(&language)?;
+        session_language("e2b", &language)?;
         self.check()?;
-        self.agent.snippet(&language, &code, session_budget(&limits)).map(snippet_answer).map_err(session_failed)
+        session_snippet(&self.agent, &language, &code, &limits)
     }
 
     fn project(
@@ -156,11 +150,13 @@ impl GuestSession for E2bSession {
         limits: Limits,
     ) -> Result<Answer, CallError> {
         self.check()?;
-        let key = crate::report_key().map_err(CallError::Refused)?;
-        let memory_mb = u32::try_from(self.sandbox.memory_mb).unwrap_or(u32::MAX);
-        let (plan, cap) = crate::plan(&files, &steps, &artifacts, &limits, memory_mb, &key);
-        let a = self.agent.project(plan, cap, session_budget(&limits)).map_err(session_failed)?;
-        Ok(project_answer(a, &key))
+        let key = report_key().map_err(CallError::Refused)?;
+        // The runner ends a step before the sandbox's memory runs out, so the kept
+        // interpreters and the agent live on; it reads the use from the cgroup
+        // where the sandbox has one of its own, else sums the guest's processes.
+        let memory = (self.memory_mb(), runner::MemorySource::Cgroup);
+        let plan = runner_plan((&files, &steps, &artifacts), &limits, memory, 0, &GUEST_ENV, &key);
+        session_project(&self.agent, (plan, steps.len()), &limits, &key)
     }
 
     fn close(&self) {

@@ -192,6 +192,10 @@ pub struct CallRecord {
     pub error: Option<String>,
     /// Whether the body was streamed (`open`).
     pub streamed: bool,
+    /// Whether the plugin let go of the stream before its body ended: how a
+    /// plugin ends a stream it has read enough of (a session's answer, a
+    /// deadline), not a failure.
+    pub cancelled: bool,
 }
 
 /// Where the gate's call records go.
@@ -495,7 +499,8 @@ impl Incoming {
 impl Drop for Incoming {
     fn drop(&mut self) {
         if self.body.is_some() {
-            self.finish(Some("cancelled by the plugin before the stream ended".into()));
+            self.record.cancelled = true;
+            self.finish(None);
         }
     }
 }
@@ -773,6 +778,7 @@ impl HttpGate {
             elapsed: started.elapsed(),
             error: answer.as_ref().err().cloned(),
             streamed: false,
+            cancelled: false,
         });
         let token = answer.map_err(|e| format!("endpoint {alias:?}: {e}; no request was sent"))?;
         let until = Instant::now() + exchange::usable_for(&token, std::time::SystemTime::now());
@@ -792,6 +798,7 @@ impl HttpGate {
             elapsed: Duration::ZERO,
             error: None,
             streamed,
+            cancelled: false,
         }
     }
 
