@@ -4,11 +4,12 @@
 //! when the plugin created it (a session is a call in flight until it closes:
 //! the sweep keeps its sandbox and it counts against the backend's capacity).
 //!
-//! Behind the host's own wall the host stays the reference monitor here too. Before each call it reads every
-//! container of the session back from the engine and compares it with the
-//! read-back taken at open (image, runtime, root, network, mounts, limits, user):
-//! any difference ends the session as `sandbox_changed` before anything runs, and
-//! a main process that ended ends it as `main_process_ended`. A read-back is
+//! Behind its own wall the host stays the reference monitor here too. Before
+//! each call it reads every container of the session back from the engine and
+//! compares it with the read-back taken at open (image, runtime, root, network,
+//! mounts, limits, user): any difference ends the session as `sandbox_changed`
+//! before anything runs, and a main process that ended ends it as
+//! `main_process_ended`. A read-back is
 //! skipped only while the engine's event stream vouches that nothing named the
 //! container since the last one ([`plimsoll_containers::watch`]). It pauses the
 //! containers itself when the session idles and thaws them before the next call.
