@@ -129,12 +129,23 @@ pub trait Session: Send {
     /// # Errors
     ///
     /// Why it could not; the host ends the session as `boundary_failed`.
-    fn suspend(&mut self) -> Result<(), String> {
-        Ok(())
+    fn suspend(&mut self) -> Result<Suspension, String> {
+        Ok(Suspension::Released)
     }
 
     /// Deletes the sandbox. Called once; a session that ended by itself is closed too.
     fn close(&mut self);
+}
+
+/// What a session's [`Session::suspend`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Suspension {
+    /// What could be released was: nothing of the session runs until its next
+    /// call (docker pauses its container; a wasm session runs nothing between calls).
+    Released,
+    /// The provider cannot suspend its sandbox: it keeps running, and billing, until
+    /// the session's next call, its close or its lifetime (a remote backend's).
+    KeptRunning,
 }
 
 /// A session the provider opened, with what it stands behind.

@@ -16,7 +16,7 @@ use plimsoll_core::Reason;
 use plimsoll_core::dispatch::{self, CallFailure, Link, SessionFacts, Started};
 use plimsoll_core::provider::{GrantSlot, KindSupport, Provider, RunError, SessionReach, check_floor};
 use plimsoll_core::record;
-use plimsoll_core::session::{Ending, Session};
+use plimsoll_core::session::{Ending, Session, Suspension};
 use plimsoll_core::validate::{self, Language};
 use plimsoll_core::wire::connect::{Code, ErrorBody};
 use plimsoll_core::wire::session::{SessionTimes, check_owner};
@@ -790,9 +790,17 @@ impl Sessions {
                 };
                 state.sandbox = Some(sandbox);
                 match suspended {
-                    Ok(()) => {
+                    Ok(Suspension::Released) => {
                         state.suspended = true;
                         self.log.info("session suspended", &[("session", json!(entry.facts.fingerprint))]);
+                    }
+                    Ok(Suspension::KeptRunning) => {
+                        // Marked, so the reaper does not ask again each pass.
+                        state.suspended = true;
+                        self.log.info(
+                            "session idle; the provider cannot suspend its sandbox, which keeps running until the next call, the close or the lifetime",
+                            &[("session", json!(entry.facts.fingerprint))],
+                        );
                     }
                     Err(why) => {
                         let detail = format!("the idle session could not be suspended: {why}");
@@ -855,6 +863,10 @@ mod tests {
     struct Seen {
         closed: AtomicU32,
         suspended: AtomicBool,
+        /// How many times a suspend was asked for.
+        suspends: AtomicU32,
+        /// Whether the sandbox cannot be suspended (a remote backend's).
+        keeps_running: AtomicBool,
         /// While set, a `hold` cell waits for a message here.
         hold: Mutex<Option<mpsc::Receiver<()>>>,
         started: Mutex<Option<mpsc::Sender<()>>>,
@@ -919,9 +931,13 @@ mod tests {
             })
         }
 
-        fn suspend(&mut self) -> Result<(), String> {
+        fn suspend(&mut self) -> Result<Suspension, String> {
+            self.0.suspends.fetch_add(1, Ordering::SeqCst);
+            if self.0.keeps_running.load(Ordering::SeqCst) {
+                return Ok(Suspension::KeptRunning);
+            }
             self.0.suspended.store(true, Ordering::SeqCst);
-            Ok(())
+            Ok(Suspension::Released)
         }
 
         fn close(&mut self) {
@@ -1354,6 +1370,21 @@ mod tests {
         sessions.reap().await;
         assert!(seen.suspended.load(Ordering::SeqCst));
         assert!(cell(&d, "alice", &id, "1").await.is_ok(), "a suspended session resumes on its next call");
+    }
+
+    #[tokio::test]
+    async fn an_idle_session_whose_sandbox_keeps_running_is_asked_once_and_goes_on() {
+        let seen: Arc<Seen> = Arc::default();
+        seen.keeps_running.store(true, Ordering::SeqCst);
+        let d = daemon_with(&seen, settings());
+        let id = open(&d, "alice", json!({"idleTimeoutMs": 1})).await;
+        let sessions = Arc::clone(d.sessions().expect("on"));
+        let entry = sessions.lookup(&who(&d, "alice"), &id).expect("entry");
+        *lock(&entry.last_used) = Instant::now() - Duration::from_secs(2);
+        sessions.reap().await;
+        sessions.reap().await;
+        assert_eq!(seen.suspends.load(Ordering::SeqCst), 1, "marked after the first ask, not asked every pass");
+        assert!(cell(&d, "alice", &id, "1").await.is_ok(), "the idle session goes on");
     }
 
     #[tokio::test]

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use plimsoll_containers::{Inspection, Stamp};
 use plimsoll_core::provider::{self, Evidence, Grant, GrantSlot, RunError};
-use plimsoll_core::session::{Answered, Call, CallError, Ending, Opened, Output, Session};
+use plimsoll_core::session::{Answered, Call, CallError, Ending, Opened, Output, Session, Suspension};
 use plimsoll_core::wire::{CellResult, SessionEnd};
 use plimsoll_core::{Floor, Reason, Refusal, Tier};
 use wasmtime::Store;
@@ -462,16 +462,16 @@ impl Session for PluginSession {
         Ok(Answered { output, evidence, ended })
     }
 
-    fn suspend(&mut self) -> Result<(), String> {
-        // A remote sandbox keeps running until the session's lifetime ends it.
-        let Some(wall) = &self.facts.wall else { return Ok(()) };
+    fn suspend(&mut self) -> Result<Suspension, String> {
+        // A remote sandbox keeps running until the session's next call, close or lifetime.
+        let Some(wall) = &self.facts.wall else { return Ok(Suspension::KeptRunning) };
         // Frozen by the host itself: the next call reads back (and thaws) whatever
         // the event stream has delivered by then.
         self.stamps.iter_mut().for_each(|s| *s = None);
         for (id, _) in &self.opened {
             wall.block_on(wall.engine().pause(id)).map_err(|e| format!("pausing the session's container: {e}"))?;
         }
-        Ok(())
+        Ok(Suspension::Released)
     }
 
     fn close(&mut self) {
