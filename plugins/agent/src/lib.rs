@@ -12,6 +12,15 @@ use hmac::{Hmac, Mac};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+/// `n` random bytes in hex; empty when the system has no randomness.
+fn random_hex(n: usize) -> String {
+    let mut b = vec![0u8; n];
+    if getrandom::fill(&mut b).is_err() {
+        return String::new();
+    }
+    hex::encode(b)
+}
+
 mod glue;
 pub mod report;
 pub mod runner;

@@ -84,9 +84,7 @@ pub fn report_cap(max_output: u32, steps: usize) -> u32 {
 
 /// A fresh 32-byte report key, hex-encoded; None without randomness.
 pub fn report_key() -> Option<String> {
-    let mut b = [0u8; 32];
-    getrandom::fill(&mut b).ok()?;
-    Some(hex::encode(b))
+    Some(crate::random_hex(32)).filter(|k| !k.is_empty())
 }
 
 /// How the runner's process ended, for reading its report.

@@ -5,7 +5,7 @@
 
 use std::cell::Cell;
 
-use crate::{Trailer, Unchecked, check_answer, frame};
+use crate::{Trailer, Unchecked, check_answer, frame, random_hex};
 
 /// What the agent may take beyond a call's budget (the sweeps, an interpreter's start).
 const AGENT_GRACE_MS: u32 = 15_000;
@@ -104,15 +104,6 @@ pub struct Answered {
 fn lost(end: End, detail: impl Into<String>) -> Failed {
     let detail = detail.into();
     Failed::MayHaveRun { detail: detail.clone(), ended: Some(Ending { end, detail }) }
-}
-
-/// `n` random bytes in hex; empty when the system has no randomness.
-fn random_hex(n: usize) -> String {
-    let mut b = vec![0u8; n];
-    if getrandom::fill(&mut b).is_err() {
-        return String::new();
-    }
-    hex::encode(b)
 }
 
 /// One session's agent: the channel to it, the session key, and the storage budget.

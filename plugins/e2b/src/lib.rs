@@ -76,6 +76,9 @@ struct Sandbox {
     memory_mb: u64,
     /// The kernel's count of OOM kills when last read (None: it does not say).
     ooms: Cell<Option<u64>>,
+    /// The instance stamp and the maxima its read-back was checked against.
+    instance: String,
+    maxima: api::Maxima,
 }
 
 impl Drop for Sandbox {
@@ -103,15 +106,22 @@ impl Sandbox {
             envd_version: created.envd_version,
             memory_mb: 0,
             ooms: Cell::new(None),
+            instance: s.instance,
+            maxima: api::Maxima { memory_mb: limits.memory_mb, cpus_milli: limits.cpus_milli, disk_mb: limits.disk_mb },
         };
         let detail = api::detail(&sandbox.id)
             .map_err(|e| refused(RefusalReason::Environment, format!("reading the e2b sandbox back: {e}")))?;
-        let max = api::Maxima { memory_mb: limits.memory_mb, cpus_milli: limits.cpus_milli, disk_mb: limits.disk_mb };
-        api::verify(&detail, &sandbox.id, &s.instance, max)
+        sandbox
+            .verify(&detail)
             .map_err(|e| refused(RefusalReason::Isolation, format!("the e2b sandbox is not what was asked: {e}")))?;
         sandbox.memory_mb = detail.get("memoryMB").and_then(serde_json::Value::as_u64).unwrap_or_default();
         sandbox.ooms.set(sandbox.oom_kills());
         Ok(sandbox)
+    }
+
+    /// Checks a read-back `detail` of this sandbox against what was asked at its create.
+    fn verify(&self, detail: &serde_json::Value) -> Result<(), String> {
+        api::verify(detail, &self.id, &self.instance, self.maxima)
     }
 
     /// How many processes the sandbox's kernel has killed for want of memory

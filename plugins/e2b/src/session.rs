@@ -23,7 +23,7 @@ use crate::exports::plimsoll::provider::provider::{Answer, CallError, Ending, Gu
 use crate::plimsoll::types::types::{Evidence, File, Limits, Refusal, RefusalReason};
 use crate::{
     GUEST_ENV, Sandbox, api, envd, refused, report_key, runner, runner_plan, session_cell, session_language,
-    session_project, session_snippet, settings,
+    session_project, session_snippet,
 };
 
 /// The resident session agent, as the sandbox image installs it.
@@ -58,8 +58,6 @@ impl Channel for Envd {
 pub struct E2bSession {
     agent: Agent<Envd>,
     sandbox: Sandbox,
-    instance: String,
-    maxima: api::Maxima,
 }
 
 fn ended(end: SessionEnd, detail: String) -> CallError {
@@ -76,10 +74,8 @@ impl E2bSession {
                 format!("a session disk budget of {disk_mb} MiB is below the {MIN_DISK_MB} MiB a session needs"),
             ));
         }
-        let instance = settings()?.instance;
         // The session's storage budget is the agent's to enforce, not a maximum
         // of E2B's disk: only memory and CPUs are held to the operator's maxima.
-        let maxima = api::Maxima { memory_mb: limits.memory_mb, cpus_milli: limits.cpus_milli, disk_mb: 0 };
         let asked = Limits { disk_mb: 0, ..*limits };
         let sandbox = Sandbox::open(&asked, Duration::from_secs(u64::from(lifetime_s)))?;
         let word = random_hex(16);
@@ -93,7 +89,7 @@ impl E2bSession {
         })?;
         let channel = Envd { id: sandbox.id.clone(), pid };
         let agent = Agent::start(channel, disk_mb).map_err(|e| refused(RefusalReason::Environment, e))?;
-        Ok(E2bSession { agent, sandbox, instance, maxima })
+        Ok(E2bSession { agent, sandbox })
     }
 
     /// The sandbox's memory, as its read-back gave it.
@@ -106,7 +102,7 @@ impl E2bSession {
     fn check(&self) -> Result<(), CallError> {
         let id = &self.sandbox.id;
         match api::read_back(id) {
-            Ok(Some(v)) => api::verify(&v, id, &self.instance, self.maxima).map_err(|e| {
+            Ok(Some(v)) => self.sandbox.verify(&v).map_err(|e| {
                 ended(
                     SessionEnd::SandboxChanged,
                     format!("the session's e2b sandbox changed since it was opened ({e}); nothing ran"),
