@@ -5,7 +5,8 @@ Started ahead of its run (the host may keep it in its warm pool) as
 `runner.py --waiting READY`, it writes READY to stdout and waits on stdin, whose
 first line holds the run's start and end markers and whose rest is one JSON plan.
 It writes the start marker to stderr, takes the report key out of the plan before
-anything else exists, writes the files under /work, runs the steps with `sh -c` in
+anything else exists, writes the files under its work directory (the plan's
+`workDir`, else /work), runs the steps with `sh -c` there, in
 order (stopping at the first failure or timeout), reads back the artifacts, and
 writes one report frame to stdout:
 
@@ -405,7 +406,9 @@ def main():
 
 
 def run(plan):
+    global WORK
     key = bytes.fromhex(plan.pop("reportKey"))
+    WORK = plan.get("workDir") or WORK
     os.close(0)
     os.open(os.devnull, os.O_RDONLY)
     deadline = time.monotonic() + plan.get("timeoutMs", 60000) / 1000.0

@@ -145,7 +145,7 @@ fn an_attached_agent_keeps_cells_sweeps_only_the_guest_and_walks_its_storage() {
     let as_root = docker(&["exec", "-u", "0", &sandbox.0, "/opt/plimsoll/plimsoll-agent", "attach", "w"]);
     assert_eq!(as_root.status.code(), Some(2));
     assert!(
-        String::from_utf8_lossy(&as_root.stderr).contains("attach refuses to run as root"),
+        String::from_utf8_lossy(&as_root.stderr).contains("a hosted agent (attach, listen) refuses to run as root"),
         "{}",
         String::from_utf8_lossy(&as_root.stderr)
     );

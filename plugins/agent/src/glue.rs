@@ -79,13 +79,14 @@ macro_rules! session_glue {
 
             /// The runner's plan (see [`$crate::runner::Plan`]) for a sandbox of
             /// `memory_mb` read from `source`, each step under `step_processes`
-            /// processes (0: no cap) with only `env`.
+            /// processes (0: no cap) with only `env`, in `work_dir` (None: the
+            /// runner's `/work`).
             pub(crate) fn runner_plan(
                 (files, steps, artifacts): (&[File], &[String], &[String]),
                 limits: &Limits,
                 (memory_mb, source): (u32, $crate::runner::MemorySource),
                 step_processes: u32,
-                env: &[&str],
+                (env, work_dir): (&[&str], Option<&str>),
                 key: &str,
             ) -> serde_json::Value {
                 let files: Vec<(&str, &[u8])> = files.iter().map(|f| (f.path.as_str(), f.content.as_slice())).collect();
@@ -99,6 +100,7 @@ macro_rules! session_glue {
                     memory_source: source,
                     step_processes,
                     env,
+                    work_dir,
                 }
                 .json(key)
             }

@@ -42,6 +42,8 @@ pub struct Plan<'a> {
     pub step_processes: u32,
     /// The only variables each step gets, `NAME=value`.
     pub env: &'a [&'a str],
+    /// Where the files go and the steps run (the runner's `/work` when None).
+    pub work_dir: Option<&'a str>,
 }
 
 impl Plan<'_> {
@@ -67,6 +69,7 @@ impl Plan<'_> {
             },
             "stepProcesses": self.step_processes,
             "env": env,
+            "workDir": self.work_dir,
             "reportKey": key,
         })
     }
@@ -131,4 +134,35 @@ pub fn read(stdout: &[u8], key: &str, ended: &Ended) -> Reading {
 /// A base64 field of the report, decoded (empty when it is not base64).
 pub fn decoded(s: &str) -> Vec<u8> {
     STANDARD.decode(s).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(work_dir: Option<&str>) -> serde_json::Value {
+        let steps = ["true".to_string()];
+        Plan {
+            files: &[("a.txt", b"hi")],
+            steps: &steps,
+            artifacts: &[],
+            timeout_ms: 1000,
+            max_output: 10,
+            memory_mb: 64,
+            memory_source: MemorySource::Cgroup,
+            step_processes: 0,
+            env: &["HOME=/tmp"],
+            work_dir,
+        }
+        .json("00")
+    }
+
+    #[test]
+    fn the_plan_names_its_work_directory_only_when_told_one() {
+        assert_eq!(plan(Some("/tmp/plimsoll/work"))["workDir"], "/tmp/plimsoll/work");
+        assert!(plan(None)["workDir"].is_null(), "the runner's own /work");
+        let p = plan(None);
+        assert_eq!((p["files"][0]["content"].as_str(), p["env"]["HOME"].as_str()), (Some("aGk="), Some("/tmp")));
+        assert_eq!((p["memoryBytes"].as_u64(), p["memorySource"].as_str()), (Some(64 << 20), Some("cgroup")));
+    }
 }

@@ -372,7 +372,7 @@ fn plan(
     } else {
         (runner::MemorySource::Cgroup, 0)
     };
-    runner_plan((files, steps, artifacts), limits, (memory_mb, source), processes, &GUEST_ENV, key)
+    runner_plan((files, steps, artifacts), limits, (memory_mb, source), processes, (&GUEST_ENV, None), key)
 }
 
 plimsoll_plugin_agent::session_glue!();

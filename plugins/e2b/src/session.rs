@@ -151,7 +151,7 @@ impl GuestSession for E2bSession {
         // interpreters and the agent live on; it reads the use from the cgroup
         // where the sandbox has one of its own, else sums the guest's processes.
         let memory = (self.memory_mb(), runner::MemorySource::Cgroup);
-        let plan = runner_plan((&files, &steps, &artifacts), &limits, memory, 0, &GUEST_ENV, &key);
+        let plan = runner_plan((&files, &steps, &artifacts), &limits, memory, 0, (&GUEST_ENV, None), &key);
         session_project(&self.agent, (plan, steps.len()), &limits, &key)
     }
 

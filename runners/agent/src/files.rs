@@ -8,8 +8,9 @@ use serde::Deserialize;
 
 use crate::procs::Seat;
 
-/// The writable mounts whose use counts against the session's disk budget.
-const MOUNTS: [&str; 3] = ["/work", "/tmp", "/dev/shm"];
+/// The writable mounts whose use counts against the session's disk budget,
+/// beside the work directory.
+const MOUNTS: [&str; 2] = ["/tmp", "/dev/shm"];
 /// The most symbolic links one path may pass through, as the kernel allows.
 const MAX_LINKS: usize = 40;
 
@@ -104,7 +105,7 @@ pub fn disk_used_kb(seat: Seat) -> u64 {
     match seat {
         Seat::Init => mounted_kb(),
         // SAFETY: getuid has no preconditions.
-        Seat::Hosted => walked_kb(&MOUNTS.map(Path::new), unsafe { libc::getuid() }, WALK_LIMIT),
+        Seat::Hosted => walked_kb(&roots(), unsafe { libc::getuid() }, WALK_LIMIT),
     }
 }
 
@@ -139,11 +140,18 @@ pub fn walked_kb(roots: &[&Path], uid: u32, limit: usize) -> u64 {
 
 /// KiB in use on the mounts, as their filesystems count it (deleted-but-open
 /// files included).
+/// The work directory (unless one of [`MOUNTS`] holds it) and [`MOUNTS`].
+fn roots() -> Vec<&'static Path> {
+    let work = crate::procs::work();
+    let inside = MOUNTS.iter().any(|m| work.starts_with(m));
+    (!inside).then_some(work).into_iter().chain(MOUNTS.map(Path::new)).collect()
+}
+
 fn mounted_kb() -> u64 {
-    MOUNTS
+    roots()
         .iter()
         .filter_map(|m| {
-            let c = std::ffi::CString::new(*m).ok()?;
+            let c = std::ffi::CString::new(m.as_os_str().as_encoded_bytes()).ok()?;
             // SAFETY: an all-zero statvfs is a valid value of a plain C struct.
             let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
             // SAFETY: `c` is a NUL-terminated path and `s` a valid out-pointer.

@@ -16,9 +16,17 @@
 //! storage is the guest's files under the writable mounts, walked. The channel is
 //! the same authenticated one: under a shared uid, a process of the guest's could
 //! otherwise write into it.
+//!
+//! `plimsoll-agent listen SOCKET` serves where a vendor's exec takes its input
+//! whole, up front (an OpenShell exec): the exec that starts it carries the
+//! first request, which it answers on that exec's streams before going into the
+//! background (its own session, seated as `attach` is, its work directory the
+//! one it started in); each later call is an exec of `plimsoll-agent relay
+//! SOCKET`, which hands the agent that exec's streams (see [`listen`]).
 
 mod files;
 mod interp;
+mod listen;
 mod pipes;
 mod procs;
 mod run;
@@ -26,8 +34,9 @@ mod wire;
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
-use std::io::Write;
-use std::os::fd::AsFd;
+use std::io::{Read as _, Write};
+use std::os::fd::FromRawFd as _;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -44,6 +53,9 @@ struct Agent {
     kept: HashMap<Language, Interpreter>,
     /// Set by the first request.
     key: Option<wire::Key>,
+    /// During a relayed call, the relay and its ancestors: what carries the
+    /// answer out must outlive the call's sweeps.
+    carriers: HashSet<procs::Identity>,
 }
 
 /// The channel's two output streams, written unbuffered.
@@ -55,7 +67,7 @@ struct Channel {
 
 impl Agent {
     fn keep(&self) -> HashSet<procs::Identity> {
-        self.kept.values().map(Interpreter::identity).collect()
+        self.kept.values().map(Interpreter::identity).chain(self.carriers.iter().copied()).collect()
     }
 
     fn children(&self) -> HashSet<i32> {
@@ -66,13 +78,14 @@ impl Agent {
         procs::sweep(&self.keep(), &self.children())
     }
 
-    /// Waits for the next request on fd 0, meanwhile dropping what idle
-    /// interpreters print and letting go of any that ends.
-    fn idle(&mut self, stdin: &File) {
+    /// Waits until `next` (the request's input, or the listening socket) is
+    /// readable, meanwhile dropping what idle interpreters print and letting go
+    /// of any that ends.
+    fn idle(&mut self, next: RawFd) {
         loop {
             let watched: Vec<(Language, i32)> =
                 self.kept.iter().flat_map(|(l, it)| it.idle_fds().into_iter().map(move |fd| (*l, fd))).collect();
-            let mut fds = vec![pipes::readable(std::os::fd::AsRawFd::as_raw_fd(stdin))];
+            let mut fds = vec![pipes::readable(next)];
             fds.extend(watched.iter().map(|(_, fd)| pipes::readable(*fd)));
             pipes::poll(&mut fds, None);
             let mut ending = HashSet::new();
@@ -114,7 +127,7 @@ impl Agent {
         let refused = match req.kind.as_str() {
             "ready" | "project" => None,
             "cell" | "snippet" if language.is_none() => Some(format!("no kept interpreter for {:?}", req.language)),
-            "cell" | "snippet" => files::write_files(Path::new(procs::WORK), &req.files).err(),
+            "cell" | "snippet" => files::write_files(procs::work(), &req.files).err(),
             other => Some(format!("unknown call kind {other:?}")),
         };
         status.refused = refused;
@@ -140,28 +153,48 @@ impl Agent {
     }
 }
 
-fn serve(word: &str, seat: procs::Seat) -> Result<(), String> {
-    // Before anything the host sends arrives: nothing beside the agent may read it.
+/// What every seat does first: nothing beside the agent may read what the host
+/// sends, and a hosted agent runs as the guest, never as root.
+fn guard(seat: procs::Seat) -> Result<(), String> {
     procs::undumpable().map_err(|e| format!("prctl(PR_SET_DUMPABLE, 0): {e}"))?;
     // SAFETY: getuid has no preconditions.
     if seat == procs::Seat::Hosted && unsafe { libc::getuid() } == 0 {
         // Every process of the sandbox would be its sweep's to kill, the vendor's too.
-        return Err("attach refuses to run as root: start it as the sandbox's guest user".into());
+        return Err(
+            "a hosted agent (attach, listen) refuses to run as root: start it as the sandbox's guest user".into()
+        );
     }
+    Ok(())
+}
+
+/// Takes the seat: from here on the sweep spares what it must.
+fn seat(seat: procs::Seat) -> Result<(), String> {
     procs::seat_at(seat);
     if seat == procs::Seat::Hosted {
         procs::subreaper().map_err(|e| format!("prctl(PR_SET_CHILD_SUBREAPER, 1): {e}"))?;
     }
+    Ok(())
+}
+
+/// This process's stdin, stdout and stderr as owned files.
+fn own_streams() -> Result<(File, Channel), String> {
     let dup = |f: std::os::fd::BorrowedFd<'_>| f.try_clone_to_owned().map(File::from);
     let stdin = dup(std::io::stdin().as_fd()).map_err(|e| format!("stdin: {e}"))?;
     let chan = Channel {
         out: dup(std::io::stdout().as_fd()).map_err(|e| format!("stdout: {e}"))?,
         err: dup(std::io::stderr().as_fd()).map_err(|e| format!("stderr: {e}"))?,
     };
+    Ok((stdin, chan))
+}
+
+fn serve(word: &str, at: procs::Seat) -> Result<(), String> {
+    guard(at)?;
+    seat(at)?;
+    let (stdin, chan) = own_streams()?;
     (&chan.out).write_all(word.as_bytes()).map_err(|e| format!("saying it is ready: {e}"))?;
     let mut agent = Agent::default();
     loop {
-        agent.idle(&stdin);
+        agent.idle(stdin.as_raw_fd());
         match wire::read_request(&mut &stdin, &mut agent.key) {
             Ok(Some(req)) => agent.call(req, &chan).map_err(|e| format!("answering: {e}"))?,
             // The host let go of the session.
@@ -171,12 +204,90 @@ fn serve(word: &str, seat: procs::Seat) -> Result<(), String> {
     }
 }
 
+/// Points fds 0, 1 and 2 at `/dev/null`: the starting exec's streams must close
+/// once the first answer is out, or its stream would never end.
+fn let_go_of_streams() -> Result<(), String> {
+    let null = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null").map_err(|e| e.to_string())?;
+    for fd in 0..3 {
+        // SAFETY: dup2 onto a standard descriptor this process owns.
+        if unsafe { libc::dup2(null.as_raw_fd(), fd) } < 0 {
+            return Err(std::io::Error::last_os_error().to_string());
+        }
+    }
+    Ok(())
+}
+
+fn listen(socket: &Path) -> Result<(), String> {
+    guard(procs::Seat::Hosted)?;
+    procs::work_at(std::env::current_dir().map_err(|e| format!("the work directory: {e}"))?);
+    let listener = listen::bind(socket).map_err(|e| format!("listening on {}: {e}", socket.display()))?;
+    let mut done = [0; 2];
+    // SAFETY: `done` is a valid out-array of two descriptors.
+    if unsafe { libc::pipe2(done.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: pipe2 just opened both ends, owned by nothing else.
+    let (done_r, done_w) = unsafe { (File::from_raw_fd(done[0]), File::from_raw_fd(done[1])) };
+    // SAFETY: the agent has started no thread, so the child is a whole copy of
+    // a single-threaded process and may go on running Rust.
+    match unsafe { libc::fork() } {
+        -1 => Err(format!("fork: {}", std::io::Error::last_os_error())),
+        0 => {
+            drop(done_r);
+            // SAFETY: setsid has no preconditions; the child leads no group yet.
+            if unsafe { libc::setsid() } < 0 {
+                return Err(format!("setsid: {}", std::io::Error::last_os_error()));
+            }
+            seat(procs::Seat::Hosted)?;
+            let mut agent = Agent::default();
+            let mut served = HashSet::new();
+            let (stdin, chan) = own_streams()?;
+            let first = wire::read_request(&mut &stdin, &mut agent.key)
+                .map_err(|e| format!("reading the first request: {e}"))?
+                .ok_or("the first request never came")?;
+            served.insert(first.nonce.clone());
+            agent.call(first, &chan).map_err(|e| format!("answering: {e}"))?;
+            drop((stdin, chan));
+            let_go_of_streams()?;
+            (&done_w).write_all(b".").map_err(|e| e.to_string())?;
+            drop(done_w);
+            loop {
+                agent.idle(listener.as_raw_fd());
+                let Some(mut call) = listen::accept(&listener) else { continue };
+                let chan = Channel { out: call.out, err: call.err };
+                // A stranger's connection, or a request already served, is dropped.
+                if let Ok(Some(req)) = wire::read_request(&mut call.input, &mut agent.key)
+                    && served.insert(req.nonce.clone())
+                {
+                    agent.carriers = procs::lineage(call.peer);
+                    // An exec cancelled mid-answer leaves nothing to write to; the
+                    // next call's sweep clears what it ran.
+                    let _ = agent.call(req, &chan);
+                    agent.carriers.clear();
+                }
+            }
+        }
+        _ => {
+            drop(done_w);
+            drop(listener);
+            let mut said = Vec::new();
+            let _ = (&done_r).read_to_end(&mut said);
+            if said.is_empty() { Err("the session agent ended before it took the session".into()) } else { Ok(()) }
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let outcome = match args.as_slice() {
         [verb, word] if verb == "serve" && !word.is_empty() => serve(word, procs::Seat::Init),
         [verb, word] if verb == "attach" && !word.is_empty() => serve(word, procs::Seat::Hosted),
-        _ => Err("usage: plimsoll-agent serve WORD | plimsoll-agent attach WORD".into()),
+        [verb, socket] if verb == "listen" && !socket.is_empty() => listen(Path::new(socket)),
+        [verb, socket] if verb == "relay" && !socket.is_empty() => listen::relay(Path::new(socket)),
+        _ => Err(
+            "usage: plimsoll-agent serve WORD | plimsoll-agent attach WORD | plimsoll-agent listen SOCKET | plimsoll-agent relay SOCKET"
+                .into(),
+        ),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -22,10 +23,31 @@ pub enum Seat {
 }
 
 static SEAT: OnceLock<Seat> = OnceLock::new();
+/// The processes other than the agent's that a hosted agent found at its start,
+/// before anything of the caller's existed: the sandbox's own (its main process,
+/// the vendor's supervisor), which no sweep touches.
+static BASELINE: OnceLock<HashSet<Identity>> = OnceLock::new();
+/// The work directory every child starts in, fixed at the agent's start.
+static WORK_DIR: OnceLock<PathBuf> = OnceLock::new();
 
-/// Sets where the agent runs, once, before the first sweep.
+/// Sets where the agent runs, once, before the first sweep. Seated
+/// [`Seat::Hosted`], every process already there is taken as the sandbox's own.
 pub fn seat_at(seat: Seat) {
-    let _ = SEAT.set(seat);
+    if SEAT.set(seat).is_ok() && seat == Seat::Hosted {
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
+        let _ = BASELINE.set(pids().into_iter().filter(|&p| p != me).filter_map(identity).collect());
+    }
+}
+
+/// Sets the work directory, once, before the first child starts.
+pub fn work_at(dir: PathBuf) {
+    let _ = WORK_DIR.set(dir);
+}
+
+/// The work directory every child starts in ([`WORK`] until told).
+pub fn work() -> &'static Path {
+    WORK_DIR.get().map_or(Path::new(WORK), PathBuf::as_path)
 }
 
 /// Where the agent runs ([`Seat::Init`] until told).
@@ -50,7 +72,7 @@ pub const GRANT_ENV: [&str; 6] = [
     "PYTHONPATH",
 ];
 
-/// The work directory every child starts in.
+/// The work directory of a docker session container, and of an agent not told another.
 pub const WORK: &str = "/work";
 
 /// The exit status of a cell, snippet or project stopped at its deadline.
@@ -105,14 +127,16 @@ fn pids() -> Vec<i32> {
 /// as parent of, except `children` (whose owners wait for them). Returns how many
 /// processes survived every round: 0 unless something resists a SIGKILL.
 ///
-/// Seated [`Seat::Hosted`], the agent's ancestors are spared and a process the
-/// kill is not permitted to reach (another user's: the vendor's own) is not
-/// counted: only what the guest could signal is the session's.
+/// Seated [`Seat::Hosted`], the agent's ancestors and the processes there at its
+/// start are spared, and a process the kill is not permitted to reach (another
+/// user's: the vendor's own) is not counted: only what the guest could signal,
+/// and started since, is the session's.
 pub fn sweep(keep: &HashSet<Identity>, children: &HashSet<i32>) -> u32 {
     // SAFETY: getpid has no preconditions.
     let me = unsafe { libc::getpid() };
     let hosted = seat() == Seat::Hosted;
     let spared = if hosted { ancestors(me) } else { HashSet::new() };
+    let baseline = BASELINE.get();
     let mut left = Vec::new();
     for _ in 0..SWEEP_ROUNDS {
         left.clear();
@@ -135,7 +159,8 @@ pub fn sweep(keep: &HashSet<Identity>, children: &HashSet<i32>) -> u32 {
                 }
                 continue;
             }
-            if keep.contains(&Identity { pid, start: s.start }) {
+            let id = Identity { pid, start: s.start };
+            if keep.contains(&id) || baseline.is_some_and(|b| b.contains(&id)) {
                 continue;
             }
             left.push(pid);
@@ -168,6 +193,13 @@ fn ancestors(pid: i32) -> HashSet<i32> {
         at = stat(at).map_or(0, |s| s.parent);
     }
     seen
+}
+
+/// `pid` and its ancestors, each as its identity now.
+pub fn lineage(pid: i32) -> HashSet<Identity> {
+    let mut line = ancestors(pid);
+    line.insert(pid);
+    line.into_iter().filter_map(identity).collect()
 }
 
 /// Makes the agent the reaper of every orphan its descendants leave, as PID 1
@@ -249,14 +281,14 @@ pub fn exit_status(s: std::process::ExitStatus) -> i32 {
     s.code().unwrap_or_else(|| 128 + s.signal().unwrap_or(0))
 }
 
-/// Starts `argv` in [`WORK`] with [`ENV`], in a session of its own (so its group
+/// Starts `argv` in [`work`] with [`ENV`], in a session of its own (so its group
 /// can be killed whole), with piped stdin and stdout, and `stderr`. With `done`,
 /// that descriptor becomes the child's fd 3.
 pub fn spawn(argv: &[&str], stderr: Stdio, done: Option<&OwnedFd>) -> io::Result<Child> {
     let (program, args) = argv.split_first().ok_or_else(|| io::Error::other("an empty command"))?;
     let mut cmd = Command::new(program);
     cmd.args(args)
-        .current_dir(WORK)
+        .current_dir(work())
         .env_clear()
         .envs(ENV)
         .envs(GRANT_ENV.iter().filter_map(|k| std::env::var(k).ok().map(|v| (*k, v))))
