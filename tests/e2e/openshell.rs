@@ -6,11 +6,13 @@
 //! misbehaviour the fake can show, refused or survived by name; the client key
 //! never in the log.
 
-use plimsoll_client::{Client, Options};
+use plimsoll_client::{Client, Options, SessionOptions};
+use plimsoll_core::wire::SessionEnd;
 use plimsoll_core::{Floor, Reason};
 
-use super::fakes::{Fake, daemon_env, pairs};
-use super::{Daemon, refused_start, rt, scratch};
+use super::fakes::{Fake, daemon_env, pairs, settle};
+use super::session_suite::{self, Target};
+use super::{Daemon, callers, refused_start, rt, scratch};
 
 pub(super) const TOKEN: &str = "openshell-suite-token-openshell-suite-0123456";
 
@@ -50,6 +52,73 @@ fn the_conformance_suite_passes_against_the_openshell_fake_at_tier_container() {
         log.iter()
             .any(|l| l.contains(r#""msg":"plugin http call""#) && l.contains("/openshell.v1.OpenShell/ExecSandbox"))
     );
+}
+
+/// The session conformance suite against the openshell fake: the agent, started
+/// by one exec and reached by a relay exec per call, keeps the interpreters,
+/// sweeps between calls and walks the storage under `/tmp`; the sandbox and its
+/// policy are read back before every call, and it is deleted with the session.
+#[test]
+fn the_session_suite_passes_against_the_openshell_fake_at_tier_container() {
+    let Some(fake) = Fake::start("openshell", None) else { return };
+    let dir = scratch("openshell-sessions");
+    let (file, tokens) = callers(&dir, &["ana", "ben"]);
+    let file = file.display().to_string();
+    let extra = [
+        ("PLIMSOLL_CLIENTS_FILE", file.as_str()),
+        ("SANDBOX_MAX_SESSIONS", "2"),
+        ("SANDBOX_SESSION_IDLE", "2s"),
+        ("SANDBOX_SESSION_DISK_MB", "32"),
+    ];
+    let Some(env) = env(&fake, &dir, &extra) else { return };
+    let env: Vec<(String, String)> = env.into_iter().filter(|(k, _)| k != "PLIMSOLL_TOKEN").collect();
+    let d = Daemon::start(&pairs(&env));
+    session_suite::run(&Target {
+        url: d.url(),
+        tokens: [tokens[0].clone(), tokens[1].clone()],
+        sandbox: "openshell",
+        tier: "container",
+        languages: &["javascript", "python"],
+        read: |path| format!("require('fs').readFileSync('{path}', 'utf8')"),
+        processes: true,
+        snippets_share_files: true,
+        max_sessions: 2,
+        above: Some(Floor::Kernel),
+    });
+    assert_eq!(settle(&fake, 0), 0, "sandboxes left behind");
+}
+
+/// A call whose request is over the gateway's message cap (a cell given a
+/// 1 MiB file) reaches the agent through a staged file; a session's sandbox
+/// whose effective policy changes at the gateway after the open ends the session
+/// as `sandbox_changed` before the next call runs, and is deleted.
+#[test]
+fn an_openshell_session_takes_a_large_call_and_ends_when_its_policy_changes() {
+    let Some(fake) = Fake::start("openshell", Some("late-drift")) else { return };
+    let dir = scratch("openshell-late-drift");
+    let Some(env) = env(&fake, &dir, &[("SANDBOX_MAX_SESSIONS", "1")]) else { return };
+    let d = Daemon::start(&pairs(&env));
+    let client = Client::new(&d.url(), Some(TOKEN.into())).expect("client");
+    let rt = rt();
+    let s = rt.block_on(client.open_session(&SessionOptions::default())).expect("open");
+    let big = "x".repeat(1 << 20);
+    let code = "require('fs').statSync('big.txt').size";
+    let r = rt.block_on(s.run_cell("javascript", code, &[("big.txt", &big)], &Options::default())).expect("first call");
+    assert_eq!(r.cell.expect("cell").stdout, b"1048576\n");
+    let e = rt.block_on(s.run_cell("javascript", "1", &[], &Options::default())).expect_err("changed");
+    match &e {
+        plimsoll_client::Error::SessionEnded { end, detail, .. } => {
+            assert_eq!(*end, SessionEnd::SandboxChanged, "{detail}");
+            assert!(
+                detail.contains("the session's openshell sandbox changed since it was opened (its effective policy is not its own (a global policy governs it)); nothing ran"),
+                "{detail}"
+            );
+        }
+        other => panic!("expected the session to have ended: {other:?}"),
+    }
+    assert!(!e.may_have_run(), "{e}");
+    assert_eq!(rt.block_on(s.close()).expect("close").ended, SessionEnd::SandboxChanged);
+    assert_eq!(settle(&fake, 0), 0, "the changed sandbox was deleted");
 }
 
 /// Starts a daemon against the fake misbehaving as `mode`; returns why it refused to start.

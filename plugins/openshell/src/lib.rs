@@ -20,6 +20,7 @@
 mod gateway;
 mod grpc;
 mod pb;
+mod session;
 
 wit_bindgen::generate!({
     world: "plimsoll:provider/provider-plugin",
@@ -30,7 +31,7 @@ wit_bindgen::generate!({
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
-use exports::plimsoll::provider::provider::{Answer, CallError, Description, Guest, GuestSession, RunError, Session};
+use exports::plimsoll::provider::provider::{Description, Guest, RunError};
 use gateway::{Filesystem, Policy, Spec, Template};
 use pb::Json;
 use plimsoll::host::{config, log};
@@ -38,6 +39,7 @@ use plimsoll::types::types::{
     Evidence, File, Limits, ModuleRequest, ModuleResult, Output, ProjectOutcome, ProjectResult, Refusal, RefusalReason,
     SnippetResult, StepResult, Tier,
 };
+use plimsoll_plugin_agent::runner;
 use plimsoll_plugin_remote::{self as remote, Remote, wrapper};
 
 /// Where a run's files go: `/tmp` is the only writable directory.
@@ -92,15 +94,28 @@ fn settings() -> Result<Settings, Refusal> {
 }
 
 /// The policy every sandbox gets: no network rule at all (so the gateway's
-/// proxy denies all egress), the system read-only, `/tmp` the only writable
-/// directory, Landlock required rather than best effort, the guest's own ids.
+/// proxy denies all egress), the system read-only (with plimsoll's programs,
+/// which a session's agent runs, and the container's cgroup, where a session's
+/// project runner reads its memory), `/tmp` the only writable directory,
+/// Landlock required rather than best effort, the guest's own ids.
 fn policy() -> Policy {
     let paths = |p: &[&str]| p.iter().map(|s| s.to_string()).collect();
     Policy {
         version: 1,
         filesystem: Some(Filesystem {
             include_workdir: false,
-            read_only: paths(&["/usr", "/lib", "/lib64", "/bin", "/sbin", "/etc", "/proc", "/dev/urandom"]),
+            read_only: paths(&[
+                "/usr",
+                "/lib",
+                "/lib64",
+                "/bin",
+                "/sbin",
+                "/etc",
+                "/proc",
+                "/dev/urandom",
+                "/opt/plimsoll",
+                "/sys/fs/cgroup",
+            ]),
             read_write: paths(&["/tmp", "/dev/null"]),
         }),
         landlock: Some("hard_requirement".into()),
@@ -179,6 +194,9 @@ struct Sandbox {
     image: String,
     driver: String,
     policy_hash: String,
+    /// The spec and labels it was created with, which every read-back must show.
+    wanted: Spec,
+    labels: BTreeMap<String, String>,
 }
 
 impl Drop for Sandbox {
@@ -215,8 +233,9 @@ fn gateway_checked() -> Result<String, Refusal> {
 }
 
 impl Sandbox {
-    /// Creates, waits for and reads back a sandbox for a run of `budget`.
-    /// Nothing of the caller's is in it yet, so every failure is a refusal.
+    /// Creates, waits for and reads back a sandbox that lives at most `budget`
+    /// (its lifetime label). Nothing of the caller's is in it yet, so every
+    /// failure is a refusal.
     fn open(budget: Duration) -> Result<Sandbox, Refusal> {
         let s = settings()?;
         let driver = gateway_checked()?;
@@ -239,6 +258,8 @@ impl Sandbox {
             image: s.image.clone(),
             driver,
             policy_hash: String::new(),
+            wanted,
+            labels,
         };
         let until = Instant::now() + START_WITHIN;
         let read = loop {
@@ -266,28 +287,43 @@ impl Sandbox {
                 }
             }
         };
-        if read.name != sandbox.name || read.id != sandbox.id || read.id.is_empty() {
-            return Err(isolation(format!("the gateway read back sandbox {:?} ({:?})", read.name, read.id)));
-        }
-        if read.labels != labels {
-            return Err(isolation("its labels differ".into()));
-        }
-        if let Some(what) = difference(&wanted, &read.spec) {
-            return Err(isolation(format!("the read-back differs in {what}")));
-        }
+        sandbox.differs(&read).map_or(Ok(()), |e| Err(isolation(e)))?;
         let effective =
             gateway::effective(&sandbox.id).map_err(|e| env("reading the sandbox's effective policy", e))?;
-        if !effective.own {
-            return Err(isolation("its effective policy is not its own (a global policy governs it)".into()));
-        }
-        if effective.policy != wanted.policy {
-            return Err(isolation("its effective policy differs from the one sent".into()));
-        }
-        if effective.hash.len() != 64 || !effective.hash.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(isolation(format!("its policy hash {:?} is not a SHA-256", effective.hash)));
-        }
+        sandbox.policy_differs(&effective).map_or(Ok(()), |e| Err(isolation(e)))?;
         sandbox.policy_hash = effective.hash;
         Ok(sandbox)
+    }
+
+    /// How `read` differs from the sandbox this run created: another sandbox,
+    /// other labels, or any setting of its spec.
+    fn differs(&self, read: &gateway::Sandbox) -> Option<String> {
+        if read.name != self.name || read.id != self.id || read.id.is_empty() {
+            return Some(format!("the gateway read back sandbox {:?} ({:?})", read.name, read.id));
+        }
+        if read.labels != self.labels {
+            return Some("its labels differ".into());
+        }
+        difference(&self.wanted, &read.spec).map(|what| format!("the read-back differs in {what}"))
+    }
+
+    /// How the sandbox's effective policy differs from the one sent: a global
+    /// one governs it, another policy, a hash that is no SHA-256, or (once read
+    /// at the open) a hash other than that one.
+    fn policy_differs(&self, effective: &gateway::Effective) -> Option<String> {
+        if !effective.own {
+            return Some("its effective policy is not its own (a global policy governs it)".into());
+        }
+        if effective.policy != self.wanted.policy {
+            return Some("its effective policy differs from the one sent".into());
+        }
+        if effective.hash.len() != 64 || !effective.hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Some(format!("its policy hash {:?} is not a SHA-256", effective.hash));
+        }
+        if !self.policy_hash.is_empty() && effective.hash != self.policy_hash {
+            return Some(format!("its policy hash is now {}, not {}", effective.hash, self.policy_hash));
+        }
+        None
     }
 
     /// Leaves the delete to the host, which books every sandbox a create made
@@ -449,10 +485,10 @@ fn sweep(keep: &[String]) -> Result<Vec<String>, String> {
 }
 
 plimsoll_plugin_remote::wit_glue!("openshell");
-plimsoll_plugin_remote::no_sessions!("openshell");
+plimsoll_plugin_agent::session_glue!();
 
 impl Guest for Plugin {
-    type Session = NoSession;
+    type Session = session::OpenshellSession;
 
     fn describe() -> Description {
         Description {
@@ -460,7 +496,7 @@ impl Guest for Plugin {
             languages: vec!["javascript".into(), "python".into()],
             projects: true,
             modules: false,
-            sessions: false,
+            sessions: true,
             max_timeout_ms: MAX_TIMEOUT_MS,
             max_project_timeout_ms: MAX_TIMEOUT_MS,
         }

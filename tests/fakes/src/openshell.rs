@@ -33,12 +33,16 @@ use proto::{
 };
 
 /// Each way this fake can misbehave, and what it does.
-pub const MODES: [(&str, &str); 12] = [
+pub const MODES: [(&str, &str); 13] = [
     ("redirect", "every answer is a 307 redirect elsewhere, with no gRPC body"),
     ("weaker", "the read-back grants more than asked: 8 CPUs, 16Gi and a network rule to any host on 443"),
     ("foreign-driver", "GetGatewayInfo reports the kubernetes compute driver"),
     ("proposals", "GetGatewayConfig reports agent_policy_proposals_enabled = true"),
     ("policy-drift", "GetSandboxConfig's policy has a rule the submitted one lacks, from the GLOBAL source"),
+    (
+        "late-drift",
+        "as policy-drift, but only from a sandbox's third GetSandboxConfig on (a session's sandbox changed after its open)",
+    ),
     ("unknown-field", "the read-back's spec.template carries field 99, which the protos do not define"),
     ("malformed", "GetSandbox answers bytes that are not protobuf, in a well-formed gRPC frame"),
     ("truncated", "ExecSandbox streams the output but no exit event, then status OK"),
@@ -56,6 +60,7 @@ pub enum Mode {
     ForeignDriver,
     Proposals,
     PolicyDrift,
+    LateDrift,
     UnknownField,
     Malformed,
     Truncated,
@@ -74,6 +79,7 @@ impl Mode {
             "foreign-driver" => Mode::ForeignDriver,
             "proposals" => Mode::Proposals,
             "policy-drift" => Mode::PolicyDrift,
+            "late-drift" => Mode::LateDrift,
             "unknown-field" => Mode::UnknownField,
             "malformed" => Mode::Malformed,
             "truncated" => Mode::Truncated,
@@ -115,6 +121,8 @@ struct Record {
     /// Metadata and spec as stored (the spec as submitted, normalised).
     sandbox: Sandbox,
     backend: Backend,
+    /// GetSandboxConfig calls answered for it.
+    config_reads: u32,
 }
 
 /// The fake.
@@ -123,6 +131,8 @@ pub struct Fake {
     mode: Option<Mode>,
     sandboxes: Mutex<BTreeMap<String, Record>>,
     driver_version: tokio::sync::OnceCell<String>,
+    /// Execs started, to name each one's processes apart.
+    execs: std::sync::atomic::AtomicU64,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -229,7 +239,13 @@ fn docker_cpus(nano: i64) -> String {
 impl Fake {
     /// A fake over `backing`, misbehaving as `mode` says.
     pub fn new(backing: Arc<Backing>, mode: Option<Mode>) -> Fake {
-        Fake { backing, mode, sandboxes: Mutex::new(BTreeMap::new()), driver_version: tokio::sync::OnceCell::new() }
+        Fake {
+            backing,
+            mode,
+            sandboxes: Mutex::new(BTreeMap::new()),
+            driver_version: tokio::sync::OnceCell::new(),
+            execs: std::sync::atomic::AtomicU64::new(0),
+        }
     }
 
     /// The image every sandbox runs, pinned by its ID.
@@ -440,7 +456,7 @@ impl Fake {
                     self.image()
                 )));
             }
-            let record = Record { sandbox, backend: Backend::Starting };
+            let record = Record { sandbox, backend: Backend::Starting, config_reads: 0 };
             // The answer is the sandbox as stored; the modes that lie do so in
             // the read-backs.
             let answer = SandboxResponse { sandbox: Some(self.view(&record)) }.encode_to_vec();
@@ -548,12 +564,17 @@ impl Fake {
     }
 
     fn sandbox_config(&self, req: &proto::GetSandboxConfigRequest) -> Result<Vec<u8>, Status> {
-        let policy = {
-            let all = lock(&self.sandboxes);
-            let r = all.get(&req.sandbox_id).ok_or_else(|| Status::not_found("sandbox not found"))?;
-            r.sandbox.spec.as_ref().and_then(|s| s.policy.clone())
+        let (policy, reads) = {
+            let mut all = lock(&self.sandboxes);
+            let r = all.get_mut(&req.sandbox_id).ok_or_else(|| Status::not_found("sandbox not found"))?;
+            r.config_reads += 1;
+            (r.sandbox.spec.as_ref().and_then(|s| s.policy.clone()), r.config_reads)
         };
-        let drift = self.mode == Some(Mode::PolicyDrift);
+        let drift = match self.mode {
+            Some(Mode::PolicyDrift) => true,
+            Some(Mode::LateDrift) => reads >= 3,
+            _ => false,
+        };
         let policy = if drift {
             let mut p = policy.unwrap_or(SandboxPolicy { version: 1, ..SandboxPolicy::default() });
             p.network_policies.insert("drift".into(), rule("drift", "drift.openshell.test"));

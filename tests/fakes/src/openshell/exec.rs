@@ -2,6 +2,7 @@
 //! it comes and one exit event, as the gateway relays an exec.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -45,11 +46,13 @@ impl Fake {
         let script = "[ -z \"$1\" ] || cd -- \"$1\" || exit 1; shift; exec \"$@\"";
         let mut argv = vec!["sh".into(), "-c".into(), script.into(), "sh".into(), req.workdir.clone()];
         argv.extend(req.command.iter().cloned());
+        let marker = format!("{id}-exec-{}", self.execs.fetch_add(1, Ordering::Relaxed));
         let process = Process {
             argv,
             cwd: docker::WORKSPACE.into(),
             env: req.environment.clone().into_iter().collect(),
             stdin: Some(Bytes::from(req.stdin.clone())),
+            marker: Some(marker.clone()),
             ..Process::default()
         };
         let (tx, rx) = mpsc::channel(16);
@@ -60,9 +63,10 @@ impl Fake {
         let ended = forward(rx, &sink, timeout, req.tty, self.mode == Some(Mode::Truncated)).await;
         match ended {
             Ended::Gone => {
-                // The client cancelled: its process goes too.
+                // The client cancelled: this exec's processes go too (the
+                // gateway kills the command's process group), not the others.
                 run.abort();
-                self.backing.kill_guest(&id).await;
+                self.backing.kill_marked(&id, &marker).await;
             }
             Ended::Exited | Ended::TimedOut => {}
             Ended::NoExit => {

@@ -55,7 +55,7 @@ fn stored(f: &Fake, name: &str, labels: &[(&str, &str)], backend: Backend) -> St
     };
     let (sandbox, _) = f.plan(req).expect("valid");
     let id = sandbox.metadata.as_ref().map(|m| m.id.clone()).unwrap_or_default();
-    lock(&f.sandboxes).insert(id.clone(), Record { sandbox, backend });
+    lock(&f.sandboxes).insert(id.clone(), Record { sandbox, backend, config_reads: 0 });
     id
 }
 
@@ -284,6 +284,20 @@ async fn sandbox_config_hashes_the_submitted_policy_unless_it_drifted() {
     let f = fake(None);
     let req = proto::GetSandboxConfigRequest { sandbox_id: "nope".into() };
     assert_eq!(answer(Arc::clone(&f).handle(call("GetSandboxConfig", &req)).await).await.0, "5");
+}
+
+#[tokio::test]
+async fn a_late_drift_shows_only_from_a_sandboxs_third_config_read() {
+    let f = fake(Some(Mode::LateDrift));
+    let id = stored(&f, "box", &[], Backend::Running);
+    let mut sources = Vec::new();
+    for _ in 0..4 {
+        let req = proto::GetSandboxConfigRequest { sandbox_id: id.clone() };
+        let (_, m) = answer(Arc::clone(&f).handle(call("GetSandboxConfig", &req)).await).await;
+        sources.push(proto::GetSandboxConfigResponse::decode(m[0].clone()).expect("config").policy_source);
+    }
+    let (own, global) = (PolicySource::Sandbox as i32, PolicySource::Global as i32);
+    assert_eq!(sources, vec![own, own, global, global]);
 }
 
 #[test]

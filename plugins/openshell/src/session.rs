@@ -1,0 +1,209 @@
+//! OpenShell sessions: one sandbox kept for many calls, served by the session
+//! agent from the sandbox image's programs. OpenShell's exec takes a command's
+//! input whole, up front, so the agent cannot be kept attached: the exec that
+//! starts it (`plimsoll-agent listen`) carries the first request, which hands it
+//! the session key, and the agent answers on that exec's streams and goes into
+//! the background, listening on a Unix socket under `/tmp`. Every later call is
+//! one exec of `plimsoll-agent relay`, which hands the agent its own streams
+//! over the socket: the request arrives on the exec's input and the answer
+//! leaves on its output, authenticated exactly as docker's and e2b's
+//! (`plimsoll-plugin-agent`). The agent sweeps every process of the guest's but
+//! itself, the kept interpreters and what the sandbox had before the session
+//! (its main process), writes the call's files, runs it, and walks the guest's
+//! storage.
+//!
+//! Before each call the sandbox and its effective policy are read back as at
+//! the create: any difference ends the session as `sandbox_changed` before
+//! anything runs. A call's exec is cancelled should the agent outlast the
+//! call's budget and its grace; that ends the session.
+
+use std::cell::Cell;
+use std::time::{Duration, Instant};
+
+use plimsoll_plugin_agent::session::{self as agent, Agent, Channel};
+use plimsoll_plugin_remote::{Remote as _, random_hex};
+
+use crate::exports::plimsoll::provider::provider::{Answer, CallError, Ending, GuestSession, Session, SessionEnd};
+use crate::plimsoll::types::types::{Evidence, File, Limits, Refusal, RefusalReason};
+use crate::{
+    STDIN_CHUNK, Sandbox, gateway, refused, report_key, runner, runner_plan, session_cell, session_language,
+    session_project, session_snippet, settings, words,
+};
+
+/// The resident session agent, as the sandbox image installs it.
+const AGENT: &str = "/opt/plimsoll/plimsoll-agent";
+/// The session's work directory, under `/tmp`, the only writable directory.
+const WORK: &str = "/tmp/plimsoll/work";
+/// Where the agent's socket and a large request's staging file go.
+const AGENT_DIR: &str = "/tmp/plimsoll";
+/// The smallest session disk budget: the interpreters need room to start.
+const MIN_DISK_MB: u32 = 16;
+/// What a step of a session's project sees of its environment.
+const GUEST_ENV: [&str; 3] = ["PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"];
+
+/// The agent's channel: one exec per call on the session's sandbox.
+struct Gateway {
+    sandbox: Sandbox,
+    socket: String,
+    /// Whether the starting exec has been answered: from then on calls relay.
+    started: Cell<bool>,
+}
+
+impl Gateway {
+    /// The command and input of the exec that carries `request`. A request over
+    /// the gateway's message cap is written to a file first, which the exec
+    /// opens as its input and unlinks before the relay starts.
+    fn exec_for(&self, request: &[u8]) -> Result<(Vec<String>, Vec<u8>), String> {
+        if !self.started.get() {
+            let script = r#"mkdir -p -- "$1" && cd -- "$1" && exec "$2" listen "$3""#;
+            return Ok((words(&["sh", "-c", script, "sh", WORK, AGENT, &self.socket]), request.to_vec()));
+        }
+        if request.len() <= STDIN_CHUNK {
+            return Ok((words(&[AGENT, "relay", &self.socket]), request.to_vec()));
+        }
+        let staged = format!("{AGENT_DIR}/request-{}", random_hex(8));
+        self.sandbox.upload(&staged, request)?;
+        let script = r#"exec 0<"$1" && rm -f -- "$1" && exec "$2" relay "$3""#;
+        Ok((words(&["sh", "-c", script, "sh", &staged, AGENT, &self.socket]), Vec::new()))
+    }
+}
+
+impl Channel for Gateway {
+    fn converse(&self, request: &[u8], end: &[u8], timeout_ms: u32, cap: u32) -> Result<agent::Reply, String> {
+        let (argv, stdin) = self.exec_for(request)?;
+        let deadline = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
+        let cap = (cap as usize).saturating_add(end.len());
+        let done = self.sandbox.exec(argv, &stdin, deadline, cap)?;
+        let (mut stdout, mut stderr) = (done.stdout, done.stderr);
+        let strip = |b: &mut Vec<u8>| {
+            let whole = b.ends_with(end);
+            if whole {
+                b.truncate(b.len() - end.len());
+            }
+            whole
+        };
+        let (out_whole, err_whole) = (strip(&mut stdout), strip(&mut stderr));
+        let end = match done.exit_code {
+            _ if out_whole && err_whole => agent::ReplyEnd::Said,
+            None => agent::ReplyEnd::TimedOut,
+            Some(_) => agent::ReplyEnd::Ended,
+        };
+        if end == agent::ReplyEnd::Said {
+            self.started.set(true);
+        }
+        Ok(agent::Reply { end, stdout, stderr })
+    }
+}
+
+/// One session: its sandbox (deleted when dropped), served by the agent.
+pub struct OpenshellSession {
+    agent: Agent<Gateway>,
+    memory_mb: u32,
+}
+
+fn ended(end: SessionEnd, detail: String) -> CallError {
+    CallError::Ended(Ending { end, detail })
+}
+
+impl OpenshellSession {
+    /// Creates the session's sandbox, reads it back, and starts the agent in it.
+    fn open(limits: &Limits, lifetime_s: u32) -> Result<OpenshellSession, Refusal> {
+        let disk_mb = if limits.disk_mb == 0 { 1024 } else { limits.disk_mb };
+        if disk_mb < MIN_DISK_MB {
+            return Err(refused(
+                RefusalReason::Environment,
+                format!("a session disk budget of {disk_mb} MiB is below the {MIN_DISK_MB} MiB a session needs"),
+            ));
+        }
+        let memory_mb = settings()?.memory_mib;
+        let sandbox = Sandbox::open(Duration::from_secs(u64::from(lifetime_s)))?;
+        let socket = format!("{AGENT_DIR}/agent-{}.sock", random_hex(8));
+        let channel = Gateway { sandbox, socket, started: Cell::new(false) };
+        let agent = Agent::start(channel, disk_mb).map_err(|e| {
+            refused(
+                RefusalReason::Environment,
+                format!(
+                    "the session agent did not start in the openshell sandbox ({e}); sessions need an image with the sandbox image's programs under /opt/plimsoll (docs/providers/openshell.md)"
+                ),
+            )
+        })?;
+        Ok(OpenshellSession { agent, memory_mb })
+    }
+
+    fn sandbox(&self) -> &Sandbox {
+        &self.agent.channel().sandbox
+    }
+
+    /// Reads the sandbox and its effective policy back before a call: refused
+    /// when the gateway does not answer (the session goes on), ended when the
+    /// sandbox is gone, no longer ready, or changed.
+    fn check(&self) -> Result<(), CallError> {
+        let sandbox = self.sandbox();
+        let unanswered = |what: &str, e: String| {
+            CallError::Refused(refused(
+                RefusalReason::Environment,
+                format!("reading the session's openshell sandbox back failed ({what}: {e}); nothing ran"),
+            ))
+        };
+        let changed = |why: String| {
+            ended(
+                SessionEnd::SandboxChanged,
+                format!("the session's openshell sandbox changed since it was opened ({why}); nothing ran"),
+            )
+        };
+        let read = gateway::get(&sandbox.name).map_err(|e| unanswered("the sandbox", e))?.ok_or_else(|| {
+            ended(SessionEnd::SandboxChanged, "the session's openshell sandbox is gone; nothing ran".into())
+        })?;
+        if read.phase != gateway::READY {
+            return Err(changed(format!("it is no longer ready: {}", read.why)));
+        }
+        if let Some(why) = sandbox.differs(&read) {
+            return Err(changed(why));
+        }
+        let effective = gateway::effective(&sandbox.id).map_err(|e| unanswered("its effective policy", e))?;
+        sandbox.policy_differs(&effective).map_or(Ok(()), |why| Err(changed(why)))
+    }
+}
+
+impl GuestSession for OpenshellSession {
+    fn open(limits: Limits, lifetime_s: u32) -> Result<Session, Refusal> {
+        OpenshellSession::open(&limits, lifetime_s).map(Session::new)
+    }
+
+    fn evidence(&self) -> Evidence {
+        self.sandbox().evidence()
+    }
+
+    fn cell(&self, language: String, code: String, files: Vec<File>, limits: Limits) -> Result<Answer, CallError> {
+        session_language("openshell", &language)?;
+        self.check()?;
+        session_cell(&self.agent, (&language, &code, &files), &limits, self.memory_mb)
+    }
+
+    fn snippet(&self, language: String, code: String, limits: Limits) -> Result<Answer, CallError> {
+        session_language("openshell", &language)?;
+        self.check()?;
+        session_snippet(&self.agent, &language, &code, &limits)
+    }
+
+    fn project(
+        &self,
+        files: Vec<File>,
+        steps: Vec<String>,
+        artifacts: Vec<String>,
+        limits: Limits,
+    ) -> Result<Answer, CallError> {
+        self.check()?;
+        let key = report_key().map_err(CallError::Refused)?;
+        // The runner ends a step before the sandbox's memory runs out, so the kept
+        // interpreters and the agent live on; the sandbox is a container of its
+        // own, whose cgroup the policy lets the guest read.
+        let memory = (self.memory_mb, runner::MemorySource::Cgroup);
+        let plan = runner_plan((&files, &steps, &artifacts), &limits, memory, 0, (&GUEST_ENV, Some(WORK)), &key);
+        session_project(&self.agent, (plan, steps.len()), &limits, &key)
+    }
+
+    fn close(&self) {
+        // Deleting the sandbox is the sandbox's drop, when the host drops this.
+    }
+}
