@@ -8,9 +8,9 @@ use plimsoll_client::{Client, Options, SessionOptions};
 use plimsoll_core::wire::SessionEnd;
 use plimsoll_core::{Floor, Reason};
 
-use super::fakes::{Fake, daemon_env, pairs, settle};
+use super::fakes::{Fake, daemon_env, for_sessions, pairs, settle};
 use super::session_suite::{self, Target};
-use super::{Daemon, callers, refused_start, rt, scratch};
+use super::{Daemon, refused_start, rt, scratch};
 
 pub(super) const TOKEN: &str = "e2b-suite-token-e2b-suite-token-e2b-0123456";
 
@@ -51,20 +51,19 @@ fn the_conformance_suite_passes_against_the_e2b_fake_at_tier_vm() {
 fn the_session_suite_passes_against_the_e2b_fake_at_tier_vm() {
     let Some(fake) = Fake::start("e2b", None) else { return };
     let dir = scratch("e2b-sessions");
-    let (file, tokens) = callers(&dir, &["ana", "ben"]);
-    let file = file.display().to_string();
-    let extra = [
-        ("PLIMSOLL_CLIENTS_FILE", file.as_str()),
-        ("SANDBOX_MAX_SESSIONS", "2"),
-        ("SANDBOX_SESSION_IDLE", "2s"),
-        ("SANDBOX_SESSION_DISK_MB", "32"),
-    ];
-    let Some(env) = env(&fake, &dir, &extra) else { return };
-    let env: Vec<(String, String)> = env.into_iter().filter(|(k, _)| k != "PLIMSOLL_TOKEN").collect();
+    let Some(env) = env(&fake, &dir, &[]) else { return };
+    let (env, tokens) = for_sessions(env, &dir);
     let d = Daemon::start(&pairs(&env));
-    session_suite::run(&Target {
-        url: d.url(),
-        tokens: [tokens[0].clone(), tokens[1].clone()],
+    session_suite::run(&sessions(d.url(), tokens));
+    // Every session's sandbox went with its close.
+    assert_eq!(settle(&fake, 0), 0, "sandboxes left behind");
+}
+
+/// What the session suite expects of e2b's sessions at `url`.
+fn sessions(url: String, tokens: [String; 2]) -> Target {
+    Target {
+        url,
+        tokens,
         sandbox: "e2b",
         tier: "vm",
         languages: &["javascript", "python"],
@@ -73,9 +72,7 @@ fn the_session_suite_passes_against_the_e2b_fake_at_tier_vm() {
         snippets_share_files: true,
         max_sessions: 2,
         above: None,
-    });
-    // Every session's sandbox went with its close.
-    assert_eq!(settle(&fake, 0), 0, "sandboxes left behind");
+    }
 }
 
 /// A daemon for `fake` with one session allowed; its callers present [`TOKEN`].
@@ -259,8 +256,7 @@ fn a_e2b_daemon_with_grant_profiles_refuses_to_start() {
 #[test]
 #[ignore = "live: runs against E2B and is billed; needs E2B_API_KEY (and optionally E2B_TEMPLATE)"]
 fn live_conformance_against_e2b() {
-    let how =
-        "set it to a key of the team to bill (and E2B_TEMPLATE to a template with node and python3, default base)";
+    let how = "set it to a key of the team to bill (and E2B_TEMPLATE to a template built from the sandbox image: node, python3, /opt/plimsoll and a /work the guest owns)";
     let env = super::fakes::live_env("e2b", &["E2B_API_KEY"], &["E2B_TEMPLATE"], how, &scratch("e2b-live"), TOKEN);
     let template = std::env::var("E2B_TEMPLATE").unwrap_or_else(|_| "base".into());
     let d = Daemon::start(&pairs(&env));
@@ -273,4 +269,10 @@ fn live_conformance_against_e2b() {
         output_cap: 1 << 20,
     };
     super::conformance::suite(&d, TOKEN, &backend);
+    drop(d);
+    // Sessions, on a template with the sandbox image's programs (the guide's
+    // "Sessions"): the whole session suite, on a second daemon with two callers.
+    let (env, tokens) = for_sessions(env, &scratch("e2b-live-sessions"));
+    let d = Daemon::start(&pairs(&env));
+    session_suite::run(&sessions(d.url(), tokens));
 }

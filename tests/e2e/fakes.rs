@@ -201,6 +201,24 @@ pub(super) fn daemon_env(
 }
 
 /// Settings as the pairs `Daemon::start` takes.
+/// `env` for the session suite: two callers (`ana`, `ben`, in a callers file in
+/// `dir`) instead of the one token, two sessions at most, idle after 2 s, a 32 MiB
+/// disk budget. Returns the settings and the callers' tokens.
+pub(super) fn for_sessions(env: Vec<(String, String)>, dir: &Path) -> (Vec<(String, String)>, [String; 2]) {
+    let (file, tokens) = super::callers(dir, &["ana", "ben"]);
+    let mut env: Vec<(String, String)> = env.into_iter().filter(|(k, _)| k != "PLIMSOLL_TOKEN").collect();
+    env.extend(
+        [
+            ("PLIMSOLL_CLIENTS_FILE", file.display().to_string()),
+            ("SANDBOX_MAX_SESSIONS", "2".into()),
+            ("SANDBOX_SESSION_IDLE", "2s".into()),
+            ("SANDBOX_SESSION_DISK_MB", "32".into()),
+        ]
+        .map(|(k, v)| (k.to_string(), v)),
+    );
+    (env, [tokens[0].clone(), tokens[1].clone()])
+}
+
 pub(super) fn pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
     env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
 }

@@ -10,9 +10,9 @@ use plimsoll_client::{Client, Options, SessionOptions};
 use plimsoll_core::wire::SessionEnd;
 use plimsoll_core::{Floor, Reason};
 
-use super::fakes::{Fake, daemon_env, pairs, settle};
+use super::fakes::{Fake, daemon_env, for_sessions, pairs, settle};
 use super::session_suite::{self, Target};
-use super::{Daemon, callers, refused_start, rt, scratch};
+use super::{Daemon, refused_start, rt, scratch};
 
 pub(super) const TOKEN: &str = "openshell-suite-token-openshell-suite-0123456";
 
@@ -62,20 +62,18 @@ fn the_conformance_suite_passes_against_the_openshell_fake_at_tier_container() {
 fn the_session_suite_passes_against_the_openshell_fake_at_tier_container() {
     let Some(fake) = Fake::start("openshell", None) else { return };
     let dir = scratch("openshell-sessions");
-    let (file, tokens) = callers(&dir, &["ana", "ben"]);
-    let file = file.display().to_string();
-    let extra = [
-        ("PLIMSOLL_CLIENTS_FILE", file.as_str()),
-        ("SANDBOX_MAX_SESSIONS", "2"),
-        ("SANDBOX_SESSION_IDLE", "2s"),
-        ("SANDBOX_SESSION_DISK_MB", "32"),
-    ];
-    let Some(env) = env(&fake, &dir, &extra) else { return };
-    let env: Vec<(String, String)> = env.into_iter().filter(|(k, _)| k != "PLIMSOLL_TOKEN").collect();
+    let Some(env) = env(&fake, &dir, &[]) else { return };
+    let (env, tokens) = for_sessions(env, &dir);
     let d = Daemon::start(&pairs(&env));
-    session_suite::run(&Target {
-        url: d.url(),
-        tokens: [tokens[0].clone(), tokens[1].clone()],
+    session_suite::run(&sessions(d.url(), tokens));
+    assert_eq!(settle(&fake, 0), 0, "sandboxes left behind");
+}
+
+/// What the session suite expects of openshell's sessions at `url`.
+fn sessions(url: String, tokens: [String; 2]) -> Target {
+    Target {
+        url,
+        tokens,
         sandbox: "openshell",
         tier: "container",
         languages: &["javascript", "python"],
@@ -84,8 +82,7 @@ fn the_session_suite_passes_against_the_openshell_fake_at_tier_container() {
         snippets_share_files: true,
         max_sessions: 2,
         above: Some(Floor::Kernel),
-    });
-    assert_eq!(settle(&fake, 0), 0, "sandboxes left behind");
+    }
 }
 
 /// A call whose request is over the gateway's message cap (a cell given a
@@ -237,10 +234,16 @@ fn live_conformance_against_openshell() {
         "SANDBOX_OPENSHELL_IMAGE",
     ];
     let optional = ["SANDBOX_OPENSHELL_CA_FILE", "SANDBOX_OPENSHELL_CONNECT_TO"];
-    let how = "set them for a gateway with the docker driver (the CLI bundle's mtls/tls.crt and mtls/tls.key; the image pinned by digest, with node and python3; SANDBOX_OPENSHELL_CA_FILE for the bundle's ca.crt)";
+    let how = "set them for a gateway with the docker driver (the CLI bundle's mtls/tls.crt and mtls/tls.key; the image pinned by digest, built from the sandbox image (node, python3, /opt/plimsoll); SANDBOX_OPENSHELL_CA_FILE for the bundle's ca.crt)";
     let env = super::fakes::live_env("openshell", &needed, &optional, how, &scratch("openshell-live"), TOKEN);
     let var = |k: &str| std::env::var(k).unwrap_or_default();
     let d = Daemon::start(&pairs(&env));
     let environment = format!("openshell-image:{}", var("SANDBOX_OPENSHELL_IMAGE"));
     super::conformance::suite(&d, TOKEN, &backend(&environment));
+    drop(d);
+    // Sessions, on an image with the sandbox image's programs (the guide's
+    // "Sessions"): the whole session suite, on a second daemon with two callers.
+    let (env, tokens) = for_sessions(env, &scratch("openshell-live-sessions"));
+    let d = Daemon::start(&pairs(&env));
+    session_suite::run(&sessions(d.url(), tokens));
 }
