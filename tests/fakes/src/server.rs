@@ -120,6 +120,8 @@ pub async fn serve(listener: tokio::net::TcpListener, tls: Arc<rustls::ServerCon
     let acceptor = tokio_rustls::TlsAcceptor::from(tls);
     loop {
         let Ok((tcp, _)) = listener.accept().await else { continue };
+        // As the vendors' servers do (Go's and tonic's set it by default).
+        let _ = tcp.set_nodelay(true);
         let acceptor = acceptor.clone();
         let handler = Arc::clone(&handler);
         tokio::spawn(async move {
