@@ -11,6 +11,7 @@ pub use plimsoll_plugin_trust::{manifest, signature};
 
 mod book;
 pub mod broker;
+pub mod guard;
 mod host;
 pub mod http;
 mod provider;

@@ -66,7 +66,8 @@ fn answer(a: HostAnswer) -> Response<Full<Bytes>> {
     r
 }
 
-fn error(status: u16, message: &str) -> Response<Full<Bytes>> {
+/// A JSON error answer `{"error": message}` with `status`.
+pub(super) fn error(status: u16, message: &str) -> Response<Full<Bytes>> {
     answer(HostAnswer {
         status,
         content_type: "application/json".into(),
@@ -75,24 +76,23 @@ fn error(status: u16, message: &str) -> Response<Full<Bytes>> {
 }
 
 /// Compares without stopping at the first difference.
-fn same(a: &[u8], b: &[u8]) -> bool {
+pub(super) fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-async fn serve_one(api: Arc<dyn HostApi>, token: Arc<str>, req: Request<Incoming>) -> Response<Full<Bytes>> {
-    if req.method() != hyper::Method::POST || req.uri().path() != "/call" {
-        return error(404, "the broker socket answers POST /call only");
+/// A call's body: at most [`MAX_ENVELOPE_BYTES`], within [`BODY_DEADLINE`];
+/// otherwise the broker's answer.
+pub(super) async fn read_body(body: Incoming) -> Result<Bytes, Response<Full<Bytes>>> {
+    match tokio::time::timeout(BODY_DEADLINE, Limited::new(body, MAX_ENVELOPE_BYTES).collect()).await {
+        Ok(Ok(b)) => Ok(b.to_bytes()),
+        Ok(Err(_)) => Err(error(413, "host api request body too large")),
+        Err(_) => Err(error(408, "the call's body did not arrive within 10 s")),
     }
-    let presented = req.headers().get(hyper::header::AUTHORIZATION).map(|v| v.as_bytes().to_vec()).unwrap_or_default();
-    if !same(&presented, format!("Bearer {token}").as_bytes()) {
-        return error(401, "unknown or missing run token");
-    }
-    let body =
-        match tokio::time::timeout(BODY_DEADLINE, Limited::new(req.into_body(), MAX_ENVELOPE_BYTES).collect()).await {
-            Ok(Ok(b)) => b.to_bytes(),
-            Ok(Err(_)) => return error(413, "host api request body too large"),
-            Err(_) => return error(408, "the call's body did not arrive within 10 s"),
-        };
+}
+
+/// Puts the call whose envelope is `body` to `api`; a malformed envelope is
+/// refused before it reaches the broker.
+pub(super) async fn carry(api: Arc<dyn HostApi>, body: Bytes) -> Response<Full<Bytes>> {
     let env: Envelope = match serde_json::from_slice(&body) {
         Ok(e) => e,
         Err(_) => {
@@ -104,6 +104,20 @@ async fn serve_one(api: Arc<dyn HostApi>, token: Arc<str>, req: Request<Incoming
     match blocking.await {
         Ok(a) => answer(a),
         Err(_) => error(502, "host api unavailable"),
+    }
+}
+
+async fn serve_one(api: Arc<dyn HostApi>, token: Arc<str>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    if req.method() != hyper::Method::POST || req.uri().path() != "/call" {
+        return error(404, "the broker socket answers POST /call only");
+    }
+    let presented = req.headers().get(hyper::header::AUTHORIZATION).map(|v| v.as_bytes().to_vec()).unwrap_or_default();
+    if !same(&presented, format!("Bearer {token}").as_bytes()) {
+        return error(401, "unknown or missing run token");
+    }
+    match read_body(req.into_body()).await {
+        Ok(body) => carry(api, body).await,
+        Err(refused) => refused,
     }
 }
 
