@@ -109,6 +109,34 @@ fn a_session_whose_sandbox_changes_ends_before_the_next_call_runs() {
     assert_eq!(settle(&fake, 0), 0, "the changed sandbox was deleted");
 }
 
+/// An idle session's sandbox is paused at E2B (its container frozen), and the
+/// next call resumes it with the agent and the kept interpreter as they were.
+#[test]
+fn an_idle_e2b_session_is_paused_and_its_next_call_resumes_it() {
+    let Some(fake) = Fake::start("e2b", None) else { return };
+    let dir = scratch("e2b-pause");
+    let Some(env) = env(&fake, &dir, &[("SANDBOX_MAX_SESSIONS", "1"), ("SANDBOX_SESSION_IDLE", "1s")]) else {
+        return;
+    };
+    let d = Daemon::start(&pairs(&env));
+    let client = Client::new(&d.url(), Some(TOKEN.into())).expect("client");
+    let rt = rt();
+    let s = rt.block_on(client.open_session(&SessionOptions::default())).expect("open");
+    let r = rt.block_on(s.run_cell("javascript", "globalThis.kept = 41", &[], &Options::default())).expect("cell");
+    assert_eq!(r.cell.expect("cell").exit_code, 0);
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while fake.paused() == 0 && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(fake.paused(), 1, "the idle session's sandbox was paused");
+    assert!(d.log().iter().any(|l| l.contains(r#""msg":"session suspended""#)), "the log says so");
+    let r = rt.block_on(s.run_cell("javascript", "kept + 1", &[], &Options::default())).expect("resumed");
+    assert_eq!(r.cell.expect("cell").stdout, b"42\n", "the kept interpreter lived through the pause");
+    assert_eq!(fake.paused(), 0, "resumed");
+    rt.block_on(s.close()).expect("close");
+    assert_eq!(settle(&fake, 0), 0, "the session's sandbox was deleted");
+}
+
 #[test]
 fn the_operators_cap_lowers_the_tier_and_a_floor_above_it_creates_nothing() {
     let Some(fake) = Fake::start("e2b", None) else { return };

@@ -71,8 +71,18 @@ impl Fake {
 
     /// How many containers back its sandboxes now.
     pub fn sandboxes(&self) -> usize {
+        self.containers(&[])
+    }
+
+    /// How many of its sandboxes' containers are frozen (its sandboxes paused).
+    pub fn paused(&self) -> usize {
+        self.containers(&["--filter", "status=paused"])
+    }
+
+    fn containers(&self, filters: &[&str]) -> usize {
         let o = Command::new("docker")
             .args(["ps", "-q", "--filter", &format!("label=dev.plimsoll.fake={}", self.child.id())])
+            .args(filters)
             .output()
             .expect("docker ps");
         String::from_utf8_lossy(&o.stdout).lines().count()

@@ -113,6 +113,11 @@ impl GuestSession for DockerSession {
         session_project(&self.agent, (plan, steps.len()), &limits, &key)
     }
 
+    /// Never asked: the host pauses the container, which stands behind its own wall.
+    fn suspend(&self) -> Result<bool, String> {
+        Ok(false)
+    }
+
     fn close(&self) {
         self.agent.channel().0.remove();
     }

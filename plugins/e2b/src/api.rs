@@ -79,6 +79,30 @@ pub fn read_back(id: &str) -> Result<Option<Value>, String> {
     }
 }
 
+/// Pauses the sandbox (its memory and files kept, its compute not billed).
+/// One E2B says is already paused counts as paused.
+pub fn pause(id: &str) -> Result<(), String> {
+    let (status, answer) = call("POST", &format!("/sandboxes/{id}/pause"), Some(&json!({"memory": true})))?;
+    match status {
+        204 | 409 => Ok(()),
+        _ => Err(vendor_error("the pause", status, &answer)),
+    }
+}
+
+/// Resumes a paused sandbox (or, running, sets its timeout again), living
+/// `timeout_s` from now unless deleted sooner.
+pub fn resume(id: &str, timeout_s: u32) -> Result<(), String> {
+    let (status, answer) = call("POST", &format!("/sandboxes/{id}/connect"), Some(&json!({"timeout": timeout_s})))?;
+    if status != 200 && status != 201 {
+        return Err(vendor_error("the resume", status, &answer));
+    }
+    let v: Value = serde_json::from_slice(&answer).map_err(|_| "e2b's resume answer is not JSON".to_string())?;
+    match v.get("sandboxID").and_then(Value::as_str) {
+        Some(got) if got == id => Ok(()),
+        other => Err(format!("e2b's resume answer names sandbox {other:?}, not {id}")),
+    }
+}
+
 /// Kills the sandbox; one already gone counts as deleted.
 pub fn delete(id: &str) -> Result<(), String> {
     let (status, answer) = call("DELETE", &format!("/sandboxes/{id}"), None)?;

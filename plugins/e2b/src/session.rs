@@ -14,7 +14,7 @@
 //! The template must carry the sandbox image's programs under `/opt/plimsoll`
 //! and a `/work` the guest owns; an open says so when it does not.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use plimsoll_plugin_agent::session::{self as agent, Agent, Channel};
 use plimsoll_plugin_remote::random_hex;
@@ -22,8 +22,8 @@ use plimsoll_plugin_remote::random_hex;
 use crate::exports::plimsoll::provider::provider::{Answer, CallError, Ending, GuestSession, Session, SessionEnd};
 use crate::plimsoll::types::types::{Evidence, File, Limits, Refusal, RefusalReason};
 use crate::{
-    GUEST_ENV, Sandbox, api, envd, refused, report_key, runner, runner_plan, session_cell, session_language,
-    session_project, session_snippet,
+    GUEST_ENV, LIFETIME_MARGIN_S, Sandbox, api, envd, log, refused, report_key, runner, runner_plan, session_cell,
+    session_language, session_project, session_snippet,
 };
 
 /// The resident session agent, as the sandbox image installs it.
@@ -58,6 +58,9 @@ impl Channel for Envd {
 pub struct E2bSession {
     agent: Agent<Envd>,
     sandbox: Sandbox,
+    /// When the sandbox's timeout, set at its create, runs out; a resume sets
+    /// what is left of it again.
+    ends: Instant,
 }
 
 fn ended(end: SessionEnd, detail: String) -> CallError {
@@ -77,7 +80,9 @@ impl E2bSession {
         // The session's storage budget is the agent's to enforce, not a maximum
         // of E2B's disk: only memory and CPUs are held to the operator's maxima.
         let asked = Limits { disk_mb: 0, ..*limits };
-        let sandbox = Sandbox::open(&asked, Duration::from_secs(u64::from(lifetime_s)))?;
+        let lifetime = Duration::from_secs(u64::from(lifetime_s));
+        let ends = Instant::now() + lifetime + Duration::from_secs(u64::from(LIFETIME_MARGIN_S));
+        let sandbox = Sandbox::open(&asked, lifetime)?;
         let word = random_hex(16);
         let pid = envd::start_serving(&sandbox.id, &[AGENT, "attach", &word], WORK, &word, AGENT_START).map_err(|e| {
             refused(
@@ -89,7 +94,7 @@ impl E2bSession {
         })?;
         let channel = Envd { id: sandbox.id.clone(), pid };
         let agent = Agent::start(channel, disk_mb).map_err(|e| refused(RefusalReason::Environment, e))?;
-        Ok(E2bSession { agent, sandbox })
+        Ok(E2bSession { agent, sandbox, ends })
     }
 
     /// The sandbox's memory, as its read-back gave it.
@@ -97,22 +102,31 @@ impl E2bSession {
         u32::try_from(self.sandbox.memory_mb).unwrap_or(u32::MAX)
     }
 
-    /// Reads the sandbox back before a call: refused when E2B does not answer
-    /// (the session goes on), ended when the sandbox is gone or changed.
+    /// Reads the sandbox back before a call, resuming it first when it is paused:
+    /// refused when E2B does not answer (the session goes on), ended when the
+    /// sandbox is gone or changed.
     fn check(&self) -> Result<(), CallError> {
         let id = &self.sandbox.id;
-        match api::read_back(id) {
-            Ok(Some(v)) => self.sandbox.verify(&v).map_err(|e| {
+        let unanswered = |what: &str, e: String| {
+            CallError::Refused(refused(
+                RefusalReason::Environment,
+                format!("{what} the session's e2b sandbox failed ({e}); nothing ran"),
+            ))
+        };
+        let mut read = api::read_back(id).map_err(|e| unanswered("reading back", e))?;
+        if read.as_ref().and_then(|v| v.get("state")).and_then(serde_json::Value::as_str) == Some("paused") {
+            let left = self.ends.saturating_duration_since(Instant::now()).as_secs().max(1);
+            api::resume(id, u32::try_from(left).unwrap_or(u32::MAX)).map_err(|e| unanswered("resuming", e))?;
+            read = api::read_back(id).map_err(|e| unanswered("reading back", e))?;
+        }
+        match read {
+            Some(v) => self.sandbox.verify(&v).map_err(|e| {
                 ended(
                     SessionEnd::SandboxChanged,
                     format!("the session's e2b sandbox changed since it was opened ({e}); nothing ran"),
                 )
             }),
-            Ok(None) => Err(ended(SessionEnd::SandboxChanged, "the session's e2b sandbox is gone; nothing ran".into())),
-            Err(e) => Err(CallError::Refused(refused(
-                RefusalReason::Environment,
-                format!("reading the session's e2b sandbox back failed ({e}); nothing ran"),
-            ))),
+            None => Err(ended(SessionEnd::SandboxChanged, "the session's e2b sandbox is gone; nothing ran".into())),
         }
     }
 }
@@ -153,6 +167,19 @@ impl GuestSession for E2bSession {
         let memory = (self.memory_mb(), runner::MemorySource::Cgroup);
         let plan = runner_plan((&files, &steps, &artifacts), &limits, memory, 0, (&GUEST_ENV, None), &key);
         session_project(&self.agent, (plan, steps.len()), &limits, &key)
+    }
+
+    /// Pauses the sandbox: its memory (the agent, the kept interpreters) and
+    /// files are kept and its compute is not billed; the next call resumes it.
+    /// E2B refusing the pause leaves it running, which the log says.
+    fn suspend(&self) -> Result<bool, String> {
+        match api::pause(&self.sandbox.id) {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                log::warn(&format!("pausing idle session sandbox {} failed ({e}); it keeps running", self.sandbox.id));
+                Ok(false)
+            }
+        }
     }
 
     fn close(&self) {

@@ -203,6 +203,12 @@ impl GuestSession for OpenshellSession {
         session_project(&self.agent, (plan, steps.len()), &limits, &key)
     }
 
+    /// OpenShell can only stop a sandbox, which ends its interpreters and empties
+    /// its `/tmp`: an idle session's sandbox keeps running instead.
+    fn suspend(&self) -> Result<bool, String> {
+        Ok(false)
+    }
+
     fn close(&self) {
         // Deleting the sandbox is the sandbox's drop, when the host drops this.
     }

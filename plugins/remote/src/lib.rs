@@ -440,6 +440,10 @@ macro_rules! no_sessions {
                 Err(CallError::Refused(no_sessions()))
             }
 
+            fn suspend(&self) -> Result<bool, String> {
+                Ok(false)
+            }
+
             fn close(&self) {}
         }
 

@@ -193,6 +193,16 @@ impl Backing {
         docker(&args, None).await.map(|_| ())
     }
 
+    /// Freezes every process of sandbox `id` (`docker pause`): memory and files kept.
+    pub async fn pause(&self, id: &str) -> Result<(), String> {
+        docker(&["pause", &format!("plimsoll-fake-{id}")], None).await.map(|_| ())
+    }
+
+    /// Thaws what [`Backing::pause`] froze.
+    pub async fn unpause(&self, id: &str) -> Result<(), String> {
+        docker(&["unpause", &format!("plimsoll-fake-{id}")], None).await.map(|_| ())
+    }
+
     /// Removes sandbox `id`'s container: `Ok(false)` when there was none.
     pub async fn remove(&self, id: &str) -> Result<bool, String> {
         match docker(&["rm", "-f", &format!("plimsoll-fake-{id}")], None).await {

@@ -88,6 +88,8 @@ struct Sandbox {
     pids: u32,
     /// How many times it was read back.
     reads: u32,
+    /// Paused (its container frozen), until a connect resumes it.
+    paused: bool,
     /// The processes envd runs, by pid, until they end.
     procs: HashMap<u32, Proc>,
 }
@@ -101,6 +103,11 @@ struct Proc {
     input: Option<tokio::sync::mpsc::UnboundedSender<Bytes>>,
     /// The streams attached to it (its `Start`'s, any `Connect`'s).
     watchers: Vec<tokio::sync::mpsc::Sender<Bytes>>,
+}
+
+/// A sandbox's `state` as the API shows it.
+fn state(s: &Sandbox) -> &'static str {
+    if s.paused { "paused" } else { "running" }
 }
 
 /// The fake.
@@ -156,6 +163,8 @@ impl Fake {
             ("POST", ["sandboxes"]) => self.create(&req).await,
             ("GET", ["sandboxes", id]) => self.detail(id),
             ("DELETE", ["sandboxes", id]) => self.kill(id).await,
+            ("POST", ["sandboxes", id, "pause"]) => self.pause(id).await,
+            ("POST", ["sandboxes", id, "connect"]) => self.connect_sandbox(id, &req).await,
             ("GET", ["v2", "sandboxes"]) => self.list(&req),
             ("GET", ["health"]) => server::whole(200, "text/plain", "Health check successful"),
             _ => error(404, &format!("no route {} {}", req.method, req.path)),
@@ -227,6 +236,7 @@ impl Fake {
                 network,
                 pids: 0,
                 reads: 0,
+                paused: false,
                 procs: HashMap::new(),
             },
         );
@@ -256,7 +266,7 @@ impl Fake {
             "startedAt": rfc3339(s.started), "endAt": rfc3339(s.ends), "envdVersion": ENVD_VERSION,
             "allowInternetAccess": false, "domain": null,
             "cpuCount": CPUS, "memoryMB": MEMORY_MB, "diskSizeMB": DISK_MB,
-            "metadata": s.metadata, "state": "running",
+            "metadata": s.metadata, "state": state(s),
             "lifecycle": {"autoResume": false, "onTimeout": "kill"}, "volumeMounts": [],
         });
         if let Some(t) = &s.token {
@@ -293,6 +303,58 @@ impl Fake {
         server::whole(204, "", Bytes::new())
     }
 
+    /// `POST /sandboxes/{id}/pause`: its processes frozen, its memory and files
+    /// kept, envd unreachable until a connect resumes it.
+    async fn pause(&self, id: &str) -> http::Response<Body> {
+        match self.sandboxes().get(id).map(|s| s.paused) {
+            None => return error(404, &format!("Sandbox \"{id}\" doesn't exist or you don't have access to it")),
+            Some(true) => return error(409, &format!("Sandbox \"{id}\" is already paused")),
+            Some(false) => {}
+        }
+        if let Err(e) = self.backing.pause(id).await {
+            return error(500, &format!("Error pausing sandbox: {e}"));
+        }
+        if let Some(s) = self.sandboxes().get_mut(id) {
+            s.paused = true;
+        }
+        server::whole(204, "", Bytes::new())
+    }
+
+    /// `POST /sandboxes/{id}/connect` (`{"timeout": seconds}`): a paused sandbox
+    /// resumed (201), a running one's timeout set again (200); the sandbox either way.
+    async fn connect_sandbox(&self, id: &str, req: &Request) -> http::Response<Body> {
+        let Ok(body) = serde_json::from_slice::<Value>(&req.body) else {
+            return error(400, "Error when parsing request: the body is not JSON");
+        };
+        let Some(timeout) = body.get("timeout").and_then(Value::as_i64) else {
+            return error(400, "Error when parsing request: timeout is required");
+        };
+        if timeout <= 0 {
+            return error(400, "Timeout must be greater than 0");
+        }
+        let paused = match self.sandboxes().get(id) {
+            None => return error(404, &format!("Sandbox \"{id}\" doesn't exist or you don't have access to it")),
+            Some(s) => s.paused,
+        };
+        if paused && let Err(e) = self.backing.unpause(id).await {
+            return error(500, &format!("Error resuming sandbox: {e}"));
+        }
+        let mut sandboxes = self.sandboxes();
+        let Some(s) = sandboxes.get_mut(id) else {
+            return error(404, &format!("Sandbox \"{id}\" doesn't exist or you don't have access to it"));
+        };
+        s.paused = false;
+        s.ends = now() + timeout as u64;
+        let mut answer = json!({
+            "templateID": TEMPLATE_ID, "sandboxID": id, "alias": TEMPLATE, "clientID": CLIENT_ID,
+            "envdVersion": ENVD_VERSION, "trafficAccessToken": null, "domain": null,
+        });
+        if let Some(t) = &s.token {
+            answer["envdAccessToken"] = json!(t);
+        }
+        server::json(if paused { 201 } else { 200 }, &answer)
+    }
+
     fn list(&self, req: &Request) -> http::Response<Body> {
         let wanted: Vec<(String, String)> = req
             .param("metadata")
@@ -310,7 +372,7 @@ impl Fake {
                     "templateID": TEMPLATE_ID, "alias": TEMPLATE, "sandboxID": id, "clientID": CLIENT_ID,
                     "startedAt": rfc3339(s.started), "endAt": rfc3339(s.ends), "cpuCount": CPUS,
                     "memoryMB": MEMORY_MB, "diskSizeMB": DISK_MB, "metadata": s.metadata,
-                    "state": "running", "envdVersion": ENVD_VERSION,
+                    "state": state(s), "envdVersion": ENVD_VERSION,
                 })
             })
             .collect();
@@ -319,7 +381,8 @@ impl Fake {
 
     async fn envd(self: Arc<Self>, id: String, req: Request) -> http::Response<Body> {
         let token = match self.sandboxes().get(&id) {
-            None => {
+            // A paused sandbox's envd is not routed to, as a missing one's is not.
+            None | Some(Sandbox { paused: true, .. }) => {
                 return server::json(
                     502,
                     &json!({"sandboxId": id, "message": "The sandbox was not found", "code": 502}),
@@ -766,6 +829,51 @@ mod tests {
             .await;
         let status = r.status().as_u16();
         (status, serde_json::from_slice(&r.into_body().collect().await.expect("body").to_bytes()).expect("json"))
+    }
+
+    async fn api(fake: &Arc<Fake>, method: &str, path: &str, body: &str) -> (u16, Value) {
+        let key = fake.key.clone();
+        let mut req = request("api.e2b.test", path, &[("x-api-key", &key)], body.to_string());
+        req.method = method.into();
+        let r = Arc::clone(fake).handle(req).await;
+        let status = r.status().as_u16();
+        let bytes = r.into_body().collect().await.expect("body").to_bytes();
+        (status, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    /// Pause and resume on a real container: a paused sandbox says so, keeps its
+    /// processes, and its envd is unreachable until a connect resumes it.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_paused_sandbox_keeps_its_processes_and_a_connect_resumes_it() {
+        let Some(image) = crate::util::sandbox_image_or_skip("e2b::a_paused_sandbox") else { return };
+        let fake = Arc::new(Fake::new(Arc::new(Backing::new(image)), None));
+        let (id, token) = sandbox(&fake).await;
+        let _container = Removed(id.clone());
+        let cat = json!({"process": {"cmd": "/bin/cat", "args": []}, "tag": "kept", "stdin": true});
+        drop(stream(&fake, &id, &token, "Start", cat, &[]).await);
+
+        assert_eq!(api(&fake, "POST", &format!("/sandboxes/{id}/pause"), "").await.0, 204);
+        assert_eq!(api(&fake, "GET", &format!("/sandboxes/{id}"), "").await.1["state"], "paused");
+        let (status, again) = api(&fake, "POST", &format!("/sandboxes/{id}/pause"), "").await;
+        assert_eq!(
+            (status, again["message"].as_str()),
+            (409, Some(format!("Sandbox \"{id}\" is already paused").as_str()))
+        );
+        let (status, _) = unary(&fake, &id, &token, "List", json!({})).await;
+        assert_eq!(status, 502, "a paused sandbox's envd is not routed to");
+        let (status, missing) = api(&fake, "POST", &format!("/sandboxes/{id}/connect"), "{}").await;
+        assert_eq!(
+            (status, missing["message"].as_str()),
+            (400, Some("Error when parsing request: timeout is required"))
+        );
+
+        let (status, resumed) = api(&fake, "POST", &format!("/sandboxes/{id}/connect"), r#"{"timeout":60}"#).await;
+        assert_eq!((status, resumed["sandboxID"].as_str()), (201, Some(id.as_str())));
+        assert_eq!(api(&fake, "GET", &format!("/sandboxes/{id}"), "").await.1["state"], "running");
+        let (_, list) = unary(&fake, &id, &token, "List", json!({})).await;
+        assert_eq!(list.pointer("/processes/0/tag"), Some(&json!("kept")), "the process lived through: {list}");
+        assert_eq!(api(&fake, "POST", &format!("/sandboxes/{id}/connect"), r#"{"timeout":60}"#).await.0, 200);
+        assert_eq!(api(&fake, "POST", "/sandboxes/nope/pause", "").await.0, 404);
     }
 
     /// Envd's process model, on a real container: a process outlives the stream

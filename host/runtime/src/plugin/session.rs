@@ -367,6 +367,29 @@ impl PluginSession {
 }
 
 impl PluginSession {
+    /// Asks a remote plugin to suspend its sandbox (E2B's pause), under the
+    /// grace of a call; what it says is redacted as its calls' words are.
+    fn suspend_remote(&mut self) -> Result<Suspension, String> {
+        let Some(handle) = self.handle else { return Ok(Suspension::KeptRunning) };
+        if self.broken.is_some() {
+            return Ok(Suspension::KeptRunning);
+        }
+        let data = self.store.data_mut();
+        data.deadline = Instant::now() + CALL_GRACE;
+        data.http_deadline = data.deadline;
+        self.store.set_epoch_deadline(Engine::deadline_ticks(CALL_GRACE));
+        match self.plugin.plimsoll_provider_provider().session().call_suspend(&mut self.store, handle) {
+            Ok(Ok(true)) => Ok(Suspension::Released),
+            Ok(Ok(false)) => Ok(Suspension::KeptRunning),
+            Ok(Err(why)) => Err(self.facts.redact(why)),
+            Err(e) => {
+                let end = trap(format!("{e:#}"));
+                self.broken = Some(end);
+                Err(format!("the plugin failed: {e:#}"))
+            }
+        }
+    }
+
     /// Serves `grant` through the session's socket for one call: the slot holds
     /// its broker and the socket describes its client to processes that start.
     fn arm(&self, grant: &Grant) -> Result<Arc<GrantSlot>, CallError> {
@@ -463,8 +486,7 @@ impl Session for PluginSession {
     }
 
     fn suspend(&mut self) -> Result<Suspension, String> {
-        // A remote sandbox keeps running until the session's next call, close or lifetime.
-        let Some(wall) = &self.facts.wall else { return Ok(Suspension::KeptRunning) };
+        let Some(wall) = &self.facts.wall else { return self.suspend_remote() };
         // Frozen by the host itself: the next call reads back (and thaws) whatever
         // the event stream has delivered by then.
         self.stamps.iter_mut().for_each(|s| *s = None);
