@@ -79,12 +79,13 @@ pub fn read_back(id: &str) -> Result<Option<Value>, String> {
     }
 }
 
-/// Pauses the sandbox (its memory and files kept, its compute not billed).
-/// One E2B says is already paused counts as paused.
+/// Pauses the sandbox (its memory and files kept, its compute not billed). A
+/// conflict counts as paused only when the sandbox then reads back paused.
 pub fn pause(id: &str) -> Result<(), String> {
     let (status, answer) = call("POST", &format!("/sandboxes/{id}/pause"), Some(&json!({"memory": true})))?;
     match status {
-        204 | 409 => Ok(()),
+        204 => Ok(()),
+        409 if read_back(id)?.and_then(|v| v.get("state").cloned()) == Some(json!("paused")) => Ok(()),
         _ => Err(vendor_error("the pause", status, &answer)),
     }
 }

@@ -46,6 +46,8 @@ pub struct Shape {
     pub tmpfs: Vec<Tmpfs>,
     /// Variables every process in it sees.
     pub env: Vec<(String, String)>,
+    /// Its way out, when its rules allow any (none: no network at all).
+    pub egress: Option<crate::egress::Mount>,
 }
 
 impl Shape {
@@ -57,6 +59,7 @@ impl Shape {
             disk_mb,
             tmpfs: Vec::new(),
             env: Vec::new(),
+            egress: None,
         }
     }
 }
@@ -188,9 +191,43 @@ impl Backing {
         for (k, v) in &shape.env {
             args.extend(["--env".into(), format!("{k}={v}")]);
         }
+        if let Some(way) = &shape.egress {
+            let me = crate::egress::binary()?;
+            args.extend([
+                "--volume".into(),
+                format!("{}:{}", way.dir.display(), crate::egress::MOUNT),
+                "--volume".into(),
+                format!("{}:{}:ro", me.display(), crate::egress::BINARY),
+                "--volume".into(),
+                format!("{}:/etc/ssl/certs/ca-certificates.crt:ro", way.bundle.display()),
+                // OpenSSL's default file, which Debian links to the bundle.
+                "--volume".into(),
+                format!("{}:/usr/lib/ssl/cert.pem:ro", way.bundle.display()),
+            ]);
+            for name in &way.names {
+                args.extend(["--add-host".into(), format!("{name}:127.0.0.1")]);
+            }
+        }
         args.extend([self.image.clone(), "sleep".into(), "infinity".into()]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        docker(&args, None).await.map(|_| ())
+        docker(&args, None).await?;
+        if shape.egress.is_some() {
+            // As root, so nothing of the guest's can stop it.
+            let socket = format!("{}/{}", crate::egress::MOUNT, crate::egress::SOCKET);
+            let forward = [
+                "exec",
+                "-d",
+                "-u",
+                "0",
+                &name,
+                crate::egress::BINARY,
+                "forward",
+                crate::egress::FORWARD_FROM,
+                &socket,
+            ];
+            docker(&forward, None).await?;
+        }
+        Ok(())
     }
 
     /// Freezes every process of sandbox `id` (`docker pause`): memory and files kept.

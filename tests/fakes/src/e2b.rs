@@ -12,6 +12,7 @@ use bytes::Bytes;
 use serde_json::{Value, json};
 
 use crate::backing::{Backing, Chunk, GUEST_UID, Process, Shape, Tmpfs};
+use crate::egress::{Egress, Rules};
 use crate::pki::Pki;
 use crate::server::{self, Body, Handler, Request};
 use crate::util::{multipart, now, random, rfc3339};
@@ -90,6 +91,8 @@ struct Sandbox {
     reads: u32,
     /// Paused (its container frozen), until a connect resumes it.
     paused: bool,
+    /// Its way out while it lives, when its rules allow any.
+    _egress: Option<crate::egress::Opened>,
     /// The processes envd runs, by pid, until they end.
     procs: HashMap<u32, Proc>,
 }
@@ -105,6 +108,57 @@ struct Proc {
     watchers: Vec<tokio::sync::mpsc::Sender<Bytes>>,
 }
 
+/// Whether `s` names hosts by IP or CIDR rather than by name.
+fn is_address(s: &str) -> bool {
+    let ip = s.split_once('/').map_or(s, |(ip, _)| ip);
+    ip.parse::<std::net::IpAddr>().is_ok()
+}
+
+/// The egress a create's `network` asks for, checked as E2B's API checks it
+/// (400 with its words): named hosts need `0.0.0.0/0` denied, a rule's key is a
+/// domain name, at most 10 of them with one rule each and 20 headers a rule.
+fn rules(network: &Value) -> Result<Rules, String> {
+    let strings = |field: &str| -> Vec<String> {
+        network
+            .get(field)
+            .and_then(Value::as_array)
+            .map_or_else(Vec::new, |a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+    };
+    let (allow, deny) = (strings("allowOut"), strings("denyOut"));
+    if let Some(bad) = deny.iter().find(|d| !is_address(d)) {
+        return Err(format!("invalid denied CIDR {bad}"));
+    }
+    let named: Vec<String> = allow.into_iter().filter(|a| !is_address(a)).collect();
+    if !named.is_empty() && !deny.iter().any(|d| d == "0.0.0.0/0") {
+        return Err("When specifying allowed domains in allow out, you must include 'ALL_TRAFFIC' in deny out to block all other traffic.".into());
+    }
+    let mut headers = std::collections::BTreeMap::new();
+    if let Some(map) = network.get("rules").and_then(Value::as_object) {
+        if map.len() > 10 {
+            return Err(format!("Too many rule domains: {} (maximum 10)", map.len()));
+        }
+        for (domain, list) in map {
+            if domain.is_empty() || is_address(domain) || domain.len() > 128 {
+                return Err(format!("Rule domain {domain:?} is not a valid domain name"));
+            }
+            let list = list.as_array().map(Vec::as_slice).unwrap_or_default();
+            if list.len() > 1 {
+                return Err(format!("Domain {domain:?} has more than one rule"));
+            }
+            let set: Vec<(String, String)> = list
+                .iter()
+                .filter_map(|r| r.pointer("/transform/headers").and_then(Value::as_object))
+                .flat_map(|h| h.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())))
+                .collect();
+            if set.len() > 20 {
+                return Err(format!("Rule for domain {domain:?} has too many headers: {} (maximum 20)", set.len()));
+            }
+            headers.insert(domain.to_ascii_lowercase(), set);
+        }
+    }
+    Ok(Rules { allow: named.into_iter().map(|n| n.to_ascii_lowercase()).collect(), headers })
+}
+
 /// A sandbox's `state` as the API shows it.
 fn state(s: &Sandbox) -> &'static str {
     if s.paused { "paused" } else { "running" }
@@ -116,6 +170,9 @@ pub struct Fake {
     mode: Option<Mode>,
     key: String,
     sandboxes: Mutex<HashMap<String, Sandbox>>,
+    /// The way out its sandboxes' rules may open, and the directory its
+    /// sockets go in; without it no sandbox reaches anything.
+    egress: Option<(Egress, std::path::PathBuf)>,
 }
 
 /// A sandbox ID as E2B makes them: 20 of `[a-z0-9]`.
@@ -144,7 +201,20 @@ fn event(e: Value) -> Bytes {
 impl Fake {
     /// A fake over `backing`, misbehaving as `mode` says.
     pub fn new(backing: Arc<Backing>, mode: Option<Mode>) -> Fake {
-        Fake { backing, mode, key: format!("e2b_{}", hex::encode(random(20))), sandboxes: Mutex::new(HashMap::new()) }
+        Fake {
+            backing,
+            mode,
+            key: format!("e2b_{}", hex::encode(random(20))),
+            sandboxes: Mutex::new(HashMap::new()),
+            egress: None,
+        }
+    }
+
+    /// The fake whose sandboxes reach what their rules allow through `egress`,
+    /// its sockets under `root`.
+    pub fn with_egress(mut self, egress: Egress, root: std::path::PathBuf) -> Fake {
+        self.egress = Some((egress, root));
+        self
     }
 
     fn sandboxes(&self) -> std::sync::MutexGuard<'_, HashMap<String, Sandbox>> {
@@ -208,8 +278,20 @@ impl Fake {
                 }
             }
         }
+        let rules = match rules(&network) {
+            Ok(r) => r,
+            Err(why) => return error(400, &why),
+        };
         let id = sandbox_id();
         let mut shape = Shape::plain(MEMORY_MB, CPUS, DISK_MB);
+        let opened = match (&self.egress, rules.allow.is_empty()) {
+            (Some((egress, root)), false) => match egress.open(root, &id, rules) {
+                Ok(o) => Some(o),
+                Err(e) => return error(500, &format!("Failed to place sandbox: its network: {e}")),
+            },
+            _ => None,
+        };
+        shape.egress = opened.as_ref().map(crate::egress::Opened::mount);
         // The template is the sandbox image with a /work the guest owns, as the
         // e2b guide asks of a template that serves sessions.
         shape.tmpfs.push(Tmpfs {
@@ -237,6 +319,7 @@ impl Fake {
                 pids: 0,
                 reads: 0,
                 paused: false,
+                _egress: opened,
                 procs: HashMap::new(),
             },
         );
@@ -308,7 +391,7 @@ impl Fake {
     async fn pause(&self, id: &str) -> http::Response<Body> {
         match self.sandboxes().get(id).map(|s| s.paused) {
             None => return error(404, &format!("Sandbox \"{id}\" doesn't exist or you don't have access to it")),
-            Some(true) => return error(409, &format!("Sandbox \"{id}\" is already paused")),
+            Some(true) => return error(409, &format!("Error pausing sandbox - sandbox '{id}' is already paused")),
             Some(false) => {}
         }
         if let Err(e) = self.backing.pause(id).await {
@@ -857,7 +940,7 @@ mod tests {
         let (status, again) = api(&fake, "POST", &format!("/sandboxes/{id}/pause"), "").await;
         assert_eq!(
             (status, again["message"].as_str()),
-            (409, Some(format!("Sandbox \"{id}\" is already paused").as_str()))
+            (409, Some(format!("Error pausing sandbox - sandbox '{id}' is already paused").as_str()))
         );
         let (status, _) = unary(&fake, &id, &token, "List", json!({})).await;
         assert_eq!(status, 502, "a paused sandbox's envd is not routed to");
@@ -930,6 +1013,98 @@ mod tests {
             unary(&fake, &id, &token, "SendSignal", json!({"process": {"tag": "other"}, "signal": "SIGNAL_SIGKILL"}))
                 .await;
         assert_eq!(status, 200);
+    }
+
+    /// A loopback HTTP server that answers each request with its `Host`, path
+    /// and `x-plimsoll-guard` header, as JSON.
+    async fn echo_upstream() -> std::net::SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move {
+            loop {
+                let Ok((tcp, _)) = listener.accept().await else { continue };
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(|req: http::Request<hyper::body::Incoming>| async move {
+                        let h = |k: &str| req.headers().get(k).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+                        let said = json!({"host": h("host"), "path": req.uri().path(), "guard": h("x-plimsoll-guard")});
+                        Ok::<_, std::convert::Infallible>(http::Response::new(http_body_util::Full::new(Bytes::from(
+                            said.to_string(),
+                        ))))
+                    });
+                    let io = hyper_util::rt::TokioIo::new(tcp);
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+                });
+            }
+        });
+        addr
+    }
+
+    /// Runs `script` with `sh -c` in sandbox `id` as the guest; its stdout.
+    async fn output(fake: &Arc<Fake>, id: &str, token: &str, script: &str) -> String {
+        let start = json!({"process": {"cmd": "/bin/sh", "args": ["-c", script]}, "stdin": false});
+        let mut events = stream(fake, id, token, "Start", start, &[]).await;
+        let mut out = Vec::new();
+        while let Some((flag, v)) = events.next().await {
+            if flag == 2 {
+                break;
+            }
+            if let Some(b) = v.pointer("/event/data/stdout").and_then(Value::as_str) {
+                out.extend(STANDARD.decode(b).expect("base64"));
+            }
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// The network rules on a real container: a name `allowOut` lists resolves
+    /// and is reached over HTTPS (the sandbox trusts the proxy's CA), its rule's
+    /// header set on the way out, from node and python alike; any other name is
+    /// unreachable; named hosts without `0.0.0.0/0` denied are refused as E2B does.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_sandbox_reaches_only_what_its_rules_allow_with_their_headers_set() {
+        let Some(image) = crate::util::sandbox_image_or_skip("e2b::a_sandbox_reaches_only") else { return };
+        let root = std::env::temp_dir().join(format!("plimsoll-fake-egress-test-{}", std::process::id()));
+        let pki = Arc::new(Pki::generate(&root, &["api.e2b.test"]).expect("pki"));
+        let mut routes = crate::egress::Routes::default();
+        routes.add(&format!("guard.e2b.test={}", echo_upstream().await)).expect("route");
+        let egress = Egress::new(pki, routes);
+        let fake = Arc::new(Fake::new(Arc::new(Backing::new(image)), None).with_egress(egress, root.clone()));
+        let key = fake.key.clone();
+        let open = json!({"templateID": "base", "timeout": 300, "secure": true,
+            "network": {"allowPublicTraffic": false, "allowOut": ["guard.e2b.test"], "denyOut": []}});
+        let refused = Arc::clone(&fake)
+            .handle(request("api.e2b.test", "/sandboxes", &[("x-api-key", &key)], open.to_string()))
+            .await;
+        let body = refused.into_body().collect().await.expect("body").to_bytes();
+        assert_eq!(
+            serde_json::from_slice::<Value>(&body).expect("json")["message"],
+            "When specifying allowed domains in allow out, you must include 'ALL_TRAFFIC' in deny out to block all other traffic."
+        );
+        let body = json!({"templateID": "base", "timeout": 300, "secure": true,
+            "network": {"allowPublicTraffic": false, "allowOut": ["guard.e2b.test"], "denyOut": ["0.0.0.0/0"],
+                "rules": {"guard.e2b.test": [{"transform": {"headers": {"X-Plimsoll-Guard": "crg_fromtherule"}}}]}}});
+        let r = Arc::clone(&fake)
+            .handle(request("api.e2b.test", "/sandboxes", &[("x-api-key", &key)], body.to_string()))
+            .await;
+        assert_eq!(r.status(), 201);
+        let v: Value = serde_json::from_slice(&r.into_body().collect().await.expect("body").to_bytes()).expect("json");
+        let (id, token) =
+            (v["sandboxID"].as_str().expect("id").to_string(), v["envdAccessToken"].as_str().expect("t").to_string());
+        let _container = Removed(id.clone());
+        let node = "NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt node -e \"fetch('https://guard.e2b.test/v1/guard', {method: 'POST', body: '{}', headers: {'x-plimsoll-guard': 'forged'}}).then(r => r.text()).then(console.log, e => console.log('failed', e.cause && e.cause.code))\"";
+        let out = output(&fake, &id, &token, node).await;
+        let said: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("node's answer {out:?}: {e}"));
+        assert_eq!(said, json!({"host": "guard.e2b.test", "path": "/v1/guard", "guard": "crg_fromtherule"}));
+        let python = "python3 -c \"import urllib.request as u; print(u.urlopen(u.Request('https://guard.e2b.test/p', data=b'{}')).read().decode())\" 2>&1";
+        let out = output(&fake, &id, &token, python).await;
+        let said: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("python's answer {out:?}: {e}"));
+        assert_eq!(said["guard"], "crg_fromtherule");
+        let elsewhere =
+            "node -e \"fetch('https://example.com').then(() => console.log('reached'), e => console.log('failed'))\"";
+        assert_eq!(output(&fake, &id, &token, elsewhere).await.trim(), "failed");
+        let detail = api(&fake, "GET", &format!("/sandboxes/{id}"), "").await.1;
+        assert_eq!(detail["network"]["allowOut"], json!(["guard.e2b.test"]), "{detail}");
+        drop(fake);
+        let _ = std::fs::remove_dir_all(&root);
     }
 
     /// Removes a sandbox's container when the test ends, passed or failed.

@@ -5,12 +5,14 @@
 //! misbehave in the ways the plugins must catch.
 //!
 //! ```text
-//! plimsoll-fake <e2b|dockercloud|openshell> --listen 127.0.0.1:PORT [--misbehave MODE] [--image ID]
+//! plimsoll-fake <e2b|dockercloud|openshell> --listen 127.0.0.1:PORT [--misbehave MODE] [--image ID] [--route NAME=ADDR]...
+//! plimsoll-fake forward ADDR SOCKET   (inside a sandbox's container: its way out)
 //! ```
 
 mod backing;
 mod dockercloud;
 mod e2b;
+mod egress;
 mod openshell;
 mod pki;
 mod server;
@@ -20,12 +22,15 @@ use std::sync::Arc;
 
 const USAGE: &str =
     "usage: plimsoll-fake <e2b|dockercloud|openshell> --listen 127.0.0.1:PORT [--misbehave MODE] [--image ID] [--dir DIR]
+                     [--route NAME=ADDR]...
 
   --listen ADDR     where to serve HTTPS (loopback only; openshell: gRPC, mutual TLS)
   --misbehave MODE  answer wrongly in one way (modes below); default: behave
   --image ID        the docker image sandboxes run (default: images/out/sandbox.id)
   --dir DIR         where to write the generated CA, and openshell's client certificate
                     and key (default: a new temporary directory)
+  --route NAME=ADDR e2b: where a sandbox whose network rules allow NAME reaches it (plain
+                    HTTP to a loopback ADDR stands in for HTTPS to NAME); repeatable
 
 Once ready it prints the daemon's settings as KEY=VALUE lines, then serves until
 it is sent SIGTERM or SIGINT, and removes every container it made.";
@@ -33,6 +38,19 @@ it is sent SIGTERM or SIGINT, and removes every container it made.";
 fn fail(message: &str) -> ! {
     eprintln!("plimsoll-fake: {message}");
     std::process::exit(2);
+}
+
+/// `plimsoll-fake forward ADDR SOCKET`: run inside a sandbox's container (see
+/// `egress`), it passes every connection to `ADDR` to the fake's egress on `SOCKET`.
+fn forward(args: &[String]) {
+    let [listen, socket] = args else { fail("usage: plimsoll-fake forward ADDR SOCKET") };
+    let listen: std::net::SocketAddr =
+        listen.parse().unwrap_or_else(|_| fail("forward: ADDR is an IP address and port"));
+    let rt =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| fail(&e.to_string()));
+    if let Err(e) = rt.block_on(egress::forward(listen, socket.into())) {
+        fail(&format!("forward: {e}"));
+    }
 }
 
 fn main() {
@@ -52,7 +70,12 @@ fn main() {
         }
         return;
     }
+    if args[0] == "forward" {
+        forward(&args[1..]);
+        return;
+    }
     let vendor = args[0].clone();
+    let mut routes = egress::Routes::default();
     let mut listen = None;
     let mut mode = None;
     let mut image = None;
@@ -65,6 +88,7 @@ fn main() {
             "--misbehave" => mode = Some(value),
             "--image" => image = Some(value),
             "--dir" => dir = Some(std::path::PathBuf::from(value)),
+            "--route" => routes.add(&value).unwrap_or_else(|e| fail(&e)),
             other => fail(&format!("unknown flag {other}\n{USAGE}")),
         }
     }
@@ -87,7 +111,7 @@ fn main() {
             "openshell" => &[openshell::HOST],
             _ => &["api.e2b.test", "*.e2b.test"],
         };
-        let pki = pki::Pki::generate(&dir, names).unwrap_or_else(|e| fail(&e));
+        let pki = Arc::new(pki::Pki::generate(&dir, names).unwrap_or_else(|e| fail(&e)));
         let backing = Arc::new(backing::Backing::new(image));
         let handler: Arc<dyn server::Handler> = match vendor.as_str() {
             "e2b" => {
@@ -95,7 +119,8 @@ fn main() {
                     e2b::Mode::parse(m)
                         .unwrap_or_else(|| fail(&format!("e2b has no mode {m:?}; plimsoll-fake --help lists them")))
                 });
-                Arc::new(e2b::Fake::new(Arc::clone(&backing), mode))
+                let egress = egress::Egress::new(Arc::clone(&pki), routes);
+                Arc::new(e2b::Fake::new(Arc::clone(&backing), mode).with_egress(egress, dir.clone()))
             }
             "dockercloud" => {
                 let mode = mode.as_deref().map(|m| {

@@ -401,6 +401,7 @@ impl Fake {
             disk_mb: HOME_MB.min(memory_mb / 2).max(16),
             tmpfs: docker.tmpfs,
             env,
+            egress: None,
         };
         let sandbox = Sandbox {
             metadata: Some(ObjectMeta {

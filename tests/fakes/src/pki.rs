@@ -22,6 +22,9 @@ pub struct Pki {
     ca_cert: String,
     server_cert: String,
     server_key: String,
+    /// The CA itself, to issue a certificate for any name a sandbox's egress
+    /// proxy is asked for.
+    ca: Arc<CertifiedIssuer<'static, KeyPair>>,
 }
 
 impl Pki {
@@ -57,7 +60,36 @@ impl Pki {
             ca_cert: ca.pem(),
             server_cert: cert.pem(),
             server_key: key.serialize_pem(),
+            ca: Arc::new(ca),
         })
+    }
+
+    /// The CA certificate (PEM): what a sandbox trusts for its proxied HTTPS.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca_cert
+    }
+
+    /// A server configuration (HTTP/1.1) whose one certificate, for `name`, the
+    /// CA signs: what a sandbox's egress proxy shows for the name it was asked.
+    ///
+    /// # Errors
+    ///
+    /// The name cannot stand in a certificate.
+    pub fn leaf_config(&self, name: &str) -> Result<Arc<rustls::ServerConfig>, String> {
+        let key = KeyPair::generate().map_err(|e| e.to_string())?;
+        let cert = CertificateParams::new(vec![name.to_string()])
+            .and_then(|p| p.signed_by(&key, &*self.ca))
+            .map_err(|e| e.to_string())?;
+        let der = PrivateKeyDer::from_pem_slice(key.serialize_pem().as_bytes()).map_err(|e| e.to_string())?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_no_client_auth()
+            .with_single_cert(vec![cert.der().clone()], der)
+            .map_err(|e| e.to_string())?;
+        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Arc::new(cfg))
     }
 
     /// The server's TLS configuration, offering HTTP/2 and HTTP/1.1.
