@@ -2,7 +2,8 @@
 // of a granted container (NODE_OPTIONS=--require=/run/plimsoll/host.js). It installs
 // globalThis[PLIMSOLL_HOST_GLOBAL] (default `host`): host.get(route, params),
 // host.post(route, body, params), put, patch, del and call. Each call goes to the
-// host's broker over the run's Unix socket; the broker matches the route, attaches
+// host's broker over the run's Unix socket, or from a remote sandbox to the host's
+// guard over HTTPS (PLIMSOLL_HOST_GUARD); the broker matches the route, attaches
 // the credential (which never enters this container) and enforces the budgets.
 // Calls outside the granted routes are refused here first, as a courtesy.
 'use strict';
@@ -10,6 +11,9 @@
   const http = require('http');
   const fs = require('fs');
   const socketPath = process.env.PLIMSOLL_HOST_API;
+  // A remote sandbox reaches the broker at the host's guard, over HTTPS; the
+  // vendor's proxy adds the run's credential on the way out.
+  const guard = process.env.PLIMSOLL_HOST_GUARD ? new URL(process.env.PLIMSOLL_HOST_GUARD) : null;
   const token = process.env.PLIMSOLL_HOST_TOKEN || '';
   // A session whose calls name their own grants describes the current call's in
   // grant.json; otherwise the container's environment describes the run's grant,
@@ -26,7 +30,9 @@
       ? null
       : process.env.PLIMSOLL_HOST_ROUTES.split('\n').filter(Boolean);
   const name = (described ? described.global : process.env.PLIMSOLL_HOST_GLOBAL) || 'host';
-  if (!socketPath || !Array.isArray(routeLines) || Object.prototype.hasOwnProperty.call(globalThis, name)) return;
+  if ((!socketPath && !guard) || !Array.isArray(routeLines) || Object.prototype.hasOwnProperty.call(globalThis, name)) {
+    return;
+  }
   const { permitter, fill, client } = require('vm').runInThisContext(
     fs.readFileSync(require('path').join(__dirname, 'routes.js'), 'utf8'),
     { filename: 'routes.js' },
@@ -39,17 +45,13 @@
         throw new Error('host api call not permitted by sandbox capability: ' + method + ' ' + path);
       }
       const envelope = JSON.stringify({ method, path, body: body === undefined ? null : JSON.stringify(body) });
-      const req = http.request(
-        {
-          socketPath,
-          path: '/call',
-          method: 'POST',
-          headers: {
-            'content-type': 'application/json',
-            'content-length': Buffer.byteLength(envelope),
-            authorization: 'Bearer ' + token,
-          },
-        },
+      const headers = { 'content-type': 'application/json', 'content-length': Buffer.byteLength(envelope) };
+      const target = guard
+        ? { hostname: guard.hostname, port: guard.port || 443, path: guard.pathname, method: 'POST', headers }
+        : { socketPath, path: '/call', method: 'POST', headers: { ...headers, authorization: 'Bearer ' + token } };
+      // Neither follows a redirect: an answer is the broker's, whatever it says.
+      const req = (guard ? require('https') : http).request(
+        target,
         (res) => {
           const chunks = [];
           res.on('data', (c) => chunks.push(c));
@@ -79,6 +81,6 @@
       req.end(envelope);
     });
   Object.defineProperty(globalThis, name, { value: client(request), writable: false, configurable: false });
-  const preamble = '/run/plimsoll/preamble.js';
+  const preamble = require('path').join(__dirname, 'preamble.js');
   if (fs.existsSync(preamble)) require(preamble);
 })();

@@ -5,7 +5,8 @@
     made = host.post("/items", {"name": "flange"})
 
 Each call goes to the host's broker over the run's Unix socket
-(PLIMSOLL_HOST_API); the broker matches the route, attaches the credential (which
+(PLIMSOLL_HOST_API), or from a remote sandbox to the host's guard over HTTPS
+(PLIMSOLL_HOST_GUARD); the broker matches the route, attaches the credential (which
 never enters this sandbox) and enforces the budgets. `params` fill the route's `*`
 segments in order. An answer outside 2xx raises HostApiError with `status` and
 `body` (parsed JSON when the answer is JSON). Calls outside the granted routes are
@@ -21,6 +22,7 @@ import http.client
 import json
 import os
 import socket
+import urllib.parse
 
 __all__ = ["HostApiError", "call", "get", "post", "put", "patch", "delete"]
 
@@ -123,16 +125,24 @@ def call(method, route, body=None, params=None):
 
 
 def _over_socket(method, path, body):
-    sock = os.environ.get("PLIMSOLL_HOST_API")
-    if not sock:
-        raise RuntimeError("this run holds no grant (PLIMSOLL_HOST_API is unset)")
     envelope = json.dumps({"method": method, "path": path, "body": None if body is None else json.dumps(body)})
-    conn = _UnixConnection(sock)
+    guard = os.environ.get("PLIMSOLL_HOST_GUARD")
+    sock = os.environ.get("PLIMSOLL_HOST_API")
+    headers = {"Content-Type": "application/json"}
+    if guard:
+        # A remote sandbox: the host's guard over HTTPS (the vendor's proxy adds
+        # the run's credential on the way out); redirects are never followed.
+        url = urllib.parse.urlsplit(guard)
+        conn = http.client.HTTPSConnection(url.hostname, url.port or 443, timeout=120)
+        target = url.path
+    elif sock:
+        conn = _UnixConnection(sock)
+        target = "/call"
+        headers["Authorization"] = "Bearer " + os.environ.get("PLIMSOLL_HOST_TOKEN", "")
+    else:
+        raise RuntimeError("this run holds no grant (PLIMSOLL_HOST_API is unset)")
     try:
-        conn.request("POST", "/call", body=envelope.encode(), headers={
-            "Content-Type": "application/json",
-            "Authorization": "Bearer " + os.environ.get("PLIMSOLL_HOST_TOKEN", ""),
-        })
+        conn.request("POST", target, body=envelope.encode(), headers=headers)
         resp = conn.getresponse()
         return resp.status, resp.getheader("Content-Type", ""), resp.read()
     finally:

@@ -29,6 +29,11 @@ impl Fake {
     /// Starts the `vendor` fake, misbehaving as `mode` says; None (with a skipped
     /// line) when the binary, docker or the image is missing outside required mode.
     pub fn start(vendor: &str, mode: Option<&str>) -> Option<Fake> {
+        Fake::start_with(vendor, mode, &[])
+    }
+
+    /// As [`Fake::start`], with `extra` flags (`--route NAME=ADDR`).
+    pub fn start_with(vendor: &str, mode: Option<&str>, extra: &[&str]) -> Option<Fake> {
         let missing = |what: String| {
             assert!(!required(), "required mode: {what}");
             skipped(&what);
@@ -50,6 +55,7 @@ impl Fake {
         if let Some(m) = mode {
             cmd.args(["--misbehave", m]);
         }
+        cmd.args(extra);
         let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn().expect("start the fake");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = std::sync::mpsc::channel();
@@ -166,7 +172,7 @@ pub(super) fn a_killed_daemons_sandboxes_are_swept(fake: &Fake, env: &[(&str, &s
 
 /// A daemon of the remote provider `name` with grant profiles refuses to start,
 /// naming why: no grant can reach that provider's sandboxes yet.
-pub(super) fn grant_profiles_stop_the_start(name: &str, env: &[(&str, &str)]) {
+pub(super) fn grant_profiles_stop_the_start(name: &str, env: &[(&str, &str)]) -> String {
     let dir = super::scratch(&format!("{name}-grant-profiles"));
     let profiles = dir.join("grants.json");
     std::fs::write(
@@ -183,6 +189,7 @@ pub(super) fn grant_profiles_stop_the_start(name: &str, env: &[(&str, &str)]) {
         "PLIMSOLL_GRANTS_FILE: profiles are configured but the {name} provider has no credential-safe way to carry a grant"
     );
     assert!(err.contains(&want), "{err}");
+    err
 }
 
 /// The daemon's settings for the `vendor` fake `fake`: what it printed, the

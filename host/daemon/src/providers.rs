@@ -7,8 +7,9 @@ use plimsoll_core::wire::JavaScriptResult;
 use plimsoll_core::{Refusal, Tier};
 use plimsoll_runtime::jail::frame::Hello;
 use plimsoll_runtime::jail::{Jail, JailConfig};
+use plimsoll_runtime::plugin::guard::Guard;
 use plimsoll_runtime::plugin::http::{GrpcBooking, HeldSecret};
-use plimsoll_runtime::plugin::{self, Capability, PluginLimits, PluginProvider, Wall};
+use plimsoll_runtime::plugin::{self, Capability, GuardAccess, PluginLimits, PluginProvider, Wall};
 use plimsoll_runtime::{Engine, EngineConfig, PythonGuest, WasmConfig, WasmProvider};
 
 use crate::config::{Config, DockerConfig, PluginConfig, ProviderKind, RemoteConfig, WasmEngine};
@@ -61,9 +62,10 @@ pub struct BuildError {
 /// # Errors
 ///
 /// [`BuildError`] when its engine or component cannot be made ready.
-pub fn build(config: &Config, log: Log) -> Result<Arc<dyn Provider>, BuildError> {
-    match config.provider {
-        ProviderKind::Disabled => Ok(Arc::new(Disabled)),
+pub fn build(config: &Config, log: Log) -> Result<Built, BuildError> {
+    let mut guard = None;
+    let provider: Arc<dyn Provider> = match config.provider {
+        ProviderKind::Disabled => Arc::new(Disabled),
         ProviderKind::Wasm => {
             let err = |e: plimsoll_runtime::RuntimeError| BuildError { provider: "wasm", message: e.to_string() };
             let cache_dir = config.cache_dir.clone().or_else(EngineConfig::default_cache_dir);
@@ -100,33 +102,55 @@ pub fn build(config: &Config, log: Log) -> Result<Arc<dyn Provider>, BuildError>
                 );
                 provider = provider.with_jail(jail);
             }
-            Ok(Arc::new(provider))
+            Arc::new(provider)
         }
         ProviderKind::Docker => {
             let docker = config.docker.as_ref().ok_or_else(|| docker_err("no docker settings".into()))?;
-            Ok(Arc::new(docker_provider(config, docker, log)?))
+            Arc::new(docker_provider(config, docker, log)?)
         }
         ProviderKind::E2b => {
             let remote = config
                 .remote
                 .as_ref()
                 .ok_or_else(|| BuildError { provider: "e2b", message: "no e2b settings".into() })?;
-            Ok(remote_provider(config, remote, e2b_wiring(), log)?)
+            let p = remote_provider(config, remote, e2b_wiring(), log)?;
+            guard = p.guard();
+            p
         }
         ProviderKind::DockerCloud => {
             let remote = config
                 .remote
                 .as_ref()
                 .ok_or_else(|| BuildError { provider: "dockercloud", message: "no dockercloud settings".into() })?;
-            Ok(remote_provider(config, remote, dockercloud_wiring(), log)?)
+            let p = remote_provider(config, remote, dockercloud_wiring(), log)?;
+            guard = p.guard();
+            p
         }
         ProviderKind::OpenShell => {
             let remote = config
                 .remote
                 .as_ref()
                 .ok_or_else(|| BuildError { provider: "openshell", message: "no openshell settings".into() })?;
-            Ok(remote_provider(config, remote, openshell_wiring(), log)?)
+            let p = remote_provider(config, remote, openshell_wiring(), log)?;
+            guard = p.guard();
+            p
         }
+    };
+    Ok(Built { provider, guard })
+}
+
+/// A built provider, and the guard the daemon serves for it (a remote backend
+/// whose granted runs reach the broker through it).
+pub struct Built {
+    /// The provider.
+    pub provider: Arc<dyn Provider>,
+    /// Its guard, when the operator set one.
+    pub guard: Option<Arc<Guard>>,
+}
+
+impl std::fmt::Debug for Built {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Built").field("guard", &self.guard).finish_non_exhaustive()
     }
 }
 
@@ -299,10 +323,14 @@ fn remote_provider(
     let cache_dir = config.cache_dir.clone().or_else(EngineConfig::default_cache_dir);
     let max_instances = (config.admission.max_concurrent * 2).max(16);
     let engine = Engine::new(&EngineConfig { max_instances, cache_dir }).map_err(|e| fail(e.to_string()))?;
-    let provider = PluginProvider::new(&engine, verified, approved, None, "", limits)
+    let mut provider = PluginProvider::new(&engine, verified, approved, None, "", limits)
         .map_err(|e| fail(e.to_string()))?
         .remote(Arc::new(gate), remote.max_tier)
         .with_settings(remote.settings.clone());
+    if let Some(g) = &remote.guard {
+        let guard = Guard::new(&g.path);
+        provider = provider.with_guard(GuardAccess { guard, url: g.url.clone(), host: g.host.clone() });
+    }
     // What a killed predecessor of this instance left goes before anything new is made.
     let swept = provider.sweep().map_err(fail)?;
     log_remote_swept(&log, remote.provider, &swept);

@@ -137,12 +137,12 @@ impl Server {
         }
         // Building and preflight block (a plugin drives its engine synchronously), so
         // both run off the async workers.
-        let provider = {
+        let providers::Built { provider, guard } = {
             let config = config.clone();
             tokio::task::spawn_blocking(move || {
-                let provider = providers::build(&config, log)?;
-                provider.preflight().map_err(|r| StartError::Preflight(r.message))?;
-                Ok::<_, StartError>(provider)
+                let built = providers::build(&config, log)?;
+                built.provider.preflight().map_err(|r| StartError::Preflight(r.message))?;
+                Ok::<_, StartError>(built)
             })
             .await
             .map_err(|e| StartError::Preflight(e.to_string()))??
@@ -164,6 +164,13 @@ impl Server {
             Some((c, k)) => Some(tls(c, k)?),
             None => None,
         };
+        if let (Some(guard), Some(g)) = (guard, config.remote.as_ref().and_then(|r| r.guard.as_ref())) {
+            let listener = TcpListener::bind(g.addr)
+                .await
+                .map_err(|source| StartError::Bind { addr: g.addr.to_string(), source })?;
+            log.info("the guard listens", &[("addr", json!(g.addr.to_string())), ("url", json!(g.url))]);
+            tokio::spawn(guard.serve(listener));
+        }
         let rpc_addr = listen_addr(&config.addr);
         let rpc = TcpListener::bind(&rpc_addr).await.map_err(|source| StartError::Bind { addr: rpc_addr, source })?;
         let metrics = match &config.metrics_addr {
@@ -187,8 +194,14 @@ impl Server {
                     DaemonGrants::load(path, &|name| plugins.get(name).cloned()).map_err(StartError::Grants)?;
                 let support = provider.grant_support();
                 if !grants.profiles().is_empty() && !support.snippets && !support.projects {
+                    // e2b's sandboxes reach the broker through the host's guard, once it has one.
+                    let hint = if name == "e2b" {
+                        " until it has the host's guard (E2B_GUARD_URL, PLIMSOLL_GUARD_ADDR)"
+                    } else {
+                        ""
+                    };
                     return Err(StartError::Grants(format!(
-                        "profiles are configured but the {name} provider has no credential-safe way to carry a grant; \
+                        "profiles are configured but the {name} provider has no credential-safe way to carry a grant{hint}; \
                          unset PLIMSOLL_GRANTS_FILE or use the wasm provider"
                     )));
                 }

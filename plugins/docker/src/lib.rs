@@ -19,7 +19,7 @@ wit_bindgen::generate!({
     generate_all,
 });
 
-use exports::plimsoll::provider::provider::{Description, Guest, RunError};
+use exports::plimsoll::provider::provider::{Description, GuardGrant, Guest, RunError};
 use plimsoll::host::containers::{self, Container, Mount};
 use plimsoll::host::log;
 use plimsoll::types::types::{
@@ -531,6 +531,7 @@ impl Guest for Plugin {
             projects: true,
             modules: false,
             sessions: true,
+            guard_grants: false,
             max_timeout_ms: 300_000,
             max_project_timeout_ms: 1_800_000,
         }
@@ -555,7 +556,13 @@ impl Guest for Plugin {
         Vec::new()
     }
 
-    fn run_snippet(language: String, code: String, limits: Limits) -> Result<(SnippetResult, Evidence), RunError> {
+    fn run_snippet(
+        language: String,
+        code: String,
+        limits: Limits,
+        grant: Option<GuardGrant>,
+    ) -> Result<(SnippetResult, Evidence), RunError> {
+        no_guard_grant(grant.as_ref())?;
         snippet(&language, &code, &limits)
     }
 
@@ -564,7 +571,9 @@ impl Guest for Plugin {
         steps: Vec<String>,
         artifacts: Vec<String>,
         limits: Limits,
+        grant: Option<GuardGrant>,
     ) -> Result<(ProjectResult, Evidence), RunError> {
+        no_guard_grant(grant.as_ref())?;
         project(&files, &steps, &artifacts, &limits, &report_key().map_err(RunError::Refused)?)
     }
 
@@ -573,6 +582,18 @@ impl Guest for Plugin {
             RefusalReason::Unsupported,
             "the docker provider does not run module tables yet",
         )))
+    }
+}
+
+/// Refuses a grant through the host's guard, which this provider's sandboxes
+/// cannot reach (its `describe` says so, and the host never sends one).
+fn no_guard_grant(grant: Option<&GuardGrant>) -> Result<(), RunError> {
+    match grant {
+        None => Ok(()),
+        Some(_) => Err(RunError::Refused(refused(
+            RefusalReason::Unsupported,
+            "the docker provider cannot carry a grant through the host's guard",
+        ))),
     }
 }
 

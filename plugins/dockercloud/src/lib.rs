@@ -26,7 +26,9 @@ wit_bindgen::generate!({
 use std::time::{Duration, Instant};
 
 use endpoint::Failed;
-use exports::plimsoll::provider::provider::{Answer, CallError, Description, Guest, GuestSession, RunError, Session};
+use exports::plimsoll::provider::provider::{
+    Answer, CallError, Description, GuardGrant, Guest, GuestSession, RunError, Session,
+};
 use plimsoll::host::{config, log};
 use plimsoll::types::types::{
     Evidence, File, Limits, ModuleRequest, ModuleResult, Output, ProjectOutcome, ProjectResult, Refusal, RefusalReason,
@@ -266,6 +268,7 @@ impl Guest for Plugin {
             projects: true,
             modules: false,
             sessions: false,
+            guard_grants: false,
             max_timeout_ms: MAX_TIMEOUT_MS,
             max_project_timeout_ms: MAX_TIMEOUT_MS,
         }
@@ -303,7 +306,13 @@ impl Guest for Plugin {
         remote::release("dockercloud", targets, api::delete, log::warn)
     }
 
-    fn run_snippet(language: String, code: String, limits: Limits) -> Result<(SnippetResult, Evidence), RunError> {
+    fn run_snippet(
+        language: String,
+        code: String,
+        limits: Limits,
+        grant: Option<GuardGrant>,
+    ) -> Result<(SnippetResult, Evidence), RunError> {
+        no_guard_grant(grant.as_ref())?;
         snippet(&language, &code, &limits)
     }
 
@@ -312,7 +321,9 @@ impl Guest for Plugin {
         steps: Vec<String>,
         artifacts: Vec<String>,
         limits: Limits,
+        grant: Option<GuardGrant>,
     ) -> Result<(ProjectResult, Evidence), RunError> {
+        no_guard_grant(grant.as_ref())?;
         project(&files, &steps, &artifacts, &limits)
     }
 
@@ -321,6 +332,18 @@ impl Guest for Plugin {
             RefusalReason::Unsupported,
             "the dockercloud provider does not run module tables",
         )))
+    }
+}
+
+/// Refuses a grant through the host's guard, which this provider's sandboxes
+/// cannot reach (its `describe` says so, and the host never sends one).
+fn no_guard_grant(grant: Option<&GuardGrant>) -> Result<(), RunError> {
+    match grant {
+        None => Ok(()),
+        Some(_) => Err(RunError::Refused(refused(
+            RefusalReason::Unsupported,
+            "the dockercloud provider cannot carry a grant through the host's guard",
+        ))),
     }
 }
 

@@ -40,15 +40,39 @@ pub fn is_sandbox_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= 63 && id.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
 }
 
-/// Creates a secured sandbox that denies all egress and takes no public traffic,
-/// stamped with this daemon's instance, living `timeout_s` unless deleted sooner.
-pub fn create(template: &str, timeout_s: u32, instance: &str) -> Result<Created, String> {
+/// A granted run's one way out: the host's guard, whose requests E2B's proxy
+/// gives the run's credential in `header` on the way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Guard {
+    pub host: String,
+    pub header: String,
+    pub credential: String,
+}
+
+impl Guard {
+    /// The network rules that let the sandbox reach the guard and nothing else.
+    fn rules(&self) -> (Value, Value) {
+        let rule = json!([{"transform": {"headers": {self.header.as_str(): self.credential}}}]);
+        (json!([self.host]), json!({self.host.as_str(): rule}))
+    }
+}
+
+/// Creates a secured sandbox that denies all egress (but to `guard`, when a
+/// grant asks for it) and takes no public traffic, stamped with this daemon's
+/// instance, living `timeout_s` unless deleted sooner.
+pub fn create(template: &str, timeout_s: u32, instance: &str, guard: Option<&Guard>) -> Result<Created, String> {
+    let mut network = json!({"denyOut": ["0.0.0.0/0"], "allowPublicTraffic": false});
+    if let Some(g) = guard {
+        let (allow, rules) = g.rules();
+        network["allowOut"] = allow;
+        network["rules"] = rules;
+    }
     let body = json!({
         "templateID": template,
         "timeout": timeout_s,
         "secure": true,
         "allow_internet_access": false,
-        "network": {"denyOut": ["0.0.0.0/0"], "allowPublicTraffic": false},
+        "network": network,
         "metadata": {"plimsoll-instance": instance},
     });
     let (status, answer) = call("POST", "/sandboxes", Some(&body))?;
@@ -193,8 +217,9 @@ fn empty(v: Option<&Value>) -> bool {
 }
 
 /// Checks the read-back against what was asked: this sandbox, running, ours,
-/// within the operator's maxima, and denying all egress. Returns why not.
-pub fn verify(v: &Value, id: &str, instance: &str, max: Maxima) -> Result<(), String> {
+/// within the operator's maxima, and denying all egress but, with `guard`, to
+/// the guard with exactly its header rule. Returns why not.
+pub fn verify(v: &Value, id: &str, instance: &str, max: Maxima, guard: Option<&Guard>) -> Result<(), String> {
     if v.get("sandboxID").and_then(Value::as_str) != Some(id) {
         return Err(format!("the read-back is not of sandbox {id}"));
     }
@@ -227,8 +252,13 @@ pub fn verify(v: &Value, id: &str, instance: &str, max: Maxima) -> Result<(), St
             "the network read-back has a field plimsoll does not know ({k:?}); refusing rather than guess what it opens"
         ));
     }
-    if !empty(network.get("allowOut")) {
-        return Err(format!("the sandbox allows egress to {}", network.get("allowOut").cloned().unwrap_or_default()));
+    let (allow, rules) = match guard {
+        Some(g) => g.rules(),
+        None => (json!([]), json!({})),
+    };
+    let allowed = network.get("allowOut").filter(|a| !empty(Some(a))).cloned().unwrap_or_else(|| json!([]));
+    if allowed != allow {
+        return Err(format!("the sandbox allows egress to {allowed}"));
     }
     let denies_all = network
         .get("denyOut")
@@ -237,10 +267,13 @@ pub fn verify(v: &Value, id: &str, instance: &str, max: Maxima) -> Result<(), St
     if !denies_all {
         return Err("the sandbox does not deny all egress (no 0.0.0.0/0 in denyOut)".into());
     }
-    for field in ["egressProxy", "rules"] {
-        if !empty(network.get(field)) {
-            return Err(format!("the sandbox's network has {field} set"));
-        }
+    if !empty(network.get("egressProxy")) {
+        return Err("the sandbox's network has egressProxy set".into());
+    }
+    let got = network.get("rules").filter(|r| !empty(Some(r))).cloned().unwrap_or_else(|| json!({}));
+    if got != rules {
+        // The rule carries the run's credential: its value is not repeated here.
+        return Err("the sandbox's network rules are not exactly the guard's header rule".into());
     }
     Ok(())
 }
@@ -263,8 +296,8 @@ mod tests {
 
     #[test]
     fn a_read_back_that_is_what_was_asked_passes() {
-        assert_eq!(verify(&good(), "abc123", "me", MAX), Ok(()));
-        assert_eq!(verify(&good(), "abc123", "me", Maxima { memory_mb: 0, cpus_milli: 0, disk_mb: 0 }), Ok(()));
+        assert_eq!(verify(&good(), "abc123", "me", MAX, None), Ok(()));
+        assert_eq!(verify(&good(), "abc123", "me", Maxima { memory_mb: 0, cpus_milli: 0, disk_mb: 0 }, None), Ok(()));
     }
 
     #[test]
@@ -289,9 +322,35 @@ mod tests {
             let (parent, field) = pointer.rsplit_once('/').expect("pointer");
             let target = if parent.is_empty() { &mut v } else { v.pointer_mut(parent).expect("parent") };
             target[field] = value;
-            assert_eq!(verify(&v, "abc123", "me", MAX), Err(why.to_string()), "{pointer}");
+            assert_eq!(verify(&v, "abc123", "me", MAX, None), Err(why.to_string()), "{pointer}");
         }
-        assert_eq!(verify(&good(), "zzz", "me", MAX), Err("the read-back is not of sandbox zzz".into()));
+        assert_eq!(verify(&good(), "zzz", "me", MAX, None), Err("the read-back is not of sandbox zzz".into()));
+        let mut ruled = good();
+        ruled["network"]["rules"] = json!({"x.test": [{"transform": {"headers": {"a": "b"}}}]});
+        let why = "the sandbox's network rules are not exactly the guard's header rule";
+        assert_eq!(verify(&ruled, "abc123", "me", MAX, None), Err(why.into()));
+    }
+
+    #[test]
+    fn a_granted_sandbox_reaches_the_guard_with_exactly_its_rule_and_nothing_else() {
+        let guard = Guard { host: "guard.test".into(), header: "x-plimsoll-guard".into(), credential: "crg_1".into() };
+        let (allow, rules) = guard.rules();
+        let mut v = good();
+        v["network"]["allowOut"] = allow.clone();
+        v["network"]["rules"] = rules.clone();
+        assert_eq!(verify(&v, "abc123", "me", MAX, Some(&guard)), Ok(()));
+        assert_eq!(verify(&good(), "abc123", "me", MAX, Some(&guard)), Err("the sandbox allows egress to []".into()));
+        let mut wider = v.clone();
+        wider["network"]["allowOut"] = json!(["guard.test", "evil.test"]);
+        assert_eq!(
+            verify(&wider, "abc123", "me", MAX, Some(&guard)),
+            Err("the sandbox allows egress to [\"guard.test\",\"evil.test\"]".into())
+        );
+        let mut other = v.clone();
+        other["network"]["rules"]["guard.test"][0]["transform"]["headers"]["x-plimsoll-guard"] = json!("crg_2");
+        let why = "the sandbox's network rules are not exactly the guard's header rule";
+        assert_eq!(verify(&other, "abc123", "me", MAX, Some(&guard)), Err(why.into()));
+        assert_eq!(verify(&v, "abc123", "me", MAX, None), Err("the sandbox allows egress to [\"guard.test\"]".into()));
     }
 
     #[test]

@@ -121,18 +121,26 @@ fn timed_out(out: Kept, err: Kept, started: Instant) -> Ran {
     }
 }
 
-/// Runs `script` with `sh -c` in `cwd`, until it ends or `deadline` passes (then
-/// the stream is dropped, which cancels the call, and the result says timed out).
-/// Each output stream keeps `max_output` bytes.
+/// Runs `script` with `sh -c` in `cwd` with `env` added, until it ends or
+/// `deadline` passes (then the stream is dropped, which cancels the call, and the
+/// result says timed out). Each output stream keeps `max_output` bytes.
 ///
 /// # Errors
 ///
 /// The call was refused or broke off: whether the process ran is unknown.
-pub fn run(id: &str, script: &str, cwd: &str, deadline: Instant, max_output: usize) -> Result<Ran, String> {
+pub fn run(
+    id: &str,
+    script: &str,
+    (cwd, env): (&str, &[(String, String)]),
+    deadline: Instant,
+    max_output: usize,
+) -> Result<Ran, String> {
     let started = Instant::now();
     let left = deadline.saturating_duration_since(started);
+    let envs: serde_json::Map<String, serde_json::Value> =
+        env.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect();
     let request = json!({
-        "process": {"cmd": "/bin/sh", "args": ["-c", script], "cwd": cwd},
+        "process": {"cmd": "/bin/sh", "args": ["-c", script], "cwd": cwd, "envs": envs},
         "stdin": false,
     });
     // envd kills the process at its own deadline too, a little after ours.

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use plimsoll_plugin_agent::runner;
 use plimsoll_plugin_remote::{self as remote, Remote};
 
-use exports::plimsoll::provider::provider::{Description, Guest, RunError};
+use exports::plimsoll::provider::provider::{Description, GuardGrant, Guest, RunError};
 use plimsoll::host::{config, log};
 use plimsoll::types::types::{
     Evidence, File, Limits, ModuleRequest, ModuleResult, Output, ProjectOutcome, ProjectResult, Refusal, RefusalReason,
@@ -79,7 +79,15 @@ struct Sandbox {
     /// The instance stamp and the maxima its read-back was checked against.
     instance: String,
     maxima: api::Maxima,
+    /// A granted run's way to the host's guard, which its read-back must show.
+    guard: Option<api::Guard>,
+    /// What every process of the run gets beside the guest's own (a granted
+    /// run's client).
+    env: Vec<(String, String)>,
 }
+
+/// Where a granted run's client goes: the guest's, outside the run's directories.
+const CLIENT_DIR: &str = "/home/user/.plimsoll-host";
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
@@ -93,12 +101,18 @@ impl Drop for Sandbox {
 }
 
 impl Sandbox {
-    /// Creates and reads back a sandbox for a run of `budget`. Nothing of the
-    /// caller's is in it yet, so every failure is a refusal.
-    fn open(limits: &Limits, budget: Duration) -> Result<Sandbox, Refusal> {
+    /// Creates and reads back a sandbox for a run of `budget`; with `grant`, one
+    /// whose only way out is the host's guard, with the grant's client written
+    /// in. Nothing of the caller's is in it yet, so every failure is a refusal.
+    fn open(limits: &Limits, budget: Duration, grant: Option<&GuardGrant>) -> Result<Sandbox, Refusal> {
         let s = settings()?;
         let lifetime = u32::try_from(budget.as_secs()).unwrap_or(u32::MAX).saturating_add(LIFETIME_MARGIN_S);
-        let created = api::create(&s.template, lifetime, &s.instance)
+        let guard = grant.map(|g| api::Guard {
+            host: g.host.clone(),
+            header: g.header.clone(),
+            credential: g.credential.clone(),
+        });
+        let created = api::create(&s.template, lifetime, &s.instance, guard.as_ref())
             .map_err(|e| refused(RefusalReason::Environment, format!("creating an e2b sandbox: {e}")))?;
         let mut sandbox = Sandbox {
             id: created.id,
@@ -108,6 +122,8 @@ impl Sandbox {
             ooms: Cell::new(None),
             instance: s.instance,
             maxima: api::Maxima { memory_mb: limits.memory_mb, cpus_milli: limits.cpus_milli, disk_mb: limits.disk_mb },
+            guard,
+            env: Vec::new(),
         };
         let detail = api::detail(&sandbox.id)
             .map_err(|e| refused(RefusalReason::Environment, format!("reading the e2b sandbox back: {e}")))?;
@@ -116,19 +132,27 @@ impl Sandbox {
             .map_err(|e| refused(RefusalReason::Isolation, format!("the e2b sandbox is not what was asked: {e}")))?;
         sandbox.memory_mb = detail.get("memoryMB").and_then(serde_json::Value::as_u64).unwrap_or_default();
         sandbox.ooms.set(sandbox.oom_kills());
+        if let Some(g) = grant {
+            for f in &g.client {
+                envd::upload(&sandbox.id, &format!("{CLIENT_DIR}/{}", f.path), &f.content).map_err(|e| {
+                    refused(RefusalReason::Environment, format!("writing the grant's client {}: {e}", f.path))
+                })?;
+            }
+            sandbox.env = g.env.iter().map(|(k, v)| (k.clone(), v.replace("{dir}", CLIENT_DIR))).collect();
+        }
         Ok(sandbox)
     }
 
     /// Checks a read-back `detail` of this sandbox against what was asked at its create.
     fn verify(&self, detail: &serde_json::Value) -> Result<(), String> {
-        api::verify(detail, &self.id, &self.instance, self.maxima)
+        api::verify(detail, &self.id, &self.instance, self.maxima, self.guard.as_ref())
     }
 
     /// How many processes the sandbox's kernel has killed for want of memory
     /// (`oom_kill` in its `/proc/vmstat`); None where the kernel does not say.
     fn oom_kills(&self) -> Option<u64> {
         let deadline = Instant::now() + Duration::from_secs(10);
-        let r = envd::run(&self.id, "sed -n 's/^oom_kill //p' /proc/vmstat", "/", deadline, 256).ok()?;
+        let r = envd::run(&self.id, "sed -n 's/^oom_kill //p' /proc/vmstat", ("/", &[]), deadline, 256).ok()?;
         if r.exit_code != 0 {
             return None;
         }
@@ -170,7 +194,7 @@ impl Remote for Sandbox {
     }
 
     fn run(&self, script: &str, cwd: &str, deadline: Instant, max_output: usize) -> Result<remote::Ran, String> {
-        let mut ran = envd::run(&self.id, script, cwd, deadline, max_output)?;
+        let mut ran = envd::run(&self.id, script, (cwd, &self.env), deadline, max_output)?;
         self.name_oom_kill(&mut ran);
         Ok(ran)
     }
@@ -190,24 +214,23 @@ fn budget(limits: &Limits) -> Duration {
     Duration::from_millis(u64::from(limits.timeout_ms.max(1)))
 }
 
-fn snippet(language: &str, code: &str, limits: &Limits) -> Result<(SnippetResult, Evidence), RunError> {
-    snippet_on(language, code, limits, budget(limits), RUN_DIR, |b| Sandbox::open(limits, b), |s| s.evidence())
+fn snippet(
+    language: &str,
+    code: &str,
+    limits: &Limits,
+    grant: Option<&GuardGrant>,
+) -> Result<(SnippetResult, Evidence), RunError> {
+    let open = |b| Sandbox::open(limits, b, grant);
+    snippet_on(language, code, limits, budget(limits), RUN_DIR, open, |s| s.evidence())
 }
 
 fn project(
-    files: &[File],
-    steps: &[String],
-    artifacts: &[String],
+    (files, steps, artifacts): (&[File], &[String], &[String]),
     limits: &Limits,
+    grant: Option<&GuardGrant>,
 ) -> Result<(ProjectResult, Evidence), RunError> {
-    project_on(
-        (files, steps, artifacts),
-        limits,
-        budget(limits),
-        PROJECT_DIR,
-        |b| Sandbox::open(limits, b),
-        |s| s.evidence(),
-    )
+    let open = |b| Sandbox::open(limits, b, grant);
+    project_on((files, steps, artifacts), limits, budget(limits), PROJECT_DIR, open, |s| s.evidence())
 }
 
 /// The behavioural proof at startup: a real sandbox, read back, runs node and
@@ -215,7 +238,7 @@ fn project(
 fn smoke() -> Result<Evidence, Refusal> {
     let limits =
         Limits { timeout_ms: 60_000, memory_mb: 0, cpus_milli: 0, pids: 0, disk_mb: 0, max_output_bytes: 64 << 10 };
-    let sandbox = Sandbox::open(&limits, budget(&limits))?;
+    let sandbox = Sandbox::open(&limits, budget(&limits), None)?;
     let node = remote::smoke(&sandbox, RUN_DIR)
         .map_err(|(check, why)| refused(RefusalReason::Environment, format!("smoke test, {check}: {why}")))?;
     log::info(&format!("smoke test passed in e2b sandbox {}: node {node}, python, no egress", sandbox.id));
@@ -235,6 +258,7 @@ impl Guest for Plugin {
             projects: true,
             modules: false,
             sessions: true,
+            guard_grants: true,
             max_timeout_ms: MAX_TIMEOUT_MS,
             max_project_timeout_ms: MAX_PROJECT_TIMEOUT_MS,
         }
@@ -268,8 +292,13 @@ impl Guest for Plugin {
         remote::release("e2b", targets, api::delete, log::warn)
     }
 
-    fn run_snippet(language: String, code: String, limits: Limits) -> Result<(SnippetResult, Evidence), RunError> {
-        snippet(&language, &code, &limits)
+    fn run_snippet(
+        language: String,
+        code: String,
+        limits: Limits,
+        grant: Option<GuardGrant>,
+    ) -> Result<(SnippetResult, Evidence), RunError> {
+        snippet(&language, &code, &limits, grant.as_ref())
     }
 
     fn run_project(
@@ -277,8 +306,9 @@ impl Guest for Plugin {
         steps: Vec<String>,
         artifacts: Vec<String>,
         limits: Limits,
+        grant: Option<GuardGrant>,
     ) -> Result<(ProjectResult, Evidence), RunError> {
-        project(&files, &steps, &artifacts, &limits)
+        project((&files, &steps, &artifacts), &limits, grant.as_ref())
     }
 
     fn run_module(_request: ModuleRequest, _limits: Limits) -> Result<(ModuleResult, Evidence), RunError> {

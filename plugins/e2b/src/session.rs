@@ -82,7 +82,7 @@ impl E2bSession {
         let asked = Limits { disk_mb: 0, ..*limits };
         let lifetime = Duration::from_secs(u64::from(lifetime_s));
         let ends = Instant::now() + lifetime + Duration::from_secs(u64::from(LIFETIME_MARGIN_S));
-        let sandbox = Sandbox::open(&asked, lifetime)?;
+        let sandbox = Sandbox::open(&asked, lifetime, None)?;
         let word = random_hex(16);
         let pid = envd::start_serving(&sandbox.id, &[AGENT, "attach", &word], WORK, &word, AGENT_START).map_err(|e| {
             refused(

@@ -31,7 +31,7 @@ wit_bindgen::generate!({
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
-use exports::plimsoll::provider::provider::{Description, Guest, RunError};
+use exports::plimsoll::provider::provider::{Description, GuardGrant, Guest, RunError};
 use gateway::{Filesystem, Policy, Spec, Template};
 use pb::Json;
 use plimsoll::host::{config, log};
@@ -497,6 +497,7 @@ impl Guest for Plugin {
             projects: true,
             modules: false,
             sessions: true,
+            guard_grants: false,
             max_timeout_ms: MAX_TIMEOUT_MS,
             max_project_timeout_ms: MAX_TIMEOUT_MS,
         }
@@ -525,7 +526,13 @@ impl Guest for Plugin {
         remote::release("openshell", targets, gateway::delete, log::warn)
     }
 
-    fn run_snippet(language: String, code: String, limits: Limits) -> Result<(SnippetResult, Evidence), RunError> {
+    fn run_snippet(
+        language: String,
+        code: String,
+        limits: Limits,
+        grant: Option<GuardGrant>,
+    ) -> Result<(SnippetResult, Evidence), RunError> {
+        no_guard_grant(grant.as_ref())?;
         snippet(&language, &code, &limits)
     }
 
@@ -534,12 +541,26 @@ impl Guest for Plugin {
         steps: Vec<String>,
         artifacts: Vec<String>,
         limits: Limits,
+        grant: Option<GuardGrant>,
     ) -> Result<(ProjectResult, Evidence), RunError> {
+        no_guard_grant(grant.as_ref())?;
         project(&files, &steps, &artifacts, &limits)
     }
 
     fn run_module(_request: ModuleRequest, _limits: Limits) -> Result<(ModuleResult, Evidence), RunError> {
         Err(RunError::Refused(refused(RefusalReason::Unsupported, "the openshell provider does not run module tables")))
+    }
+}
+
+/// Refuses a grant through the host's guard, which this provider's sandboxes
+/// cannot reach (its `describe` says so, and the host never sends one).
+fn no_guard_grant(grant: Option<&GuardGrant>) -> Result<(), RunError> {
+    match grant {
+        None => Ok(()),
+        Some(_) => Err(RunError::Refused(refused(
+            RefusalReason::Unsupported,
+            "the openshell provider cannot carry a grant through the host's guard",
+        ))),
     }
 }
 

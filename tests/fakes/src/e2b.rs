@@ -549,6 +549,11 @@ impl Fake {
             .map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect())
             .unwrap_or_default();
         let cwd = process.get("cwd").and_then(Value::as_str).unwrap_or("/home/user").to_string();
+        let env: Vec<(String, String)> = process
+            .get("envs")
+            .and_then(Value::as_object)
+            .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+            .unwrap_or_default();
         let tag = message.get("tag").and_then(Value::as_str).map(String::from);
         // Absent, stdin is open: the field came later, and envd keeps old clients working.
         let stdin = message.get("stdin").and_then(Value::as_bool).unwrap_or(true);
@@ -590,7 +595,7 @@ impl Fake {
                 let argv = std::iter::once(cmd).chain(args).collect();
                 let marker = format!("{id}-{pid}");
                 let process =
-                    Process { argv, cwd, deadline, input: input_rx, marker: Some(marker), ..Process::default() };
+                    Process { argv, cwd, env, deadline, input: input_rx, marker: Some(marker), ..Process::default() };
                 tokio::spawn(async move { me.backing.run(&id, process, chunks).await })
             };
             while let Some(chunk) = rx.recv().await {

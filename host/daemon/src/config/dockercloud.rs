@@ -177,6 +177,7 @@ pub(super) fn dockercloud_config(
             ("endpoint-url".to_string(), endpoint_url),
         ]),
         max_tier: remote::tier("SANDBOX_DOCKERCLOUD_MAX_TIER", max_tier, Tier::Vm)?,
+        guard: None,
     }))
 }
 

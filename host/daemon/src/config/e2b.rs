@@ -36,6 +36,8 @@ pub(super) struct E2bTable {
     max_tier: Option<String>,
     api_key_file: Option<PathBuf>,
     instance: Option<String>,
+    guard_url: Option<String>,
+    guard_addr: Option<String>,
 }
 
 /// Reads the e2b settings: required when e2b is the provider, refused when it is not.
@@ -54,6 +56,8 @@ pub(super) fn e2b_config(
     let connect_to = pick.string("SANDBOX_E2B_CONNECT_TO", t.connect_to);
     let max_tier = pick.string("SANDBOX_E2B_MAX_TIER", t.max_tier);
     let instance = pick.string("SANDBOX_E2B_INSTANCE", t.instance);
+    let guard_url = pick.string("E2B_GUARD_URL", t.guard_url);
+    let guard_addr = pick.string("PLIMSOLL_GUARD_ADDR", t.guard_addr);
     let key = remote::secret(env, "E2B_API_KEY", t.api_key_file)?;
     if provider != ProviderKind::E2b {
         let set = [
@@ -64,6 +68,8 @@ pub(super) fn e2b_config(
             ("SANDBOX_E2B_CONNECT_TO", connect_to.is_some()),
             ("SANDBOX_E2B_MAX_TIER", max_tier.is_some()),
             ("SANDBOX_E2B_INSTANCE", instance.is_some()),
+            ("E2B_GUARD_URL", guard_url.is_some()),
+            ("PLIMSOLL_GUARD_ADDR", guard_addr.is_some()),
         ];
         if let Some((name, _)) = set.iter().find(|(_, s)| *s) {
             return Err(ConfigError::Value(format!(
@@ -118,5 +124,6 @@ pub(super) fn e2b_config(
         endpoints,
         settings: BTreeMap::from([("template".to_string(), template), ("instance".to_string(), instance)]),
         max_tier: remote::tier("SANDBOX_E2B_MAX_TIER", max_tier, Tier::Vm)?,
+        guard: super::guard::guard("E2B_GUARD_URL", guard_url, guard_addr)?,
     }))
 }

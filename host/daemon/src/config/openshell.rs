@@ -137,6 +137,7 @@ pub(super) fn openshell_config(
         endpoints: BTreeMap::from([("gateway".to_string(), endpoint)]),
         settings: BTreeMap::from([("image".to_string(), image), ("instance".to_string(), instance)]),
         max_tier: remote::tier("SANDBOX_OPENSHELL_MAX_TIER", max_tier, Tier::Container)?,
+        guard: None,
     }))
 }
 

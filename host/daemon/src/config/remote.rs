@@ -56,6 +56,8 @@ pub struct RemoteConfig {
     pub settings: BTreeMap<String, String>,
     /// The strongest tier the operator lets the host credit it with.
     pub max_tier: Tier,
+    /// The guard its granted runs reach the broker through, when one is set.
+    pub guard: Option<super::GuardConfig>,
 }
 
 /// Reads a tier cap: `vm`, `kernel`, `container` or `process`.

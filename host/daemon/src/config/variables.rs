@@ -5,7 +5,7 @@ pub const BROKER_AUTH_PREFIX: &str = "PLIMSOLL_BROKER_AUTH_";
 
 /// Every variable the daemon reads, with the file key it overrides and what it does.
 /// `serve --help` prints this table, so the usage text and the code cannot drift.
-pub const VARIABLES: [(&str, &str, &str); 77] = [
+pub const VARIABLES: [(&str, &str, &str); 79] = [
     ("PLIMSOLL_CONFIG", "", "path of plimsoll.toml"),
     ("PLIMSOLL_ADDR", "daemon.addr", "RPC listener, default :8746"),
     ("PLIMSOLL_METRICS_ADDR", "daemon.metrics-addr", "metrics listener, default 127.0.0.1:9464; off"),
@@ -75,6 +75,16 @@ pub const VARIABLES: [(&str, &str, &str); 77] = [
         "SANDBOX_E2B_INSTANCE",
         "e2b.instance",
         "e2b: this daemon's stamp on its sandboxes, default plimsoll@<hostname>; one per daemon sharing a key",
+    ),
+    (
+        "E2B_GUARD_URL",
+        "e2b.guard-url",
+        "e2b: the https URL (port 443, a host name) granted sandboxes reach the host's guard at",
+    ),
+    (
+        "PLIMSOLL_GUARD_ADDR",
+        "e2b.guard-addr",
+        "e2b: the address the daemon serves the guard on, behind E2B_GUARD_URL's TLS terminator",
     ),
     ("SANDBOX_E2B_PLUGIN", "plugins.e2b.path", "the e2b plugin's directory"),
     ("SANDBOX_E2B_PLUGIN_KEYS", "plugins.e2b.trusted-keys", "trusted public keys (PEM files), comma-separated"),

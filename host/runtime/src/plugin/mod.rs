@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 pub use host::Wall;
 pub use manifest::{Capability, Manifest};
-pub use provider::{PluginLimits, PluginProvider};
+pub use provider::{GuardAccess, PluginLimits, PluginProvider};
 use sha2::{Digest as _, Sha256};
 
 /// The file names inside a plugin directory.

@@ -19,6 +19,7 @@ use wasmtime::component::{Linker, ResourceTable};
 use wasmtime::{Store, StoreLimits, StoreLimitsBuilder};
 use wasmtime_wasi::WasiCtxBuilder;
 
+use super::guard::{Guard, Ticket};
 use super::host::bindings::exports::plimsoll::provider::provider as wit;
 use super::host::bindings::plimsoll::types::types as t;
 use super::host::bindings::{ProviderPlugin, ProviderPluginPre};
@@ -126,6 +127,86 @@ pub struct PluginProvider {
     settings: Arc<std::collections::BTreeMap<String, String>>,
     /// A remote plugin's sandboxes as the host saw them made.
     book: Arc<super::book::Book>,
+    /// The host's guard, through which a remote plugin's granted runs reach the broker.
+    guard: Option<GuardAccess>,
+    /// Whether the plugin says its sandboxes can reach the guard.
+    guard_grants: bool,
+}
+
+/// The host's guard as a remote backend's granted runs reach it.
+#[derive(Clone, Debug)]
+pub struct GuardAccess {
+    /// The guard, which admits each run's credential.
+    pub guard: Arc<Guard>,
+    /// Its URL as sandboxes reach it (`https`, port 443, a host name).
+    pub url: String,
+    /// That URL's host name.
+    pub host: String,
+}
+
+/// Where the in-sandbox client trusts the vendor's proxy, which ends TLS on the
+/// way to the guard: the system's bundle, which Node does not read by itself.
+const GUARD_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// How one granted run reaches the broker.
+enum Way {
+    /// A socket the host mounts into every container the run creates.
+    Socket(BrokerSocket),
+    /// The guard, open to the run's credential while its ticket lives.
+    Guard(#[allow(dead_code, reason = "held: dropping it closes the guard to the run")] Ticket, wit::GuardGrant),
+}
+
+impl Way {
+    fn socket(&self) -> Option<&BrokerSocket> {
+        match self {
+            Way::Socket(s) => Some(s),
+            Way::Guard(..) => None,
+        }
+    }
+
+    fn grant(&self) -> Option<wit::GuardGrant> {
+        match self {
+            Way::Socket(_) => None,
+            Way::Guard(_, g) => Some(g.clone()),
+        }
+    }
+
+    /// `text` without the run's guard credential.
+    fn redact(&self, text: String) -> String {
+        match self {
+            Way::Guard(ticket, _) => text.replace(ticket.credential(), "[redacted]"),
+            Way::Socket(_) => text,
+        }
+    }
+}
+
+/// The client a granted remote run installs, and how it reaches `access`.
+fn guard_grant(access: &GuardAccess, ticket: &Ticket, grant: &Grant) -> wit::GuardGrant {
+    let file = |path: &str, text: &str| t::File { path: path.into(), content: text.as_bytes().to_vec() };
+    let mut client = vec![
+        file("host.js", super::socket::NODE_CLIENT),
+        file("routes.js", super::socket::ROUTE_CHECKS),
+        file("plimsoll_host.py", super::socket::PYTHON_CLIENT),
+    ];
+    if !grant.preamble.is_empty() {
+        client.push(file(super::socket::PREAMBLE, &grant.preamble));
+    }
+    let env = [
+        ("PLIMSOLL_HOST_GUARD", access.url.clone()),
+        ("PLIMSOLL_HOST_GLOBAL", grant.global.clone()),
+        ("PLIMSOLL_HOST_ROUTES", grant.routes.join("\n")),
+        ("NODE_OPTIONS", "--require={dir}/host.js".to_string()),
+        ("NODE_EXTRA_CA_CERTS", GUARD_CA_BUNDLE.to_string()),
+        ("PYTHONPATH", "{dir}".to_string()),
+    ];
+    wit::GuardGrant {
+        url: access.url.clone(),
+        host: access.host.clone(),
+        header: super::guard::HEADER.to_string(),
+        credential: ticket.credential().to_string(),
+        client,
+        env: env.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
+    }
 }
 
 impl std::fmt::Debug for PluginProvider {
@@ -216,6 +297,8 @@ impl PluginProvider {
             proven: std::sync::OnceLock::new(),
             settings: Arc::default(),
             book: Arc::default(),
+            guard: None,
+            guard_grants: false,
         };
         let d = p
             .call(Duration::from_secs(10), 0, |store, plugin| plugin.plimsoll_provider_provider().call_describe(store))
@@ -226,7 +309,21 @@ impl PluginProvider {
         }
         p.description = p.describe_from(&d);
         p.sessions = d.sessions;
+        p.guard_grants = d.guard_grants;
         Ok(p)
+    }
+
+    /// The provider, its plugin's granted runs reaching the broker through the
+    /// host's guard (when the plugin says its sandboxes can).
+    #[must_use]
+    pub fn with_guard(mut self, access: GuardAccess) -> PluginProvider {
+        self.guard = Some(access);
+        self
+    }
+
+    /// The guard this provider's granted runs reach, for the daemon to serve.
+    pub fn guard(&self) -> Option<Arc<Guard>> {
+        self.guard.as_ref().map(|a| Arc::clone(&a.guard))
     }
 
     /// The provider, its plugin's requests going out through `gate` (the
@@ -375,11 +472,19 @@ impl PluginProvider {
     }
 
     /// `e` with every credential the plugin's gate attaches redacted from its words.
-    fn scrubbed(&self, e: RunError) -> RunError {
-        let Some(gate) = &self.http else { return e };
+    /// `e` without any credential: those the gate attaches, and the run's
+    /// guard credential when `way` holds one.
+    fn scrubbed(&self, e: RunError, way: Option<&Way>) -> RunError {
+        let clean = |text: &str| {
+            let text = self.redact(text);
+            match way {
+                Some(w) => w.redact(text),
+                None => text,
+            }
+        };
         match e {
-            RunError::Refused(r) => RunError::Refused(Refusal::new(r.reason, gate.redact(&r.message))),
-            RunError::MayHaveRun(m) => RunError::MayHaveRun(gate.redact(&m)),
+            RunError::Refused(r) => RunError::Refused(Refusal::new(r.reason, clean(&r.message))),
+            RunError::MayHaveRun(m) => RunError::MayHaveRun(clean(&m)),
         }
     }
 
@@ -514,24 +619,38 @@ fn no_grants(name: &str, kind: &str) -> Refusal {
 }
 
 impl PluginProvider {
-    /// Whether runs reach the broker: only through the host's own container wall,
-    /// which mounts the run's socket into every container the run creates.
+    /// Whether runs reach the broker: through the host's own container wall,
+    /// which mounts the run's socket into every container the run creates, or,
+    /// for a remote backend that can reach it, through the host's guard.
     fn carries_grants(&self) -> bool {
-        self.wall.is_some() && self.approved.contains(&Capability::Containers)
+        (self.wall.is_some() && self.approved.contains(&Capability::Containers))
+            || (self.wall.is_none() && self.guard.is_some() && self.guard_grants)
     }
 
     /// The wall whose runtime serves broker sockets, when this provider carries
-    /// grants for `kind`.
+    /// grants for `kind` through it.
     fn grant_wall(&self, kind: &str) -> Result<&Arc<Wall>, Refusal> {
         self.wall.as_ref().filter(|_| self.carries_grants()).ok_or_else(|| no_grants(&self.name, kind))
     }
 
-    /// Opens the run's broker socket when it holds a grant.
-    fn socket(&self, grant: Option<&Grant>, kind: &str) -> Result<Option<BrokerSocket>, Refusal> {
+    /// Opens the run's way to the broker when it holds a grant: its socket, or
+    /// the guard opened to a fresh credential.
+    fn way(&self, grant: Option<&Grant>, kind: &str) -> Result<Option<Way>, Refusal> {
         let Some(grant) = grant else { return Ok(None) };
-        BrokerSocket::open(grant, &self.grant_wall(kind)?.handle())
-            .map(Some)
-            .map_err(|e| Refusal::new(Reason::Environment, format!("the run's broker socket could not be made: {e}")))
+        if !self.carries_grants() {
+            return Err(no_grants(&self.name, kind));
+        }
+        if self.wall.is_some() {
+            return BrokerSocket::open(grant, &self.grant_wall(kind)?.handle()).map(|s| Some(Way::Socket(s))).map_err(
+                |e| Refusal::new(Reason::Environment, format!("the run's broker socket could not be made: {e}")),
+            );
+        }
+        let access = self.guard.as_ref().ok_or_else(|| no_grants(&self.name, kind))?;
+        let ticket = access.guard.issue(grant.api.clone()).map_err(|e| {
+            Refusal::new(Reason::Environment, format!("the run's guard credential could not be made: {e}"))
+        })?;
+        let record = guard_grant(access, &ticket, grant);
+        Ok(Some(Way::Guard(ticket, record)))
     }
 }
 
@@ -641,15 +760,16 @@ impl Provider for PluginProvider {
     fn run_snippet(&self, snippet: &Snippet<'_>) -> Result<Ran<JavaScriptResult>, RunError> {
         provider::check_floor(self.tier(), snippet.floor)?;
         self.admit_remote()?;
-        let socket = self.socket(snippet.grant, "snippets")?;
+        let way = self.way(snippet.grant, "snippets")?;
         let limits = self.wit_limits(snippet.timeout);
         let lang = snippet.language.as_str();
         let cap = self.limits.max_output as usize;
-        let (r, used) = self.call_granted(snippet.timeout, cap, socket.as_ref(), |store, plugin| {
-            plugin.plimsoll_provider_provider().call_run_snippet(store, lang, snippet.code, limits)
+        let broker = way.as_ref().and_then(Way::grant);
+        let (r, used) = self.call_granted(snippet.timeout, cap, way.as_ref().and_then(Way::socket), |store, plugin| {
+            plugin.plimsoll_provider_provider().call_run_snippet(store, lang, snippet.code, limits, broker.as_ref())
         });
-        let r = r.map_err(|e| self.scrubbed(Self::failed(&used, e)))?;
-        let (result, e) = r.map_err(|e| self.scrubbed(Self::run_error(&used, e)))?;
+        let r = r.map_err(|e| self.scrubbed(Self::failed(&used, e), way.as_ref()))?;
+        let (result, e) = r.map_err(|e| self.scrubbed(Self::run_error(&used, e), way.as_ref()))?;
         let evidence = self.evidence(&used, &e);
         after_run_floor(evidence.tier, snippet.floor)?;
         Ok(Ran { result: snippet_result(result), evidence })
@@ -667,20 +787,22 @@ impl Provider for PluginProvider {
             return Err(provider::unsupported_kind(&self.name, "projects").into());
         }
         self.admit_remote()?;
-        let socket = self.socket(grant, "projects")?;
+        let way = self.way(grant, "projects")?;
         let files = wit_files(&project.files);
         let limits = self.wit_limits(timeout);
-        let (r, used) = self.call_granted(timeout, REPORT_CAP, socket.as_ref(), |store, plugin| {
+        let broker = way.as_ref().and_then(Way::grant);
+        let (r, used) = self.call_granted(timeout, REPORT_CAP, way.as_ref().and_then(Way::socket), |store, plugin| {
             plugin.plimsoll_provider_provider().call_run_project(
                 store,
                 &files,
                 &project.steps,
                 &project.artifacts,
                 limits,
+                broker.as_ref(),
             )
         });
-        let r = r.map_err(|e| self.scrubbed(Self::failed(&used, e)))?;
-        let (result, e) = r.map_err(|e| self.scrubbed(Self::run_error(&used, e)))?;
+        let r = r.map_err(|e| self.scrubbed(Self::failed(&used, e), way.as_ref()))?;
+        let (result, e) = r.map_err(|e| self.scrubbed(Self::run_error(&used, e), way.as_ref()))?;
         let evidence = self.evidence(&used, &e);
         after_run_floor(evidence.tier, floor)?;
         Ok(Ran { result: project_result(result), evidence })
@@ -702,8 +824,10 @@ impl Provider for PluginProvider {
         if self.sessions { self.description.snippet.clone() } else { None }
     }
 
+    /// Only behind the host's wall: a remote session's sandbox cannot have its
+    /// rules to the guard swapped per call yet.
     fn session_grants(&self) -> bool {
-        self.sessions && self.carries_grants()
+        self.sessions && self.wall.is_some() && self.carries_grants()
     }
 
     fn open_session(&self, floor: Option<Floor>, reach: SessionReach<'_>) -> Result<Opened, RunError> {

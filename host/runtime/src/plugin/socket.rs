@@ -20,11 +20,11 @@ use plimsoll_core::provider::{Grant, HostAnswer, HostApi};
 use serde::Deserialize;
 
 /// The Node client, preloaded into every Node process of a granted container.
-const NODE_CLIENT: &str = include_str!("../../../../runners/host-api/host.js");
+pub(super) const NODE_CLIENT: &str = include_str!("../../../../runners/host-api/host.js");
 /// The route checks the Node client shares with the QuickJS engine.
-const ROUTE_CHECKS: &str = include_str!("../../../../runners/host-api/routes.js");
+pub(super) const ROUTE_CHECKS: &str = include_str!("../../../../runners/host-api/routes.js");
 /// The Python module `plimsoll_host`.
-const PYTHON_CLIENT: &str = include_str!("../../../../runners/host-api/plimsoll_host.py");
+pub(super) const PYTHON_CLIENT: &str = include_str!("../../../../runners/host-api/plimsoll_host.py");
 /// The most connections one run's socket serves at once.
 pub const MAX_CONNECTIONS: usize = 32;
 /// The largest envelope: a 1 MiB body, JSON-escaped, and its method and path.
@@ -124,7 +124,7 @@ async fn serve_one(api: Arc<dyn HostApi>, token: Arc<str>, req: Request<Incoming
 /// The client description `host.js` reads before its environment.
 const DESCRIPTION: &str = "grant.json";
 /// Extra JavaScript `host.js` evaluates after installing the client.
-const PREAMBLE: &str = "preamble.js";
+pub(super) const PREAMBLE: &str = "preamble.js";
 
 /// Writes `text` to `dir/name` readable by the container's user; whole or not at
 /// all (renamed into place), so a process starting meanwhile never reads half.
