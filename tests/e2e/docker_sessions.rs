@@ -10,7 +10,6 @@ use std::process::Command;
 use std::time::Duration;
 
 use plimsoll_client::{Client, Error, Options, SessionOptions};
-use plimsoll_core::Floor;
 use plimsoll_core::wire::{CellResult, ProjectFile, ProjectRun, RunRequest, RunResponse, SessionEnd};
 
 use super::docker::{Fixture, created_since, docker_env, fixture, now, owner, signed_plugin, start};
@@ -420,18 +419,7 @@ fn sessions(runtime: &str) {
     let Some(fx) = fixture(runtime) else { return };
     let (d, tokens) = daemon(&fx, runtime);
     let tier = if runtime == "runsc" { "kernel" } else { "container" };
-    session_suite::run(&Target {
-        url: d.url(),
-        tokens: tokens.clone(),
-        sandbox: "docker",
-        tier,
-        languages: &["javascript", "python"],
-        read: |path| format!("require('fs').readFileSync('{path}', 'utf8')"),
-        processes: true,
-        snippets_share_files: true,
-        max_sessions: 2,
-        above: Some(Floor::Vm),
-    });
+    session_suite::run(&Target::full(d.url(), tokens.clone(), "docker", tier));
     docker_cases(&d, &tokens[0], runtime);
     fault_cases(&d, &tokens[0], runtime);
     let out = run_script(SCRIPT, &[("URL", &d.url()), ("TOKEN", &tokens[0]), ("TIER", tier)]);

@@ -54,25 +54,9 @@ fn the_session_suite_passes_against_the_e2b_fake_at_tier_vm() {
     let Some(env) = env(&fake, &dir, &[]) else { return };
     let (env, tokens) = for_sessions(env, &dir);
     let d = Daemon::start(&pairs(&env));
-    session_suite::run(&sessions(d.url(), tokens));
+    session_suite::run(&Target::full(d.url(), tokens, "e2b", "vm"));
     // Every session's sandbox went with its close.
     assert_eq!(settle(&fake, 0), 0, "sandboxes left behind");
-}
-
-/// What the session suite expects of e2b's sessions at `url`.
-fn sessions(url: String, tokens: [String; 2]) -> Target {
-    Target {
-        url,
-        tokens,
-        sandbox: "e2b",
-        tier: "vm",
-        languages: &["javascript", "python"],
-        read: |path| format!("require('fs').readFileSync('{path}', 'utf8')"),
-        processes: true,
-        snippets_share_files: true,
-        max_sessions: 2,
-        above: None,
-    }
 }
 
 /// A daemon for `fake` with one session allowed; its callers present [`TOKEN`].
@@ -378,5 +362,5 @@ fn live_conformance_against_e2b() {
     // "Sessions"): the whole session suite, on a second daemon with two callers.
     let (env, tokens) = for_sessions(env, &scratch("e2b-live-sessions"));
     let d = Daemon::start(&pairs(&env));
-    session_suite::run(&sessions(d.url(), tokens));
+    session_suite::run(&Target::full(d.url(), tokens, "e2b", "vm"));
 }

@@ -65,24 +65,8 @@ fn the_session_suite_passes_against_the_openshell_fake_at_tier_container() {
     let Some(env) = env(&fake, &dir, &[]) else { return };
     let (env, tokens) = for_sessions(env, &dir);
     let d = Daemon::start(&pairs(&env));
-    session_suite::run(&sessions(d.url(), tokens));
+    session_suite::run(&Target::full(d.url(), tokens, "openshell", "container"));
     assert_eq!(settle(&fake, 0), 0, "sandboxes left behind");
-}
-
-/// What the session suite expects of openshell's sessions at `url`.
-fn sessions(url: String, tokens: [String; 2]) -> Target {
-    Target {
-        url,
-        tokens,
-        sandbox: "openshell",
-        tier: "container",
-        languages: &["javascript", "python"],
-        read: |path| format!("require('fs').readFileSync('{path}', 'utf8')"),
-        processes: true,
-        snippets_share_files: true,
-        max_sessions: 2,
-        above: Some(Floor::Kernel),
-    }
 }
 
 /// A call whose request is over the gateway's message cap (a cell given a
@@ -245,5 +229,5 @@ fn live_conformance_against_openshell() {
     // "Sessions"): the whole session suite, on a second daemon with two callers.
     let (env, tokens) = for_sessions(env, &scratch("openshell-live-sessions"));
     let d = Daemon::start(&pairs(&env));
-    session_suite::run(&sessions(d.url(), tokens));
+    session_suite::run(&Target::full(d.url(), tokens, "openshell", "container"));
 }

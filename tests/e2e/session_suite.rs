@@ -1,5 +1,5 @@
 //! The session conformance suite, written once and run against every provider that
-//! keeps sessions (wasm, docker under runc, docker under runsc): the cases of the
+//! keeps sessions (wasm, docker under runc and runsc, the e2b and openshell fakes): the cases of the
 //! original's `sessiontest`, each against a fresh session of one running daemon.
 //! A case a provider cannot meet by design is named in its [`Target`], never skipped
 //! silently: wasm runs no processes, and its snippets share no files with its cells;
@@ -34,6 +34,35 @@ pub struct Target {
     pub max_sessions: usize,
     /// A floor above the sessions' tier, refused before dispatch (none above `vm`).
     pub above: Option<Floor>,
+}
+
+impl Target {
+    /// A backend whose sessions run every case, in both languages, with two
+    /// sessions at most (the fakes' daemons: [`super::fakes::for_sessions`]).
+    pub fn full(url: String, tokens: [String; 2], sandbox: &'static str, tier: &'static str) -> Target {
+        Target {
+            url,
+            tokens,
+            sandbox,
+            tier,
+            languages: &["javascript", "python"],
+            read: |path| format!("require('fs').readFileSync('{path}', 'utf8')"),
+            processes: true,
+            snippets_share_files: true,
+            max_sessions: 2,
+            above: tier_above(tier),
+        }
+    }
+}
+
+/// The floor just above `tier`, refused before dispatch (none above `vm`).
+fn tier_above(tier: &str) -> Option<Floor> {
+    match tier {
+        "process" => Some(Floor::Container),
+        "container" => Some(Floor::Kernel),
+        "kernel" => Some(Floor::Vm),
+        _ => None,
+    }
 }
 
 /// How a language spells what the cases need.

@@ -69,6 +69,21 @@ macro_rules! session_glue {
                 Ok(project_answer(a, key))
             }
 
+            /// A project through `agent` on the runner: a fresh report key, the plan
+            /// for a sandbox of `memory` with each step given only `env` in
+            /// `work_dir`, and the report read under that key.
+            pub(crate) fn session_runner_project<C: $crate::session::Channel>(
+                agent: &$crate::session::Agent<C>,
+                (files, steps, artifacts): (&[File], &[String], &[String]),
+                limits: &Limits,
+                memory: (u32, $crate::runner::MemorySource),
+                (env, work_dir): (&[&str], Option<&str>),
+            ) -> Result<Answer, CallError> {
+                let key = report_key().map_err(CallError::Refused)?;
+                let plan = runner_plan((files, steps, artifacts), limits, memory, 0, (env, work_dir), &key);
+                session_project(agent, (plan, steps.len()), limits, &key)
+            }
+
             /// A fresh 32-byte report key, hex-encoded, for one project run.
             pub(crate) fn report_key() -> Result<String, Refusal> {
                 $crate::runner::report_key().ok_or_else(|| Refusal {
@@ -236,7 +251,7 @@ macro_rules! session_glue {
         }
         use session_glue::{
             read_report, report_key, report_room, runner_plan, session_cell, session_language, session_project,
-            session_snippet,
+            session_runner_project, session_snippet,
         };
     };
 }

@@ -7,6 +7,24 @@ use std::cell::Cell;
 
 use crate::{Trailer, Unchecked, check_answer, frame, random_hex};
 
+/// The smallest session disk budget: the interpreters need room to start.
+pub const MIN_DISK_MB: u32 = 16;
+/// The session disk budget when the host names none.
+const DEFAULT_DISK_MB: u32 = 1024;
+
+/// The session's storage budget for an asked `disk_mb` (0: the default).
+///
+/// # Errors
+///
+/// A budget below [`MIN_DISK_MB`], in words for the caller.
+pub fn disk_budget(disk_mb: u32) -> Result<u32, String> {
+    let disk_mb = if disk_mb == 0 { DEFAULT_DISK_MB } else { disk_mb };
+    if disk_mb < MIN_DISK_MB {
+        return Err(format!("a session disk budget of {disk_mb} MiB is below the {MIN_DISK_MB} MiB a session needs"));
+    }
+    Ok(disk_mb)
+}
+
 /// What the agent may take beyond a call's budget (the sweeps, an interpreter's start).
 const AGENT_GRACE_MS: u32 = 15_000;
 /// Room on stderr for the status line beyond the payload's own capped output.
@@ -299,6 +317,12 @@ mod tests {
 
     use super::*;
     use crate::tests::answered;
+
+    #[test]
+    fn a_session_disk_budget_defaults_and_has_a_floor() {
+        assert_eq!((disk_budget(0), disk_budget(16), disk_budget(64)), (Ok(1024), Ok(16), Ok(64)));
+        assert_eq!(disk_budget(8), Err("a session disk budget of 8 MiB is below the 16 MiB a session needs".into()));
+    }
 
     /// What the scripted agent does with the next request.
     enum Act {

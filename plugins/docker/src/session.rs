@@ -29,8 +29,6 @@ use crate::{
 
 /// The resident session agent, installed by `images/build.sh`.
 const AGENT: &str = "/opt/plimsoll/plimsoll-agent";
-/// The smallest session disk budget: the interpreters need room to start.
-const MIN_DISK_MB: u32 = 16;
 
 /// The session container's attached stream: the agent's channel.
 struct Attached(Container);
@@ -64,13 +62,7 @@ impl DockerSession {
         if marker.is_empty() {
             return Err(refused(RefusalReason::Environment, "no randomness for the start marker"));
         }
-        let disk_mb = or(limits.disk_mb, 1024);
-        if disk_mb < MIN_DISK_MB {
-            return Err(refused(
-                RefusalReason::Environment,
-                format!("a session disk budget of {disk_mb} MiB is below the {MIN_DISK_MB} MiB a session needs"),
-            ));
-        }
+        let disk_mb = agent::disk_budget(limits.disk_mb).map_err(|e| refused(RefusalReason::Environment, e))?;
         let command = vec![AGENT.to_string(), "serve".into(), marker.clone()];
         let spec = spec(limits, &runtime, &image, command, Some(disk_mb), lifetime_s);
         let container = Container::serve(&spec, marker.as_bytes())

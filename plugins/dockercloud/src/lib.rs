@@ -256,6 +256,7 @@ fn smoke() -> Result<Evidence, Refusal> {
 }
 
 plimsoll_plugin_remote::wit_glue!("dockercloud");
+plimsoll_plugin_remote::no_guard_grants!("dockercloud");
 plimsoll_plugin_remote::no_sessions!("dockercloud");
 
 impl Guest for Plugin {
@@ -332,18 +333,6 @@ impl Guest for Plugin {
             RefusalReason::Unsupported,
             "the dockercloud provider does not run module tables",
         )))
-    }
-}
-
-/// Refuses a grant through the host's guard, which this provider's sandboxes
-/// cannot reach (its `describe` says so, and the host never sends one).
-fn no_guard_grant(grant: Option<&GuardGrant>) -> Result<(), RunError> {
-    match grant {
-        None => Ok(()),
-        Some(_) => Err(RunError::Refused(refused(
-            RefusalReason::Unsupported,
-            "the dockercloud provider cannot carry a grant through the host's guard",
-        ))),
     }
 }
 

@@ -22,8 +22,8 @@ use plimsoll_plugin_remote::random_hex;
 use crate::exports::plimsoll::provider::provider::{Answer, CallError, Ending, GuestSession, Session, SessionEnd};
 use crate::plimsoll::types::types::{Evidence, File, Limits, Refusal, RefusalReason};
 use crate::{
-    GUEST_ENV, LIFETIME_MARGIN_S, Sandbox, api, envd, log, refused, report_key, runner, runner_plan, session_cell,
-    session_language, session_project, session_snippet,
+    GUEST_ENV, LIFETIME_MARGIN_S, Sandbox, api, envd, log, refused, runner, session_cell, session_language,
+    session_runner_project, session_snippet,
 };
 
 /// The resident session agent, as the sandbox image installs it.
@@ -32,8 +32,6 @@ const AGENT: &str = "/opt/plimsoll/plimsoll-agent";
 const WORK: &str = "/work";
 /// How long the agent may take to start and say so.
 const AGENT_START: Duration = Duration::from_secs(30);
-/// The smallest session disk budget: the interpreters need room to start.
-const MIN_DISK_MB: u32 = 16;
 
 /// The agent's channel: envd's input to its process and a stream attached to it.
 struct Envd {
@@ -70,13 +68,7 @@ fn ended(end: SessionEnd, detail: String) -> CallError {
 impl E2bSession {
     /// Creates the session's sandbox, reads it back, and starts the agent in it.
     fn open(limits: &Limits, lifetime_s: u32) -> Result<E2bSession, Refusal> {
-        let disk_mb = if limits.disk_mb == 0 { 1024 } else { limits.disk_mb };
-        if disk_mb < MIN_DISK_MB {
-            return Err(refused(
-                RefusalReason::Environment,
-                format!("a session disk budget of {disk_mb} MiB is below the {MIN_DISK_MB} MiB a session needs"),
-            ));
-        }
+        let disk_mb = agent::disk_budget(limits.disk_mb).map_err(|e| refused(RefusalReason::Environment, e))?;
         // The session's storage budget is the agent's to enforce, not a maximum
         // of E2B's disk: only memory and CPUs are held to the operator's maxima.
         let asked = Limits { disk_mb: 0, ..*limits };
@@ -160,13 +152,11 @@ impl GuestSession for E2bSession {
         limits: Limits,
     ) -> Result<Answer, CallError> {
         self.check()?;
-        let key = report_key().map_err(CallError::Refused)?;
         // The runner ends a step before the sandbox's memory runs out, so the kept
         // interpreters and the agent live on; it reads the use from the cgroup
         // where the sandbox has one of its own, else sums the guest's processes.
         let memory = (self.memory_mb(), runner::MemorySource::Cgroup);
-        let plan = runner_plan((&files, &steps, &artifacts), &limits, memory, 0, (&GUEST_ENV, None), &key);
-        session_project(&self.agent, (plan, steps.len()), &limits, &key)
+        session_runner_project(&self.agent, (&files, &steps, &artifacts), &limits, memory, (&GUEST_ENV, None))
     }
 
     /// Pauses the sandbox: its memory (the agent, the kept interpreters) and

@@ -485,6 +485,7 @@ fn sweep(keep: &[String]) -> Result<Vec<String>, String> {
 }
 
 plimsoll_plugin_remote::wit_glue!("openshell");
+plimsoll_plugin_remote::no_guard_grants!("openshell");
 plimsoll_plugin_agent::session_glue!();
 
 impl Guest for Plugin {
@@ -549,18 +550,6 @@ impl Guest for Plugin {
 
     fn run_module(_request: ModuleRequest, _limits: Limits) -> Result<(ModuleResult, Evidence), RunError> {
         Err(RunError::Refused(refused(RefusalReason::Unsupported, "the openshell provider does not run module tables")))
-    }
-}
-
-/// Refuses a grant through the host's guard, which this provider's sandboxes
-/// cannot reach (its `describe` says so, and the host never sends one).
-fn no_guard_grant(grant: Option<&GuardGrant>) -> Result<(), RunError> {
-    match grant {
-        None => Ok(()),
-        Some(_) => Err(RunError::Refused(refused(
-            RefusalReason::Unsupported,
-            "the openshell provider cannot carry a grant through the host's guard",
-        ))),
     }
 }
 

@@ -26,8 +26,8 @@ use plimsoll_plugin_remote::{Remote as _, random_hex};
 use crate::exports::plimsoll::provider::provider::{Answer, CallError, Ending, GuestSession, Session, SessionEnd};
 use crate::plimsoll::types::types::{Evidence, File, Limits, Refusal, RefusalReason};
 use crate::{
-    STDIN_CHUNK, Sandbox, gateway, refused, report_key, runner, runner_plan, session_cell, session_language,
-    session_project, session_snippet, settings, words,
+    STDIN_CHUNK, Sandbox, gateway, refused, runner, session_cell, session_language, session_runner_project,
+    session_snippet, settings, words,
 };
 
 /// The resident session agent, as the sandbox image installs it.
@@ -36,8 +36,6 @@ const AGENT: &str = "/opt/plimsoll/plimsoll-agent";
 const WORK: &str = "/tmp/plimsoll/work";
 /// Where the agent's socket and a large request's staging file go.
 const AGENT_DIR: &str = "/tmp/plimsoll";
-/// The smallest session disk budget: the interpreters need room to start.
-const MIN_DISK_MB: u32 = 16;
 /// What a step of a session's project sees of its environment.
 const GUEST_ENV: [&str; 3] = ["PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"];
 
@@ -108,13 +106,7 @@ fn ended(end: SessionEnd, detail: String) -> CallError {
 impl OpenshellSession {
     /// Creates the session's sandbox, reads it back, and starts the agent in it.
     fn open(limits: &Limits, lifetime_s: u32) -> Result<OpenshellSession, Refusal> {
-        let disk_mb = if limits.disk_mb == 0 { 1024 } else { limits.disk_mb };
-        if disk_mb < MIN_DISK_MB {
-            return Err(refused(
-                RefusalReason::Environment,
-                format!("a session disk budget of {disk_mb} MiB is below the {MIN_DISK_MB} MiB a session needs"),
-            ));
-        }
+        let disk_mb = agent::disk_budget(limits.disk_mb).map_err(|e| refused(RefusalReason::Environment, e))?;
         let memory_mb = settings()?.memory_mib;
         let sandbox = Sandbox::open(Duration::from_secs(u64::from(lifetime_s)))?;
         let socket = format!("{AGENT_DIR}/agent-{}.sock", random_hex(8));
@@ -194,13 +186,11 @@ impl GuestSession for OpenshellSession {
         limits: Limits,
     ) -> Result<Answer, CallError> {
         self.check()?;
-        let key = report_key().map_err(CallError::Refused)?;
         // The runner ends a step before the sandbox's memory runs out, so the kept
         // interpreters and the agent live on; the sandbox is a container of its
         // own, whose cgroup the policy lets the guest read.
         let memory = (self.memory_mb, runner::MemorySource::Cgroup);
-        let plan = runner_plan((&files, &steps, &artifacts), &limits, memory, 0, (&GUEST_ENV, Some(WORK)), &key);
-        session_project(&self.agent, (plan, steps.len()), &limits, &key)
+        session_runner_project(&self.agent, (&files, &steps, &artifacts), &limits, memory, (&GUEST_ENV, Some(WORK)))
     }
 
     /// OpenShell can only stop a sandbox, which ends its interpreters and empties

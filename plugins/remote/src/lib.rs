@@ -405,6 +405,24 @@ macro_rules! wit_glue {
     };
 }
 
+/// `no_guard_grant`, in a provider plugin whose sandboxes cannot reach the
+/// host's guard (its `describe` says `guard-grants: false`, so the host sends no
+/// grant): refuses one all the same, rather than run without it.
+#[macro_export]
+macro_rules! no_guard_grants {
+    ($name:literal) => {
+        fn no_guard_grant(grant: Option<&GuardGrant>) -> Result<(), RunError> {
+            match grant {
+                None => Ok(()),
+                Some(_) => Err(RunError::Refused(Refusal {
+                    reason: RefusalReason::Unsupported,
+                    message: concat!("the ", $name, " provider cannot carry a grant through the host's guard").into(),
+                })),
+            }
+        }
+    };
+}
+
 /// `NoSession`, for a remote plugin that keeps no sessions: every session call
 /// is refused as `unsupported`, naming `$name`. Expanded beside [`wit_glue!`].
 #[macro_export]

@@ -41,6 +41,18 @@ pub fn bind(path: &Path) -> io::Result<UnixListener> {
     Ok(listener)
 }
 
+/// A message header over the one buffer `iov` and the ancillary room
+/// `control`; it points into both, so it is used while they live.
+fn message(iov: &mut libc::iovec, control: &mut [u8]) -> libc::msghdr {
+    // SAFETY: an all-zero msghdr is a valid value of a plain C struct.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = control.len() as _;
+    msg
+}
+
 /// Sends `fds` over `conn` in one message (with one byte of data, as a
 /// descriptor cannot travel alone).
 fn send_fds(conn: &UnixStream, fds: &[RawFd]) -> io::Result<()> {
@@ -50,12 +62,7 @@ fn send_fds(conn: &UnixStream, fds: &[RawFd]) -> io::Result<()> {
     // SAFETY: CMSG_SPACE is a pure size computation.
     let space = unsafe { libc::CMSG_SPACE(payload as u32) } as usize;
     let mut control = vec![0u8; space];
-    // SAFETY: an all-zero msghdr is a valid value of a plain C struct.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
+    let msg = message(&mut iov, &mut control);
     // SAFETY: `msg` points at `control`, which has room for one header and
     // `payload` bytes (CMSG_SPACE), so the first header and its data are in bounds.
     unsafe {
@@ -83,12 +90,7 @@ fn receive_fds(conn: &UnixStream) -> io::Result<[OwnedFd; HANDED]> {
     // SAFETY: CMSG_SPACE is a pure size computation.
     let space = unsafe { libc::CMSG_SPACE(room as u32) } as usize;
     let mut control = vec![0u8; space];
-    // SAFETY: an all-zero msghdr is a valid value of a plain C struct.
-    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = space as _;
+    let mut msg = message(&mut iov, &mut control);
     // SAFETY: `msg` and its buffers live until the call returns.
     let n = unsafe { libc::recvmsg(conn.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
     if n < 0 {
