@@ -153,7 +153,8 @@ enum Way {
     /// A socket the host mounts into every container the run creates.
     Socket(BrokerSocket),
     /// The guard, open to the run's credential while its ticket lives.
-    Guard(#[allow(dead_code, reason = "held: dropping it closes the guard to the run")] Ticket, wit::GuardGrant),
+    /// (The ticket is held: dropping it closes the guard to the run.)
+    Guard(Ticket, wit::GuardGrant),
 }
 
 impl Way {
@@ -471,7 +472,6 @@ impl PluginProvider {
         }
     }
 
-    /// `e` with every credential the plugin's gate attaches redacted from its words.
     /// `e` without any credential: those the gate attaches, and the run's
     /// guard credential when `way` holds one.
     fn scrubbed(&self, e: RunError, way: Option<&Way>) -> RunError {
