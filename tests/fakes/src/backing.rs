@@ -226,6 +226,20 @@ impl Backing {
                 &socket,
             ];
             docker(&forward, None).await?;
+            // The create answers once the forwarder listens (127.0.0.1:443 in
+            // /proc/net/tcp, state LISTEN), so the guest's first connection finds it.
+            let listening = || async {
+                let tcp = docker(&["exec", &name, "cat", "/proc/net/tcp"], None).await.unwrap_or_default();
+                String::from_utf8_lossy(&tcp).lines().any(|l| l.contains(" 0100007F:01BB ") && l.contains(" 0A "))
+            };
+            let mut waited = 0;
+            while !listening().await {
+                waited += 1;
+                if waited > 100 {
+                    return Err("the sandbox's egress forwarder did not start listening within 10 s".into());
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
         }
         Ok(())
     }

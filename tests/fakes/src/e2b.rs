@@ -937,8 +937,16 @@ mod tests {
         let fake = Arc::new(Fake::new(Arc::new(Backing::new(image)), None));
         let (id, token) = sandbox(&fake).await;
         let _container = Removed(id.clone());
-        let cat = json!({"process": {"cmd": "/bin/cat", "args": []}, "tag": "kept", "stdin": true});
-        drop(stream(&fake, &id, &token, "Start", cat, &[]).await);
+        // It says it is up before the pause, so the pause finds it running.
+        let cat =
+            json!({"process": {"cmd": "/bin/sh", "args": ["-c", "echo up; exec cat"]}, "tag": "kept", "stdin": true});
+        let mut started = stream(&fake, &id, &token, "Start", cat, &[]).await;
+        while let Some((_, event)) = started.next().await {
+            if event.pointer("/event/data/stdout").is_some() {
+                break;
+            }
+        }
+        drop(started);
 
         assert_eq!(api(&fake, "POST", &format!("/sandboxes/{id}/pause"), "").await.0, 204);
         assert_eq!(api(&fake, "GET", &format!("/sandboxes/{id}"), "").await.1["state"], "paused");
