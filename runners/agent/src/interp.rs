@@ -6,7 +6,7 @@
 //! fresh one.
 
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::process::{Child, ChildStderr, ChildStdin, ChildStdout, Stdio};
 use std::time::Instant;
 
@@ -71,20 +71,10 @@ struct Done {
     exit: i32,
 }
 
-fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: `fds` is a valid out-array of two descriptors.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: pipe2 just returned these two descriptors, owned by nothing else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
 impl Interpreter {
     /// Starts `language`'s interpreter.
     pub fn start(language: Language) -> std::io::Result<Interpreter> {
-        let (done, done_w) = pipe()?;
+        let (done, done_w) = pipes::pipe()?;
         let mut argv = language.argv();
         argv.extend([format!("plimsoll-interp/{}", language.name()), "3".into()]);
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();

@@ -210,11 +210,8 @@ mod tests {
     use super::*;
 
     fn pipe() -> (File, File) {
-        let mut fds = [0; 2];
-        // SAFETY: `fds` is a valid out-array of two descriptors.
-        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-        // SAFETY: pipe2 just opened both, and nothing else owns them.
-        unsafe { (File::from_raw_fd(fds[0]), File::from_raw_fd(fds[1])) }
+        let (r, w) = pipes::pipe().expect("pipe");
+        (File::from(r), File::from(w))
     }
 
     #[test]

@@ -35,7 +35,6 @@ mod wire;
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::io::{Read as _, Write};
-use std::os::fd::FromRawFd as _;
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::Path;
 use std::process::ExitCode;
@@ -221,13 +220,8 @@ fn listen(socket: &Path) -> Result<(), String> {
     guard(procs::Seat::Hosted)?;
     procs::work_at(std::env::current_dir().map_err(|e| format!("the work directory: {e}"))?);
     let listener = listen::bind(socket).map_err(|e| format!("listening on {}: {e}", socket.display()))?;
-    let mut done = [0; 2];
-    // SAFETY: `done` is a valid out-array of two descriptors.
-    if unsafe { libc::pipe2(done.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
-    }
-    // SAFETY: pipe2 just opened both ends, owned by nothing else.
-    let (done_r, done_w) = unsafe { (File::from_raw_fd(done[0]), File::from_raw_fd(done[1])) };
+    let (done_r, done_w) = pipes::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let (done_r, done_w) = (File::from(done_r), File::from(done_w));
     // SAFETY: the agent has started no thread, so the child is a whole copy of
     // a single-threaded process and may go on running Rust.
     match unsafe { libc::fork() } {

@@ -1,7 +1,7 @@
 //! Non-blocking pipes and `poll`, the agent's only way of waiting.
 
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::time::Instant;
 
 /// What one read of a non-blocking pipe gave.
@@ -12,6 +12,17 @@ pub enum Read {
     Empty,
     /// The writer is gone.
     Eof,
+}
+
+/// A new pipe, both ends close-on-exec: (read end, write end).
+pub fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a valid out-array of two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 just returned these two descriptors, owned by nothing else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 /// Makes `fd` non-blocking.
@@ -109,19 +120,10 @@ pub fn ready(p: &libc::pollfd) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::{FromRawFd, OwnedFd};
-
-    fn pipe() -> (OwnedFd, OwnedFd) {
-        let mut fds = [0; 2];
-        // SAFETY: `fds` is a valid out-array of two descriptors.
-        assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-        // SAFETY: pipe2 just returned these two descriptors, owned by nothing else.
-        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
-    }
 
     #[test]
     fn a_pipe_reads_data_then_nothing_then_its_end() {
-        let (r, w) = pipe();
+        let (r, w) = pipe().expect("pipe");
         nonblocking(&r).expect("nonblocking");
         assert_eq!(read_some(r.as_raw_fd()), Read::Empty);
         assert_eq!(write_some(w.as_raw_fd(), b"hi").expect("write"), 2);
@@ -135,7 +137,7 @@ mod tests {
 
     #[test]
     fn a_write_to_a_pipe_nobody_reads_fails() {
-        let (r, w) = pipe();
+        let (r, w) = pipe().expect("pipe");
         drop(r);
         assert!(write_some(w.as_raw_fd(), b"x").is_err());
     }
