@@ -108,30 +108,18 @@ pub fn build(config: &Config, log: Log) -> Result<Built, BuildError> {
             let docker = config.docker.as_ref().ok_or_else(|| docker_err("no docker settings".into()))?;
             Arc::new(docker_provider(config, docker, log)?)
         }
-        ProviderKind::E2b => {
+        kind @ (ProviderKind::E2b | ProviderKind::DockerCloud | ProviderKind::OpenShell) => {
+            let wiring = match kind {
+                ProviderKind::E2b => e2b_wiring(),
+                ProviderKind::DockerCloud => dockercloud_wiring(),
+                _ => openshell_wiring(),
+            };
+            let name = kind.as_str();
             let remote = config
                 .remote
                 .as_ref()
-                .ok_or_else(|| BuildError { provider: "e2b", message: "no e2b settings".into() })?;
-            let p = remote_provider(config, remote, e2b_wiring(), log)?;
-            guard = p.guard();
-            p
-        }
-        ProviderKind::DockerCloud => {
-            let remote = config
-                .remote
-                .as_ref()
-                .ok_or_else(|| BuildError { provider: "dockercloud", message: "no dockercloud settings".into() })?;
-            let p = remote_provider(config, remote, dockercloud_wiring(), log)?;
-            guard = p.guard();
-            p
-        }
-        ProviderKind::OpenShell => {
-            let remote = config
-                .remote
-                .as_ref()
-                .ok_or_else(|| BuildError { provider: "openshell", message: "no openshell settings".into() })?;
-            let p = remote_provider(config, remote, openshell_wiring(), log)?;
+                .ok_or_else(|| BuildError { provider: name, message: format!("no {name} settings") })?;
+            let p = remote_provider(config, remote, wiring, log)?;
             guard = p.guard();
             p
         }

@@ -127,7 +127,8 @@ impl Guard {
     }
 
     /// How many runs the guard admits now.
-    pub fn open_runs(&self) -> usize {
+    #[cfg(test)]
+    fn open_runs(&self) -> usize {
         self.runs().len()
     }
 
@@ -195,19 +196,9 @@ mod tests {
     use plimsoll_core::provider::HostAnswer;
 
     use super::*;
+    use crate::plugin::socket::tests::Echo;
 
     const PATH: &str = "/v1/guard";
-
-    /// A broker that records its calls and answers 201.
-    struct Echo(Mutex<Vec<String>>);
-
-    impl HostApi for Echo {
-        fn call(&self, method: &str, path: &str, body: Option<&[u8]>) -> HostAnswer {
-            let body = body.map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
-            self.0.lock().expect("calls").push(format!("{method} {path} {body}"));
-            HostAnswer { status: 201, content_type: "application/json".into(), body: b"{\"ok\":true}".to_vec() }
-        }
-    }
 
     fn echo() -> Arc<Echo> {
         Arc::new(Echo(Mutex::default()))

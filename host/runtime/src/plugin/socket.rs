@@ -264,14 +264,15 @@ impl BrokerSocket {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::io::{Read as _, Write as _};
     use std::os::unix::net::UnixStream;
     use std::sync::Mutex;
 
     use super::*;
 
-    struct Echo(Mutex<Vec<String>>);
+    /// A broker that records its calls (`METHOD path body`) and answers 201.
+    pub(in crate::plugin) struct Echo(pub(in crate::plugin) Mutex<Vec<String>>);
 
     impl HostApi for Echo {
         fn call(&self, method: &str, path: &str, body: Option<&[u8]>) -> HostAnswer {
