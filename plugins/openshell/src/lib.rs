@@ -194,6 +194,8 @@ struct Sandbox {
     image: String,
     driver: String,
     policy_hash: String,
+    /// The memory it was created with, in MiB.
+    memory_mib: u32,
     /// The spec and labels it was created with, which every read-back must show.
     wanted: Spec,
     labels: BTreeMap<String, String>,
@@ -256,6 +258,7 @@ impl Sandbox {
             handed_over: false,
             id: made.id,
             image: s.image.clone(),
+            memory_mib: s.memory_mib,
             driver,
             policy_hash: String::new(),
             wanted,

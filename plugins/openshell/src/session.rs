@@ -27,7 +27,7 @@ use crate::exports::plimsoll::provider::provider::{Answer, CallError, Ending, Gu
 use crate::plimsoll::types::types::{Evidence, File, Limits, Refusal, RefusalReason};
 use crate::{
     STDIN_CHUNK, Sandbox, gateway, refused, runner, session_cell, session_language, session_runner_project,
-    session_snippet, settings, words,
+    session_snippet, words,
 };
 
 /// The resident session agent, as the sandbox image installs it.
@@ -96,7 +96,6 @@ impl Channel for Gateway {
 /// One session: its sandbox (deleted when dropped), served by the agent.
 pub struct OpenshellSession {
     agent: Agent<Gateway>,
-    memory_mb: u32,
 }
 
 fn ended(end: SessionEnd, detail: String) -> CallError {
@@ -107,7 +106,6 @@ impl OpenshellSession {
     /// Creates the session's sandbox, reads it back, and starts the agent in it.
     fn open(limits: &Limits, lifetime_s: u32) -> Result<OpenshellSession, Refusal> {
         let disk_mb = agent::disk_budget(limits.disk_mb).map_err(|e| refused(RefusalReason::Environment, e))?;
-        let memory_mb = settings()?.memory_mib;
         let sandbox = Sandbox::open(Duration::from_secs(u64::from(lifetime_s)))?;
         let socket = format!("{AGENT_DIR}/agent-{}.sock", random_hex(8));
         let channel = Gateway { sandbox, socket, started: Cell::new(false) };
@@ -119,7 +117,7 @@ impl OpenshellSession {
                 ),
             )
         })?;
-        Ok(OpenshellSession { agent, memory_mb })
+        Ok(OpenshellSession { agent })
     }
 
     fn sandbox(&self) -> &Sandbox {
@@ -169,7 +167,7 @@ impl GuestSession for OpenshellSession {
     fn cell(&self, language: String, code: String, files: Vec<File>, limits: Limits) -> Result<Answer, CallError> {
         session_language("openshell", &language)?;
         self.check()?;
-        session_cell(&self.agent, (&language, &code, &files), &limits, self.memory_mb)
+        session_cell(&self.agent, (&language, &code, &files), &limits, self.sandbox().memory_mib)
     }
 
     fn snippet(&self, language: String, code: String, limits: Limits) -> Result<Answer, CallError> {
@@ -189,7 +187,7 @@ impl GuestSession for OpenshellSession {
         // The runner ends a step before the sandbox's memory runs out, so the kept
         // interpreters and the agent live on; the sandbox is a container of its
         // own, whose cgroup the policy lets the guest read.
-        let memory = (self.memory_mb, runner::MemorySource::Cgroup);
+        let memory = (self.sandbox().memory_mib, runner::MemorySource::Cgroup);
         session_runner_project(&self.agent, (&files, &steps, &artifacts), &limits, memory, (&GUEST_ENV, Some(WORK)))
     }
 

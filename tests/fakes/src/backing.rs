@@ -211,35 +211,12 @@ impl Backing {
         args.extend([self.image.clone(), "sleep".into(), "infinity".into()]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         docker(&args, None).await?;
-        if shape.egress.is_some() {
-            // As root, so nothing of the guest's can stop it.
-            let socket = format!("{}/{}", crate::egress::MOUNT, crate::egress::SOCKET);
-            let forward = [
-                "exec",
-                "-d",
-                "-u",
-                "0",
-                &name,
-                crate::egress::BINARY,
-                "forward",
-                crate::egress::FORWARD_FROM,
-                &socket,
-            ];
-            docker(&forward, None).await?;
-            // The create answers once the forwarder listens (127.0.0.1:443 in
-            // /proc/net/tcp, state LISTEN), so the guest's first connection finds it.
-            let listening = || async {
-                let tcp = docker(&["exec", &name, "cat", "/proc/net/tcp"], None).await.unwrap_or_default();
-                String::from_utf8_lossy(&tcp).lines().any(|l| l.contains(" 0100007F:01BB ") && l.contains(" 0A "))
-            };
-            let mut waited = 0;
-            while !listening().await {
-                waited += 1;
-                if waited > 100 {
-                    return Err("the sandbox's egress forwarder did not start listening within 10 s".into());
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
+        if shape.egress.is_some()
+            && let Err(e) = self.start_forwarder(&name).await
+        {
+            // A sandbox that cannot get out as its rules say is not made at all.
+            let _ = self.remove(id).await;
+            return Err(e);
         }
         Ok(())
     }
@@ -252,6 +229,29 @@ impl Backing {
     /// Thaws what [`Backing::pause`] froze.
     pub async fn unpause(&self, id: &str) -> Result<(), String> {
         docker(&["unpause", &format!("plimsoll-fake-{id}")], None).await.map(|_| ())
+    }
+
+    /// Starts the egress forwarder in container `name` as root, so nothing of
+    /// the guest's can stop it, and returns once it listens (127.0.0.1:443 in
+    /// `/proc/net/tcp`, state LISTEN): the guest's first connection finds it.
+    async fn start_forwarder(&self, name: &str) -> Result<(), String> {
+        let socket = format!("{}/{}", crate::egress::MOUNT, crate::egress::SOCKET);
+        let forward =
+            ["exec", "-d", "-u", "0", name, crate::egress::BINARY, "forward", crate::egress::FORWARD_FROM, &socket];
+        docker(&forward, None).await?;
+        let listening = || async {
+            let tcp = docker(&["exec", name, "cat", "/proc/net/tcp"], None).await.unwrap_or_default();
+            String::from_utf8_lossy(&tcp).lines().any(|l| l.contains(" 0100007F:01BB ") && l.contains(" 0A "))
+        };
+        let mut waited = 0;
+        while !listening().await {
+            waited += 1;
+            if waited > 100 {
+                return Err("the sandbox's egress forwarder did not start listening within 10 s".into());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        Ok(())
     }
 
     /// Removes sandbox `id`'s container: `Ok(false)` when there was none.

@@ -159,6 +159,11 @@ fn rules(network: &Value) -> Result<Rules, String> {
     Ok(Rules { allow: named.into_iter().map(|n| n.to_ascii_lowercase()).collect(), headers })
 }
 
+/// E2B's answer for a sandbox it does not have (or not for this key).
+fn missing(id: &str) -> http::Response<Body> {
+    error(404, &format!("Sandbox \"{id}\" doesn't exist or you don't have access to it"))
+}
+
 /// A sandbox's `state` as the API shows it.
 fn state(s: &Sandbox) -> &'static str {
     if s.paused { "paused" } else { "running" }
@@ -339,7 +344,7 @@ impl Fake {
     fn detail(&self, id: &str) -> http::Response<Body> {
         let mut sandboxes = self.sandboxes();
         let Some(s) = sandboxes.get_mut(id) else {
-            return error(404, &format!("Sandbox \"{id}\" doesn't exist or you don't have access to it"));
+            return missing(id);
         };
         s.reads += 1;
         let s = &*s;
@@ -380,7 +385,7 @@ impl Fake {
             return error(500, &format!("Error killing sandbox: sandbox \"{id}\" is being held by the orchestrator"));
         }
         if self.sandboxes().remove(id).is_none() {
-            return error(404, &format!("Sandbox \"{id}\" doesn't exist or you don't have access to it"));
+            return missing(id);
         }
         let _ = self.backing.remove(id).await;
         server::whole(204, "", Bytes::new())
@@ -390,7 +395,7 @@ impl Fake {
     /// kept, envd unreachable until a connect resumes it.
     async fn pause(&self, id: &str) -> http::Response<Body> {
         match self.sandboxes().get(id).map(|s| s.paused) {
-            None => return error(404, &format!("Sandbox \"{id}\" doesn't exist or you don't have access to it")),
+            None => return missing(id),
             Some(true) => return error(409, &format!("Error pausing sandbox - sandbox '{id}' is already paused")),
             Some(false) => {}
         }
@@ -416,7 +421,7 @@ impl Fake {
             return error(400, "Timeout must be greater than 0");
         }
         let paused = match self.sandboxes().get(id) {
-            None => return error(404, &format!("Sandbox \"{id}\" doesn't exist or you don't have access to it")),
+            None => return missing(id),
             Some(s) => s.paused,
         };
         if paused && let Err(e) = self.backing.unpause(id).await {
@@ -424,7 +429,7 @@ impl Fake {
         }
         let mut sandboxes = self.sandboxes();
         let Some(s) = sandboxes.get_mut(id) else {
-            return error(404, &format!("Sandbox \"{id}\" doesn't exist or you don't have access to it"));
+            return missing(id);
         };
         s.paused = false;
         s.ends = now() + timeout as u64;
