@@ -12,8 +12,10 @@
   const fs = require('fs');
   const socketPath = process.env.PLIMSOLL_HOST_API;
   // A remote sandbox reaches the broker at the host's guard, over HTTPS; the
-  // vendor's proxy adds the run's credential on the way out.
+  // vendor's proxy adds the run's credential on the way out, or, where no proxy
+  // can (dockercloud), the client sends the run's guard-only credential itself.
   const guard = process.env.PLIMSOLL_HOST_GUARD ? new URL(process.env.PLIMSOLL_HOST_GUARD) : null;
+  const guardToken = process.env.PLIMSOLL_HOST_GUARD_TOKEN || '';
   const token = process.env.PLIMSOLL_HOST_TOKEN || '';
   // A session whose calls name their own grants describes the current call's in
   // grant.json; otherwise the container's environment describes the run's grant,
@@ -47,7 +49,13 @@
       const envelope = JSON.stringify({ method, path, body: body === undefined ? null : JSON.stringify(body) });
       const headers = { 'content-type': 'application/json', 'content-length': Buffer.byteLength(envelope) };
       const target = guard
-        ? { hostname: guard.hostname, port: guard.port || 443, path: guard.pathname, method: 'POST', headers }
+        ? {
+            hostname: guard.hostname,
+            port: guard.port || 443,
+            path: guard.pathname,
+            method: 'POST',
+            headers: guardToken ? { ...headers, 'x-plimsoll-guard': guardToken } : headers,
+          }
         : { socketPath, path: '/call', method: 'POST', headers: { ...headers, authorization: 'Bearer ' + token } };
       // Neither follows a redirect: an answer is the broker's, whatever it says.
       const req = (guard ? require('https') : http).request(

@@ -135,6 +135,10 @@ def _over_socket(method, path, body):
         url = urllib.parse.urlsplit(guard)
         conn = http.client.HTTPSConnection(url.hostname, url.port or 443, timeout=120)
         target = url.path
+        # Where no proxy can add the credential (dockercloud), the run's own
+        # guard-only credential travels with the request.
+        if os.environ.get("PLIMSOLL_HOST_GUARD_TOKEN"):
+            headers["X-Plimsoll-Guard"] = os.environ["PLIMSOLL_HOST_GUARD_TOKEN"]
     elif sock:
         conn = _UnixConnection(sock)
         target = "/call"

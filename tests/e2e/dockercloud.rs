@@ -129,11 +129,61 @@ fn a_killed_daemons_dockercloud_sandboxes_are_swept_by_the_next_with_its_instanc
     super::fakes::a_killed_daemons_sandboxes_are_swept(&fake, &pairs(&env), TOKEN);
 }
 
+/// A granted run on dockercloud: its sandbox is bound at create to a policy
+/// that allows the host's guard and nothing else (read back from the policy's
+/// `attached` layer), and the guest sends its own guard-only credential, since
+/// Docker's proxy sets no header; the API's credential stays in the broker.
 #[test]
-fn a_dockercloud_daemon_with_grant_profiles_refuses_to_start() {
+fn a_granted_dockercloud_run_reaches_the_api_through_the_guard() {
+    super::fakes::a_granted_run_reaches_the_api_through_the_guard(
+        "dockercloud",
+        "SANDBOX_DOCKERCLOUD_GUARD_URL",
+        true,
+        TOKEN,
+    );
+}
+
+/// A sandbox whose inline policy Docker did not bind (the effective policy
+/// allows nothing from the `attached` layer) is refused before any code goes in,
+/// and deleted.
+#[test]
+fn a_granted_run_whose_policy_is_not_bound_is_refused_before_any_code() {
+    let Some(g) = super::fakes::guarded("dockercloud", "SANDBOX_DOCKERCLOUD_GUARD_URL", Some("unbound"), TOKEN) else {
+        return;
+    };
+    let script = r#"
+import os
+from plimsoll_client import Client, PlimsollError
+alice = Client(os.environ["URL"], token=os.environ["ALICE"])
+try:
+    alice.run_javascript("console.log(1)", grant_profile="inventory")
+    raise AssertionError("ran")
+except PlimsollError as e:
+    assert e.not_dispatched == "isolation", (e, e.not_dispatched)
+    print(e)
+r = alice.run_javascript("console.log(1)")
+assert r.stdout == b"1\n" and r.isolation == "vm", r
+"#;
+    let out = super::python::run_script(script, &[("URL", &g.daemon.url()), ("ALICE", &g.alice)]);
+    assert!(
+        out.contains(
+            "the dockercloud sandbox is not what was asked: the sandbox's network policy allows [], not exactly the guard's guard.dockercloud.test (attached)"
+        ),
+        "{out}"
+    );
+    assert!(g.api.seen().iter().all(|s| !s.1.starts_with("/items")), "the API was reached");
+    assert_eq!(super::fakes::settle(&g.fake, 0), 0, "sandboxes left behind");
+}
+
+#[test]
+fn a_dockercloud_daemon_with_grant_profiles_and_no_guard_refuses_to_start() {
     let Some(fake) = Fake::start("dockercloud", None) else { return };
     let Some(env) = env(&fake, &scratch("dockercloud-grants"), &[]) else { return };
-    super::fakes::grant_profiles_stop_the_start("dockercloud", &pairs(&env));
+    let err = super::fakes::grant_profiles_stop_the_start("dockercloud", &pairs(&env));
+    assert!(
+        err.contains("until it has the host's guard (SANDBOX_DOCKERCLOUD_GUARD_URL, PLIMSOLL_GUARD_ADDR)"),
+        "{err}"
+    );
 }
 
 /// The live suite: the same conformance suite against Docker Cloud Sandboxes. It

@@ -121,79 +121,12 @@ fn an_idle_e2b_session_is_paused_and_its_next_call_resumes_it() {
     assert_eq!(settle(&fake, 0), 0, "the session's sandbox was deleted");
 }
 
-/// What a granted e2b run does through the published client: node and python
-/// reach the demo API through the host's guard, the sandbox holding no
-/// credential, and a run without a grant has no client.
-const GRANT_SCRIPT: &str = r#"
-import os
-from plimsoll_client import Client
-alice = Client(os.environ["URL"], token=os.environ["ALICE"])
-info = alice.describe()
-assert info.supports_javascript_grants and info.supports_project_grants, info
-js = '''
-Promise.all([1, 2].map((id) => host.get("/items/*", [id]))).then(async (items) => {
-  console.log(items.map((i) => i.name).join(","));
-  const made = await host.post("/items", { name: "e2b-flange" });
-  console.log(made.created_by);
-  try { await host.get("/admin"); } catch (e) { console.log("refused:", e.message); }
-  const env = Object.entries(process.env).filter(([k, v]) => v.includes("crg_") || k === "PLIMSOLL_HOST_TOKEN");
-  console.log("credential in env:", env.length);
-});
-'''
-r = alice.run_javascript(js, grant_profile="inventory")
-assert r.exit_code == 0 and r.isolation == "vm", r
-assert r.stdout == b"bolt,nut\nalice\nrefused: host api call not permitted by sandbox capability: GET /admin\ncredential in env: 0\n", (r.stdout, r.stderr)
-project = '''
-import plimsoll_host as host
-print(host.get("/items")["items"][0]["name"])
-try:
-    host.delete("/items/*", [1])
-except PermissionError as e:
-    print(e)
-'''
-r = alice.run_project({"main.py": project}, ["python3 main.py"], grant_profile="inventory")
-assert r.outcome == "completed" and r.steps[0].exit_code == 0, (r, r.steps[0].stderr)
-assert r.steps[0].stdout == b"bolt\nhost api call not permitted by sandbox capability: DELETE /items/1\n", r.steps[0].stdout
-r = alice.run_javascript("console.log(typeof host)")
-assert r.stdout == b"undefined\n", r
-print("ok")
-"#;
-
 /// A granted run on e2b: its sandbox's only way out is the host's guard (the
 /// fake's proxy sets the run's credential on the way, as E2B's does), and the
 /// broker holds the API's credential; neither is in the sandbox or the log.
 #[test]
 fn a_granted_e2b_run_reaches_the_api_through_the_guard() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
-    let route = format!("guard.e2b.test=127.0.0.1:{port}");
-    let Some(fake) = Fake::start_with("e2b", None, &["--route", &route]) else { return };
-    let api = super::grants::DemoApi::start(&[]);
-    let dir = scratch("e2b-guarded-grants");
-    let (clients, tokens) = super::callers(&dir, &["alice"]);
-    let profiles = super::grants::profiles(&dir, &api.url);
-    let (clients, profiles, addr) =
-        (clients.display().to_string(), profiles.display().to_string(), format!("127.0.0.1:{port}"));
-    let extra = [
-        ("PLIMSOLL_CLIENTS_FILE", clients.as_str()),
-        ("PLIMSOLL_GRANTS_FILE", profiles.as_str()),
-        ("DEMO_JWT_SECRET", super::grants::JWT_SECRET),
-        ("E2B_GUARD_URL", "https://guard.e2b.test/v1/guard"),
-        ("PLIMSOLL_GUARD_ADDR", addr.as_str()),
-    ];
-    let Some(env) = env(&fake, &dir, &extra) else { return };
-    let env: Vec<(String, String)> = env.into_iter().filter(|(k, _)| k != "PLIMSOLL_TOKEN").collect();
-    let d = Daemon::start(&pairs(&env));
-    let out = super::python::run_script(GRANT_SCRIPT, &[("URL", &d.url()), ("ALICE", &tokens[0])]);
-    assert_eq!(out.trim(), "ok");
-    let seen = api.seen();
-    assert!(seen.iter().filter(|s| s.1.starts_with("/items")).all(|s| s.2 == "alice" && s.3 != 401), "{seen:?}");
-    let log = d.log();
-    assert!(log.iter().any(|l| l.contains(r#""msg":"the guard listens""#)), "the guard was served");
-    assert!(
-        log.iter().all(|l| !l.contains("crg_") && !l.contains(super::grants::JWT_SECRET)),
-        "a credential was logged"
-    );
-    assert_eq!(settle(&fake, 0), 0, "sandboxes left behind");
+    super::fakes::a_granted_run_reaches_the_api_through_the_guard("e2b", "E2B_GUARD_URL", false, TOKEN);
 }
 
 #[test]

@@ -194,11 +194,13 @@ impl Server {
                     DaemonGrants::load(path, &|name| plugins.get(name).cloned()).map_err(StartError::Grants)?;
                 let support = provider.grant_support();
                 if !grants.profiles().is_empty() && !support.snippets && !support.projects {
-                    // e2b's sandboxes reach the broker through the host's guard, once it has one.
-                    let hint = if name == "e2b" {
-                        " until it has the host's guard (E2B_GUARD_URL, PLIMSOLL_GUARD_ADDR)"
-                    } else {
-                        ""
+                    // e2b's and dockercloud's sandboxes reach the broker through the host's guard, once it has one.
+                    let hint = match name.as_str() {
+                        "e2b" => " until it has the host's guard (E2B_GUARD_URL, PLIMSOLL_GUARD_ADDR)",
+                        "dockercloud" => {
+                            " until it has the host's guard (SANDBOX_DOCKERCLOUD_GUARD_URL, PLIMSOLL_GUARD_ADDR)"
+                        }
+                        _ => "",
                     };
                     return Err(StartError::Grants(format!(
                         "profiles are configured but the {name} provider has no credential-safe way to carry a grant{hint}; \

@@ -65,13 +65,16 @@ pub struct Wanted<'a> {
     pub memory_mib: u32,
     pub lifetime_s: u32,
     pub instance: &'a str,
+    /// The one host a granted run may reach (the host's guard).
+    pub allow: Option<&'a str>,
 }
 
 /// Creates a sandbox of the pinned image at the asked size, idling until runs
 /// come, deleted by Docker `lifetime_s` from now should every delete be lost,
-/// stamped with this daemon's instance; returns its uid.
+/// stamped with this daemon's instance; with `allow`, bound to an inline policy
+/// that denies all egress but to that host; returns its uid.
 pub fn create(w: &Wanted<'_>) -> Result<String, String> {
-    let body = json!({
+    let mut body = json!({
         "displayName": w.display_name,
         "imageRef": w.image,
         "platform": {"os": "linux", "architecture": "amd64"},
@@ -80,6 +83,9 @@ pub fn create(w: &Wanted<'_>) -> Result<String, String> {
         "features": {"timeouts": {"timeout": format!("{}s", w.lifetime_s), "onTimeout": "delete", "autoResume": false}},
         "labels": {STAMP: w.instance},
     });
+    if let Some(host) = w.allow {
+        body["networkPolicies"] = json!([{"mode": "denyAll", "allowNetworks": [host]}]);
+    }
     let key = vec![("idempotency-key".to_string(), w.display_name.to_string())];
     let a = call("POST", "sandboxes", key, Some(&body))?;
     if a.status != 201 && a.status != 202 {
@@ -284,16 +290,20 @@ pub fn verify(v: &Value, e: &Expected<'_>) -> Result<(), String> {
     Ok(())
 }
 
+/// The layer Docker reports a policy bound at create under.
+const ATTACHED: &str = "attached";
+
 /// Checks an effective network policy denies all egress, with no network
-/// allowed from any layer. Returns why not.
-pub fn denies_all(effective: &Value) -> Result<(), String> {
+/// allowed from any layer but, with `allow`, exactly that host from the policy
+/// bound at create. Returns why not.
+pub fn denies_all(effective: &Value, allow: Option<&str>) -> Result<(), String> {
     let mode = effective.get("mode").and_then(Value::as_str).unwrap_or_default();
     if mode != "denyAll" {
         return Err(format!(
             "the sandbox's effective network policy is {mode:?}, not denyAll (run `sbx --cloud policy init deny-all` once for the account)"
         ));
     }
-    let allowed: Vec<String> = effective
+    let rules: Vec<(&str, &str)> = effective
         .get("allowNetworks")
         .and_then(Value::as_array)
         .into_iter()
@@ -301,13 +311,21 @@ pub fn denies_all(effective: &Value) -> Result<(), String> {
         .map(|r| {
             let network = r.get("network").and_then(Value::as_str).unwrap_or("?");
             let layer = r.get("layer").and_then(Value::as_str).unwrap_or("?");
-            format!("{network} ({layer})")
+            (network, layer)
         })
         .collect();
-    if !allowed.is_empty() {
-        return Err(format!("the sandbox's network policy allows {}", allowed.join(", ")));
+    let wanted: Vec<(&str, &str)> = allow.map(|host| (host, ATTACHED)).into_iter().collect();
+    if rules == wanted {
+        return Ok(());
     }
-    Ok(())
+    let list = |rules: &[(&str, &str)]| rules.iter().map(|(n, l)| format!("{n} ({l})")).collect::<Vec<_>>().join(", ");
+    match allow {
+        None => Err(format!("the sandbox's network policy allows {}", list(&rules))),
+        Some(host) => Err(format!(
+            "the sandbox's network policy allows [{}], not exactly the guard's {host} ({ATTACHED})",
+            list(&rules)
+        )),
+    }
 }
 
 #[cfg(test)]
@@ -389,17 +407,36 @@ mod tests {
 
     #[test]
     fn only_a_deny_all_policy_with_nothing_allowed_passes() {
-        assert_eq!(denies_all(&json!({"mode": "denyAll", "allowNetworks": []})), Ok(()));
+        assert_eq!(denies_all(&json!({"mode": "denyAll", "allowNetworks": []}), None), Ok(()));
         assert!(
-            denies_all(&json!({"mode": "allowAll"}))
+            denies_all(&json!({"mode": "allowAll"}), None)
                 .expect_err("allow")
                 .starts_with("the sandbox's effective network policy is \"allowAll\", not denyAll")
         );
         assert_eq!(
             denies_all(
-                &json!({"mode": "denyAll", "allowNetworks": [{"network": "api.example.com:443", "layer": "owner"}]})
+                &json!({"mode": "denyAll", "allowNetworks": [{"network": "api.example.com:443", "layer": "owner"}]}),
+                None
             ),
             Err("the sandbox's network policy allows api.example.com:443 (owner)".into())
+        );
+    }
+
+    #[test]
+    fn a_granted_sandbox_allows_exactly_the_guard_from_its_own_policy() {
+        let guard = |layer: &str| json!({"network": "guard.test", "layer": layer});
+        let with = |rules: Value| json!({"mode": "denyAll", "allowNetworks": rules});
+        assert_eq!(denies_all(&with(json!([guard("attached")])), Some("guard.test")), Ok(()));
+        let why = |rules: &str| {
+            Err(format!("the sandbox's network policy allows [{rules}], not exactly the guard's guard.test (attached)"))
+        };
+        assert_eq!(denies_all(&with(json!([])), Some("guard.test")), why(""));
+        assert_eq!(denies_all(&with(json!([guard("owner")])), Some("guard.test")), why("guard.test (owner)"));
+        let wider = with(json!([guard("attached"), {"network": "api.example.com", "layer": "owner"}]));
+        assert_eq!(denies_all(&wider, Some("guard.test")), why("guard.test (attached), api.example.com (owner)"));
+        assert_eq!(
+            denies_all(&with(json!([guard("attached")])), None),
+            Err("the sandbox's network policy allows guard.test (attached)".into())
         );
     }
 

@@ -10,9 +10,10 @@
 //! stamped with this daemon's instance; read back before any code goes in (this
 //! sandbox, running, ours, the pinned image, the size asked, its endpoint where
 //! the operator said endpoints are) and its effective network policy read back
-//! (deny-all, nothing allowed from any layer); deleted on every path. Every
-//! command runs under `timeout -s KILL` with its streams capped in the guest. The
-//! tier it states, `vm`, rests on that read-back; the host caps it.
+//! (deny-all, nothing allowed from any layer; a granted run's, exactly the
+//! host's guard from the policy bound at its create); deleted on every path.
+//! Every command runs under `timeout -s KILL` with its streams capped in the
+//! guest. The tier it states, `vm`, rests on that read-back; the host caps it.
 
 mod api;
 mod endpoint;
@@ -40,6 +41,12 @@ use plimsoll_plugin_remote::{self as remote, Remote};
 const RUN_DIR: &str = "/tmp/plimsoll/run";
 /// A project's work directory.
 const PROJECT_DIR: &str = "/tmp/plimsoll/project";
+/// Where a granted run's client goes, outside the run's directories.
+const CLIENT_DIR: &str = "/tmp/plimsoll/host";
+/// The variable a granted run's client finds its guard credential in: Docker's
+/// proxy cannot set a header, so the guest sends its own (it opens the guard to
+/// this run's calls and to nothing else, and closes when the run's code ends).
+const GUARD_TOKEN_VAR: &str = "PLIMSOLL_HOST_GUARD_TOKEN";
 /// Seconds Docker keeps a sandbox past the run's budget, should every delete be lost.
 const LIFETIME_MARGIN_S: u32 = 30;
 /// The longest run: an endpoint credential lives 300 s, and a command must end
@@ -87,6 +94,8 @@ struct Sandbox {
     image: String,
     /// When the credential the host holds for it was minted.
     minted: std::cell::Cell<Instant>,
+    /// What every command of a granted run exports first (its client's settings).
+    exports: String,
 }
 
 impl Drop for Sandbox {
@@ -102,9 +111,10 @@ impl Drop for Sandbox {
 
 impl Sandbox {
     /// Creates, waits for and reads back a sandbox for a run of `budget`, and
-    /// mints its endpoint credential. Nothing of the caller's is in it yet, so
-    /// every failure is a refusal.
-    fn open(budget: Duration) -> Result<Sandbox, Refusal> {
+    /// mints its endpoint credential; with `grant`, one whose only way out is the
+    /// host's guard, with the grant's client written in. Nothing of the caller's
+    /// is in it yet, so every failure is a refusal.
+    fn open(budget: Duration, grant: Option<&GuardGrant>) -> Result<Sandbox, Refusal> {
         let s = settings()?;
         let env = |what: &str, e: String| refused(RefusalReason::Environment, format!("{what}: {e}"));
         let display_name = format!("plimsoll-{}", remote::random_hex(12));
@@ -116,9 +126,15 @@ impl Sandbox {
             memory_mib: s.memory_mib,
             lifetime_s: lifetime,
             instance: &s.instance,
+            allow: grant.map(|g| g.host.as_str()),
         };
         let uid = api::create(&wanted).map_err(|e| env("creating a dockercloud sandbox", e))?;
-        let sandbox = Sandbox { uid, image: s.image.clone(), minted: std::cell::Cell::new(Instant::now()) };
+        let mut sandbox = Sandbox {
+            uid,
+            image: s.image.clone(),
+            minted: std::cell::Cell::new(Instant::now()),
+            exports: String::new(),
+        };
         let until = Instant::now() + START_WITHIN;
         let read = loop {
             let (v, _) =
@@ -151,8 +167,19 @@ impl Sandbox {
         };
         api::verify(&read, &expected).map_err(isolation)?;
         let policy = api::policy(&sandbox.uid).map_err(|e| env("reading the sandbox's network policy", e))?;
-        api::denies_all(&policy).map_err(isolation)?;
+        api::denies_all(&policy, wanted.allow).map_err(isolation)?;
         sandbox.mint().map_err(|e| env("minting the sandbox's endpoint credential", e))?;
+        if let Some(g) = grant {
+            for f in &g.client {
+                let path = format!("{CLIENT_DIR}/{}", f.path);
+                Remote::upload(&sandbox, &path, &f.content)
+                    .map_err(|e| env(&format!("writing the grant's client {}", f.path), e))?;
+            }
+            let vars = g.env.iter().map(|(k, v)| (k.as_str(), v.replace("{dir}", CLIENT_DIR)));
+            let vars = vars.chain([(GUARD_TOKEN_VAR, g.credential.clone())]);
+            sandbox.exports =
+                vars.map(|(k, v)| format!("export {k}={}; ", remote::shell_quote(&v))).collect::<String>();
+        }
         Ok(sandbox)
     }
 
@@ -186,6 +213,13 @@ impl Remote for Sandbox {
     /// away at the door.
     fn run(&self, script: &str, cwd: &str, deadline: Instant, max_output: usize) -> Result<remote::Ran, String> {
         self.fresh_for(deadline.saturating_duration_since(Instant::now()))?;
+        let granted;
+        let script = if self.exports.is_empty() {
+            script
+        } else {
+            granted = format!("{}{script}", self.exports);
+            granted.as_str()
+        };
         match endpoint::run(&self.uid, script, cwd, deadline, max_output) {
             Ok(ran) => Ok(ran),
             Err(Failed::Door(_)) => {
@@ -232,23 +266,29 @@ fn budget(limits: &Limits) -> Duration {
     Duration::from_millis(u64::from(limits.timeout_ms.clamp(1, MAX_TIMEOUT_MS)))
 }
 
-fn snippet(language: &str, code: &str, limits: &Limits) -> Result<(SnippetResult, Evidence), RunError> {
-    snippet_on(language, code, limits, budget(limits), RUN_DIR, Sandbox::open, |s| s.evidence())
+fn snippet(
+    language: &str,
+    code: &str,
+    limits: &Limits,
+    grant: Option<&GuardGrant>,
+) -> Result<(SnippetResult, Evidence), RunError> {
+    let open = |b| Sandbox::open(b, grant);
+    snippet_on(language, code, limits, budget(limits), RUN_DIR, open, |s| s.evidence())
 }
 
 fn project(
-    files: &[File],
-    steps: &[String],
-    artifacts: &[String],
+    (files, steps, artifacts): (&[File], &[String], &[String]),
     limits: &Limits,
+    grant: Option<&GuardGrant>,
 ) -> Result<(ProjectResult, Evidence), RunError> {
-    project_on((files, steps, artifacts), limits, budget(limits), PROJECT_DIR, Sandbox::open, |s| s.evidence())
+    let open = |b| Sandbox::open(b, grant);
+    project_on((files, steps, artifacts), limits, budget(limits), PROJECT_DIR, open, |s| s.evidence())
 }
 
 /// The behavioural proof at startup: a real sandbox, read back, runs node and
 /// python in its directory, and reaches nothing outside.
 fn smoke() -> Result<Evidence, Refusal> {
-    let sandbox = Sandbox::open(Duration::from_secs(120))?;
+    let sandbox = Sandbox::open(Duration::from_secs(120), None)?;
     let node = remote::smoke(&sandbox, RUN_DIR)
         .map_err(|(check, why)| refused(RefusalReason::Environment, format!("smoke test, {check}: {why}")))?;
     log::info(&format!("smoke test passed in dockercloud sandbox {}: node {node}, python, no egress", sandbox.uid));
@@ -256,7 +296,6 @@ fn smoke() -> Result<Evidence, Refusal> {
 }
 
 plimsoll_plugin_remote::wit_glue!("dockercloud");
-plimsoll_plugin_remote::no_guard_grants!("dockercloud");
 plimsoll_plugin_remote::no_sessions!("dockercloud");
 
 impl Guest for Plugin {
@@ -269,7 +308,7 @@ impl Guest for Plugin {
             projects: true,
             modules: false,
             sessions: false,
-            guard_grants: false,
+            guard_grants: true,
             max_timeout_ms: MAX_TIMEOUT_MS,
             max_project_timeout_ms: MAX_TIMEOUT_MS,
         }
@@ -313,8 +352,7 @@ impl Guest for Plugin {
         limits: Limits,
         grant: Option<GuardGrant>,
     ) -> Result<(SnippetResult, Evidence), RunError> {
-        no_guard_grant(grant.as_ref())?;
-        snippet(&language, &code, &limits)
+        snippet(&language, &code, &limits, grant.as_ref())
     }
 
     fn run_project(
@@ -324,8 +362,7 @@ impl Guest for Plugin {
         limits: Limits,
         grant: Option<GuardGrant>,
     ) -> Result<(ProjectResult, Evidence), RunError> {
-        no_guard_grant(grant.as_ref())?;
-        project(&files, &steps, &artifacts, &limits)
+        project((&files, &steps, &artifacts), &limits, grant.as_ref())
     }
 
     fn run_module(_request: ModuleRequest, _limits: Limits) -> Result<(ModuleResult, Evidence), RunError> {

@@ -14,12 +14,13 @@ use bytes::Bytes;
 use serde_json::{Map, Value, json};
 
 use crate::backing::{Backing, Chunk, Process, Shape};
+use crate::egress::{Egress, Rules};
 use crate::pki::Pki;
 use crate::server::{self, Body, Handler, Request};
 use crate::util::{multipart, now, random, rfc3339};
 
 /// Each way this fake can misbehave, and what it does.
-pub const MODES: [(&str, &str); 13] = [
+pub const MODES: [(&str, &str); 14] = [
     ("redirect", "every answer, the token exchange's included, is a 307 redirect elsewhere"),
     ("open-policy", "the effective network policy is allowAll"),
     ("allow-rule", "the effective policy denies all but allows one network from the owner's layer"),
@@ -33,6 +34,7 @@ pub const MODES: [(&str, &str); 13] = [
     ("leaky", "a create answers 500 echoing the caller's bearer"),
     ("malformed", "a create answers 202 with a body that is not JSON"),
     ("slow", "the management plane answers after 35 s"),
+    ("unbound", "a create's inline network policy is accepted but never bound: the effective policy allows nothing"),
 ];
 
 /// A misbehaviour.
@@ -51,6 +53,7 @@ pub enum Mode {
     Leaky,
     Malformed,
     Slow,
+    Unbound,
 }
 
 impl Mode {
@@ -70,6 +73,7 @@ impl Mode {
             "leaky" => Mode::Leaky,
             "malformed" => Mode::Malformed,
             "slow" => Mode::Slow,
+            "unbound" => Mode::Unbound,
             _ => return None,
         })
     }
@@ -130,6 +134,10 @@ struct Sandbox {
     status: Status,
     timeout: Option<String>,
     deletes_refused: u32,
+    /// The networks its inline policies allow (their layer is `attached`).
+    attached: Vec<String>,
+    /// Its way out to those networks, served while it lives.
+    _egress: Option<crate::egress::Opened>,
 }
 
 struct Credential {
@@ -150,6 +158,9 @@ pub struct Fake {
     sandboxes: Mutex<HashMap<String, Sandbox>>,
     /// Idempotency-Key to (the create's body, the uid it made).
     replays: Mutex<HashMap<String, (Value, String)>>,
+    /// The way out its sandboxes' policies may open, and the directory its
+    /// sockets go in; without it no sandbox reaches anything.
+    egress: Option<(Egress, std::path::PathBuf)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -186,6 +197,33 @@ fn number(v: Option<&Value>) -> Option<u64> {
     }
 }
 
+/// The networks a create's inline `networkPolicies` allow, checked as the
+/// document's `NetworkPolicy` schema says: objects of `mode` (required, only
+/// `denyAll`), `allowNetworks` and `denyNetworks` (names or CIDRs), nothing else.
+fn inline_policies(v: Option<&Value>) -> Result<Vec<String>, String> {
+    let Some(v) = v else { return Ok(Vec::new()) };
+    let policies = v.as_array().ok_or("networkPolicies must be a list")?;
+    let mut allow = Vec::new();
+    for (i, p) in policies.iter().enumerate() {
+        let p = p.as_object().ok_or_else(|| format!("networkPolicies[{i}] must be an object"))?;
+        if let Some(k) = p.keys().find(|k| !["mode", "allowNetworks", "denyNetworks"].contains(&k.as_str())) {
+            return Err(format!("networkPolicies[{i}]: unknown field {k:?}"));
+        }
+        if p.get("mode").and_then(Value::as_str) != Some("denyAll") {
+            return Err(format!("networkPolicies[{i}].mode is required and must be denyAll"));
+        }
+        for field in ["allowNetworks", "denyNetworks"] {
+            let Some(list) = p.get(field) else { continue };
+            let names = list.as_array().filter(|l| l.iter().all(|n| n.as_str().is_some_and(|n| !n.is_empty())));
+            let names = names.ok_or_else(|| format!("networkPolicies[{i}].{field} must be a list of network names"))?;
+            if field == "allowNetworks" {
+                allow.extend(names.iter().filter_map(Value::as_str).map(str::to_ascii_lowercase));
+            }
+        }
+    }
+    Ok(allow)
+}
+
 impl Fake {
     /// A fake over `backing`, misbehaving as `mode` says.
     pub fn new(backing: Arc<Backing>, mode: Option<Mode>) -> Fake {
@@ -199,7 +237,15 @@ impl Fake {
             credentials: Mutex::new(HashMap::new()),
             sandboxes: Mutex::new(HashMap::new()),
             replays: Mutex::new(HashMap::new()),
+            egress: None,
         }
+    }
+
+    /// The fake whose sandboxes reach what their policies allow through
+    /// `egress`, its sockets under `root`.
+    pub fn with_egress(mut self, egress: Egress, root: std::path::PathBuf) -> Fake {
+        self.egress = Some((egress, root));
+        self
     }
 
     fn endpoint_uri(&self, uid: &str) -> String {
@@ -289,13 +335,10 @@ impl Fake {
             }
             return self.get(&made);
         }
-        if body.get("networkPolicies").and_then(Value::as_array).is_some_and(|p| !p.is_empty()) {
-            return error(
-                409,
-                "failedPrecondition",
-                "network_policies cannot be enforced while a local account-default policy governs this sandbox",
-            );
-        }
+        let attached = match inline_policies(body.get("networkPolicies")) {
+            Ok(a) => a,
+            Err(why) => return error(400, "invalidArgument", &why),
+        };
         let display_name = body.get("displayName").and_then(Value::as_str).unwrap_or_default().to_string();
         if display_name.len() > 64 || !display_name.bytes().all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b)) {
             return error(400, "invalidArgument", "displayName must match ^[a-zA-Z0-9_-]*$ and be at most 64 long");
@@ -329,6 +372,16 @@ impl Fake {
             return server::whole(202, "application/json", "<html>upstream error</html>");
         }
         let uid = uid();
+        let mut shape = Shape::plain(BACKING_MEMORY_MB, 1, DISK_MB);
+        let rules = Rules { allow: attached.clone(), headers: std::collections::BTreeMap::new() };
+        let opened = match (&self.egress, rules.allow.is_empty() || self.mode == Some(Mode::Unbound)) {
+            (Some((egress, root)), false) => match egress.open(root, &uid, rules) {
+                Ok(o) => Some(o),
+                Err(e) => return error(500, "internal", &format!("binding the sandbox's network policy: {e}")),
+            },
+            _ => None,
+        };
+        shape.egress = opened.as_ref().map(crate::egress::Opened::mount);
         let sandbox = Sandbox {
             display_name,
             labels,
@@ -340,6 +393,8 @@ impl Fake {
             status: Status::Creating,
             timeout,
             deletes_refused: 0,
+            attached: if self.mode == Some(Mode::Unbound) { Vec::new() } else { attached },
+            _egress: opened,
         };
         lock(&self.sandboxes).insert(uid.clone(), sandbox);
         if let Some(key) = key {
@@ -350,7 +405,7 @@ impl Fake {
         let me = Arc::clone(&self);
         let made = uid.clone();
         tokio::spawn(async move {
-            let placed = me.backing.create(&made, &Shape::plain(BACKING_MEMORY_MB, 1, DISK_MB)).await;
+            let placed = me.backing.create(&made, &shape).await;
             let mut all = lock(&me.sandboxes);
             match (placed, all.get_mut(&made)) {
                 (Ok(()), Some(s)) if s.status == Status::Creating => {
@@ -530,22 +585,34 @@ impl Fake {
         r
     }
 
+    /// Both views of the sandbox's policy: the account's deny-all default (owner
+    /// layer), then each network its inline policies allow (attached layer).
     fn policies(&self, uid: &str) -> http::Response<Body> {
-        if !lock(&self.sandboxes).contains_key(uid) {
+        let Some(attached) = lock(&self.sandboxes).get(uid).map(|s| s.attached.clone()) else {
             return error(404, "notFound", "The target is absent or not visible within the caller's scope.");
-        }
-        let (mode, allow) = match self.mode {
-            Some(Mode::OpenPolicy) => ("allowAll", json!([])),
-            Some(Mode::AllowRule) => ("denyAll", json!([{"network": "api.example.com:443", "layer": "owner"}])),
-            _ => ("denyAll", json!([])),
         };
-        let source = json!({"origin": "owner", "id": "account-default"});
+        let mode = if self.mode == Some(Mode::OpenPolicy) { "allowAll" } else { "denyAll" };
+        let mut allow: Vec<Value> = Vec::new();
+        let mut nodes = vec![json!({"source": {"origin": "owner", "id": "account-default"},
+                                    "constant": if mode == "denyAll" { "false" } else { "true" }})];
+        if self.mode == Some(Mode::AllowRule) {
+            allow.push(json!({"network": "api.example.com:443", "layer": "owner"}));
+            nodes.push(json!({"source": {"origin": "owner", "id": "account-default"},
+                              "destination": {"kind": "dns", "value": "api.example.com", "port": 443}}));
+        }
+        for network in &attached {
+            allow.push(json!({"network": network, "layer": "attached"}));
+            nodes.push(json!({"source": {"origin": "attached", "id": format!("inline-{uid}")},
+                              "destination": {"kind": "dns", "value": network}}));
+        }
+        if nodes.len() > 1 {
+            nodes.push(json!({"any": {"nodes": (0..nodes.len()).collect::<Vec<_>>()}}));
+        }
         server::json(
             200,
             &json!({
                 "effective": {"mode": mode, "allowNetworks": allow, "denyNetworks": []},
-                "exact": {"revision": "1", "selectorVersion": "destination.v1",
-                          "nodes": [{"source": source, "constant": if mode == "denyAll" { "false" } else { "true" }}]},
+                "exact": {"revision": "1", "selectorVersion": "destination.v1", "nodes": nodes},
             }),
         )
     }
@@ -794,6 +861,34 @@ mod tests {
         assert_eq!(number(Some(&json!(2048))), Some(2048));
         assert_eq!(number(Some(&json!("2048"))), Some(2048));
         assert_eq!(number(Some(&json!("2k"))), None);
+    }
+
+    #[test]
+    fn inline_policies_are_checked_as_the_schema_says_and_give_their_allowed_networks() {
+        let allowed = |v: Value| inline_policies(Some(&v));
+        assert_eq!(inline_policies(None), Ok(vec![]));
+        assert_eq!(
+            allowed(json!([{"mode": "denyAll", "allowNetworks": ["Guard.test"], "denyNetworks": ["10.0.0.0/8"]}])),
+            Ok(vec!["guard.test".to_string()])
+        );
+        let cases = [
+            (json!({}), "networkPolicies must be a list"),
+            (json!([1]), "networkPolicies[0] must be an object"),
+            (json!([{"mode": "allowAll"}]), "networkPolicies[0].mode is required and must be denyAll"),
+            (json!([{"allowNetworks": ["a"]}]), "networkPolicies[0].mode is required and must be denyAll"),
+            (json!([{"mode": "denyAll", "rules": []}]), "networkPolicies[0]: unknown field \"rules\""),
+            (
+                json!([{"mode": "denyAll", "allowNetworks": "a"}]),
+                "networkPolicies[0].allowNetworks must be a list of network names",
+            ),
+            (
+                json!([{"mode": "denyAll", "denyNetworks": [""]}]),
+                "networkPolicies[0].denyNetworks must be a list of network names",
+            ),
+        ];
+        for (v, why) in cases {
+            assert_eq!(allowed(v.clone()), Err(why.to_string()), "{v}");
+        }
     }
 
     #[test]

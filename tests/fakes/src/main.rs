@@ -128,7 +128,8 @@ fn main() {
                         fail(&format!("dockercloud has no mode {m:?}; plimsoll-fake --help lists them"))
                     })
                 });
-                Arc::new(dockercloud::Fake::new(Arc::clone(&backing), mode))
+                let egress = egress::Egress::new(Arc::clone(&pki), routes);
+                Arc::new(dockercloud::Fake::new(Arc::clone(&backing), mode).with_egress(egress, dir.clone()))
             }
             "openshell" => {
                 let mode = mode.as_deref().map(|m| {

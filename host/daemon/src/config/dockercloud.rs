@@ -41,6 +41,7 @@ pub(super) struct DockerCloudTable {
     connect_to: Option<String>,
     max_tier: Option<String>,
     instance: Option<String>,
+    guard_url: Option<String>,
 }
 
 /// The size for the operator's `SANDBOX_CPUS` and `SANDBOX_MEMORY_MB` (0: unset):
@@ -76,6 +77,7 @@ pub(super) fn dockercloud_config(
     provider: ProviderKind,
     t: DockerCloudTable,
     plugin: Option<PluginTable>,
+    guard_addr: Option<String>,
 ) -> Result<Option<RemoteConfig>, ConfigError> {
     let plugin = PluginSettings::read(pick, DOCKERCLOUD_PLUGIN, plugin);
     let username = pick.string("DOCKER_SBX_USERNAME", t.username);
@@ -87,6 +89,7 @@ pub(super) fn dockercloud_config(
     let connect_to = pick.string("SANDBOX_DOCKERCLOUD_CONNECT_TO", t.connect_to);
     let max_tier = pick.string("SANDBOX_DOCKERCLOUD_MAX_TIER", t.max_tier);
     let instance = pick.string("SANDBOX_DOCKERCLOUD_INSTANCE", t.instance);
+    let guard_url = pick.string("SANDBOX_DOCKERCLOUD_GUARD_URL", t.guard_url);
     let token = remote::secret(env, "DOCKER_SBX_TOKEN", t.token_file)?;
     if provider != ProviderKind::DockerCloud {
         let set = [
@@ -99,6 +102,7 @@ pub(super) fn dockercloud_config(
             ("SANDBOX_DOCKERCLOUD_CONNECT_TO", connect_to.is_some()),
             ("SANDBOX_DOCKERCLOUD_MAX_TIER", max_tier.is_some()),
             ("SANDBOX_DOCKERCLOUD_INSTANCE", instance.is_some()),
+            ("SANDBOX_DOCKERCLOUD_GUARD_URL", guard_url.is_some()),
         ];
         if let Some((name, _)) = set.iter().find(|(_, s)| *s) {
             return Err(ConfigError::Value(format!(
@@ -177,7 +181,7 @@ pub(super) fn dockercloud_config(
             ("endpoint-url".to_string(), endpoint_url),
         ]),
         max_tier: remote::tier("SANDBOX_DOCKERCLOUD_MAX_TIER", max_tier, Tier::Vm)?,
-        guard: None,
+        guard: super::guard::guard("SANDBOX_DOCKERCLOUD_GUARD_URL", guard_url, guard_addr)?,
     }))
 }
 

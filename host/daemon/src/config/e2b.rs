@@ -37,7 +37,6 @@ pub(super) struct E2bTable {
     api_key_file: Option<PathBuf>,
     instance: Option<String>,
     guard_url: Option<String>,
-    guard_addr: Option<String>,
 }
 
 /// Reads the e2b settings: required when e2b is the provider, refused when it is not.
@@ -47,6 +46,7 @@ pub(super) fn e2b_config(
     provider: ProviderKind,
     t: E2bTable,
     plugin: Option<PluginTable>,
+    guard_addr: Option<String>,
 ) -> Result<Option<RemoteConfig>, ConfigError> {
     let plugin = PluginSettings::read(pick, E2B_PLUGIN, plugin);
     let template = pick.string("E2B_TEMPLATE", t.template);
@@ -57,7 +57,6 @@ pub(super) fn e2b_config(
     let max_tier = pick.string("SANDBOX_E2B_MAX_TIER", t.max_tier);
     let instance = pick.string("SANDBOX_E2B_INSTANCE", t.instance);
     let guard_url = pick.string("E2B_GUARD_URL", t.guard_url);
-    let guard_addr = pick.string("PLIMSOLL_GUARD_ADDR", t.guard_addr);
     let key = remote::secret(env, "E2B_API_KEY", t.api_key_file)?;
     if provider != ProviderKind::E2b {
         let set = [
@@ -69,7 +68,6 @@ pub(super) fn e2b_config(
             ("SANDBOX_E2B_MAX_TIER", max_tier.is_some()),
             ("SANDBOX_E2B_INSTANCE", instance.is_some()),
             ("E2B_GUARD_URL", guard_url.is_some()),
-            ("PLIMSOLL_GUARD_ADDR", guard_addr.is_some()),
         ];
         if let Some((name, _)) = set.iter().find(|(_, s)| *s) {
             return Err(ConfigError::Value(format!(

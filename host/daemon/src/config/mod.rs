@@ -79,6 +79,7 @@ struct DaemonTable {
     tls_cert: Option<PathBuf>,
     tls_key: Option<PathBuf>,
     cache_dir: Option<PathBuf>,
+    guard_addr: Option<String>,
 }
 
 /// The `[sandbox]` table.
@@ -410,6 +411,7 @@ impl Config {
             .filter(|p| !p.is_empty())
             .map(PathBuf::from);
         let broker_plugins = broker_plugins(&mut pick, grants_table)?;
+        let guard_addr = pick.string("PLIMSOLL_GUARD_ADDR", d.guard_addr).filter(|a| !a.is_empty());
 
         let provider = match pick
             .string("SANDBOX_PROVIDER", s.provider)
@@ -433,10 +435,16 @@ impl Config {
                 )));
             }
         };
+        if guard_addr.is_some() && !matches!(provider, ProviderKind::E2b | ProviderKind::DockerCloud) {
+            return Err(ConfigError::Value(format!(
+                "PLIMSOLL_GUARD_ADDR is set, but SANDBOX_PROVIDER is {}; only e2b and dockercloud sandboxes reach a guard: unset it",
+                provider.as_str()
+            )));
+        }
         let docker = docker_config(&mut pick, provider, docker_table, plugins.remove("docker"))?;
-        let e2b = e2b_config(&mut pick, env, provider, e2b_table, plugins.remove("e2b"))?;
+        let e2b = e2b_config(&mut pick, env, provider, e2b_table, plugins.remove("e2b"), guard_addr.clone())?;
         let dockercloud =
-            dockercloud_config(&mut pick, env, provider, dockercloud_table, plugins.remove("dockercloud"))?;
+            dockercloud_config(&mut pick, env, provider, dockercloud_table, plugins.remove("dockercloud"), guard_addr)?;
         let openshell = openshell_config(&mut pick, provider, openshell_table, plugins.remove("openshell"))?;
         let mut remote = e2b.or(dockercloud).or(openshell);
         if let Some(name) = plugins.keys().next() {

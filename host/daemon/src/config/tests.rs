@@ -370,7 +370,33 @@ fn dockercloud_settings_are_required_for_dockercloud_checked_and_refused_elsewhe
         v.push(pair);
         v
     };
-    let cases: [(Vec<(&str, &str)>, &str); 10] = [
+    assert!(r.guard.is_none(), "no guard unless one is set");
+    let guarded = load(
+        &[
+            &full[..],
+            &[
+                ("SANDBOX_DOCKERCLOUD_GUARD_URL", "https://guard.example.com"),
+                ("PLIMSOLL_GUARD_ADDR", "127.0.0.1:9443"),
+            ],
+        ]
+        .concat(),
+    )
+    .expect("a guard");
+    let g = guarded.remote.expect("settings").guard.expect("the guard");
+    assert_eq!((g.url.as_str(), g.host.as_str()), ("https://guard.example.com/v1/guard", "guard.example.com"));
+    let cases: [(Vec<(&str, &str)>, &str); 13] = [
+        (
+            with(("SANDBOX_DOCKERCLOUD_GUARD_URL", "https://guard.example.com")),
+            "SANDBOX_DOCKERCLOUD_GUARD_URL is set but PLIMSOLL_GUARD_ADDR is not: the daemon serves the guard on that address, behind the TLS terminator the URL names",
+        ),
+        (
+            with(("PLIMSOLL_GUARD_ADDR", "127.0.0.1:9443")),
+            "PLIMSOLL_GUARD_ADDR is set but SANDBOX_DOCKERCLOUD_GUARD_URL is not: name the https URL sandboxes reach the guard at",
+        ),
+        (
+            vec![("SANDBOX_PROVIDER", "docker"), ("PLIMSOLL_GUARD_ADDR", "127.0.0.1:9443")],
+            "PLIMSOLL_GUARD_ADDR is set, but SANDBOX_PROVIDER is docker; only e2b and dockercloud sandboxes reach a guard: unset it",
+        ),
         (
             without("DOCKER_SBX_TOKEN"),
             "SANDBOX_PROVIDER=dockercloud needs DOCKER_SBX_TOKEN (or dockercloud.token-file): a personal access token the host trades for a short-lived bearer; the plugin never sees either",

@@ -5,7 +5,7 @@ pub const BROKER_AUTH_PREFIX: &str = "PLIMSOLL_BROKER_AUTH_";
 
 /// Every variable the daemon reads, with the file key it overrides and what it does.
 /// `serve --help` prints this table, so the usage text and the code cannot drift.
-pub const VARIABLES: [(&str, &str, &str); 79] = [
+pub const VARIABLES: [(&str, &str, &str); 80] = [
     ("PLIMSOLL_CONFIG", "", "path of plimsoll.toml"),
     ("PLIMSOLL_ADDR", "daemon.addr", "RPC listener, default :8746"),
     ("PLIMSOLL_METRICS_ADDR", "daemon.metrics-addr", "metrics listener, default 127.0.0.1:9464; off"),
@@ -83,8 +83,8 @@ pub const VARIABLES: [(&str, &str, &str); 79] = [
     ),
     (
         "PLIMSOLL_GUARD_ADDR",
-        "e2b.guard-addr",
-        "e2b: the address the daemon serves the guard on, behind E2B_GUARD_URL's TLS terminator",
+        "daemon.guard-addr",
+        "e2b, dockercloud: the address the daemon serves the guard on, behind the guard URL's TLS terminator",
     ),
     ("SANDBOX_E2B_PLUGIN", "plugins.e2b.path", "the e2b plugin's directory"),
     ("SANDBOX_E2B_PLUGIN_KEYS", "plugins.e2b.trusted-keys", "trusted public keys (PEM files), comma-separated"),
@@ -118,6 +118,11 @@ pub const VARIABLES: [(&str, &str, &str); 79] = [
         "SANDBOX_DOCKERCLOUD_INSTANCE",
         "dockercloud.instance",
         "dockercloud: this daemon's stamp on its sandboxes, default plimsoll@<hostname>",
+    ),
+    (
+        "SANDBOX_DOCKERCLOUD_GUARD_URL",
+        "dockercloud.guard-url",
+        "dockercloud: the https URL (port 443, a host name) granted sandboxes reach the host's guard at",
     ),
     ("SANDBOX_DOCKERCLOUD_PLUGIN", "plugins.dockercloud.path", "the dockercloud plugin's directory"),
     (
