@@ -180,6 +180,23 @@ fn an_attached_agent_keeps_cells_sweeps_only_the_guest_and_walks_its_storage() {
     let (_, t) = agent.cell("python", "import os\nos.remove('/work/fill')");
     assert!(t.disk_used_kb < 256, "walked storage after the delete {} KiB", t.disk_used_kb);
 
+    // A snippet's own grant settings reach its process alone; any other
+    // variable, or settings on another kind of call, are refused by name.
+    let show = "console.log(process.env.PLIMSOLL_HOST_GLOBAL + ' ' + process.env.PLIMSOLL_HOST_GUARD)";
+    let env = serde_json::json!({"PLIMSOLL_HOST_GLOBAL": "api", "PLIMSOLL_HOST_GUARD": "https://guard.test/g"});
+    let (out, err, t) = agent.call("snippet", serde_json::json!({"language": "javascript", "code": show, "env": env}));
+    assert_eq!((out.as_str(), t.exit, t.refused.as_deref()), ("api https://guard.test/g\n", 0, None), "{err}");
+    let (out, _) = agent.cell("javascript", "String(process.env.PLIMSOLL_HOST_GLOBAL)");
+    assert_eq!(out, "'undefined'\n", "the kept interpreter never saw the snippet's settings");
+    let preload = serde_json::json!({"LD_PRELOAD": "/tmp/x.so"});
+    let (_, _, t) = agent.call("snippet", serde_json::json!({"language": "python", "code": "1", "env": preload}));
+    let why = t.refused.expect("refused");
+    assert!(why.starts_with("the snippet's env names \"LD_PRELOAD\"; only a grant's client settings"), "{why}");
+    let n = agent.calls + 1;
+    let cell = serde_json::json!({"language": "python", "code": "1", "cell": n, "files": [], "env": env});
+    let (_, _, t) = agent.call("cell", cell);
+    assert_eq!(t.refused.as_deref(), Some("a cell call takes no env"));
+
     drop(agent.stdin);
     let status = agent.child.wait().expect("the agent ends with its input");
     assert!(status.success(), "{status}");

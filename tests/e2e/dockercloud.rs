@@ -148,9 +148,8 @@ fn a_granted_dockercloud_run_reaches_the_api_through_the_guard() {
 /// and deleted.
 #[test]
 fn a_granted_run_whose_policy_is_not_bound_is_refused_before_any_code() {
-    let Some(g) = super::fakes::guarded("dockercloud", "SANDBOX_DOCKERCLOUD_GUARD_URL", Some("unbound"), TOKEN) else {
-        return;
-    };
+    let guard = ("SANDBOX_DOCKERCLOUD_GUARD_URL", Some("unbound"));
+    let Some(g) = super::fakes::guarded("dockercloud", guard, TOKEN, &[]) else { return };
     let script = r#"
 import os
 from plimsoll_client import Client, PlimsollError

@@ -129,6 +129,52 @@ fn a_granted_e2b_run_reaches_the_api_through_the_guard() {
     super::fakes::a_granted_run_reaches_the_api_through_the_guard("e2b", "E2B_GUARD_URL", false, TOKEN);
 }
 
+/// A session opened with a grant on e2b: its sandbox is created with the guard's
+/// rule and the session's own credential, which the host serves only while a
+/// call runs; every cell and snippet reaches the broker (the shared session
+/// grant suite), and a session opened without one installs no client.
+#[test]
+fn an_e2b_session_opened_with_a_grant_reaches_the_broker_from_every_cell() {
+    let sessions = [("SANDBOX_MAX_SESSIONS", "2")];
+    let Some(g) = super::fakes::guarded("e2b", ("E2B_GUARD_URL", None), TOKEN, &sessions) else { return };
+    super::grants::session_grants_on(g.daemon, &g.api, &g.alice, super::grants::Reach::Guard);
+    assert_eq!(settle(&g.fake, 0), 0, "the sessions' sandboxes were deleted");
+}
+
+/// The original's way on e2b: a session opened without a grant, whose snippet
+/// names one. The guard's rule is set for that call with a fresh credential and
+/// taken off after, so between calls the sandbox reaches nothing and no process
+/// holds a client.
+#[test]
+fn an_e2b_session_call_naming_its_grant_opens_the_guard_for_that_call_alone() {
+    let sessions = [("SANDBOX_MAX_SESSIONS", "2")];
+    let Some(g) = super::fakes::guarded("e2b", ("E2B_GUARD_URL", None), TOKEN, &sessions) else { return };
+    let script = r#"
+import os
+from plimsoll_client import Client
+alice = Client(os.environ["URL"], token=os.environ["ALICE"])
+s = alice.open_session()
+for i, name in [(3, "washer"), (1, "bolt")]:
+    r = s.run_javascript('host.get("/items/*", [%d]).then((i) => console.log(i.name))' % i, grant_profile="inventory-per-call")
+    assert (r.stdout, r.exit_code, r.isolation) == (name.encode() + b"\n", 0, "vm"), r
+    r = s.run_javascript('console.log(typeof host)')
+    assert r.stdout == b"undefined\n", r
+    c = s.run_cell("fetch('https://guard.e2b.test/v1/guard', {method: 'POST', body: '{}'}).then(() => 'reached', () => 'failed')", "javascript")
+    assert c.stdout == b"'failed'\n", c
+s.close()
+print("ok")
+"#;
+    let out = super::python::run_script(script, &[("URL", &g.daemon.url()), ("ALICE", &g.alice)]);
+    assert_eq!(out.trim(), "ok");
+    let log = g.daemon.log();
+    let updates = log.iter().filter(|l| l.contains(r#""method":"PUT""#) && l.contains(r#""status":204"#)).count();
+    assert_eq!(updates, 4, "the rule set and taken off for each of two calls");
+    let seen = g.api.seen();
+    assert_eq!(seen.iter().filter(|s| s.1.starts_with("/items") && s.2 == "alice").count(), 2, "{seen:?}");
+    assert!(log.iter().all(|l| !l.contains("crg_")), "a credential was logged");
+    assert_eq!(settle(&g.fake, 0), 0, "the session's sandbox was deleted");
+}
+
 #[test]
 fn the_operators_cap_lowers_the_tier_and_a_floor_above_it_creates_nothing() {
     let Some(fake) = Fake::start("e2b", None) else { return };

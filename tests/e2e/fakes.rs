@@ -235,10 +235,16 @@ pub(super) struct Guarded {
 }
 
 /// Starts a daemon serving grants on the remote `vendor`'s fake (misbehaving as
-/// `mode`), its guard URL set in `url_var`: the fake's egress proxy stands in for
-/// the vendor's, routing `guard.<vendor>.test` to the guard's address; one
-/// caller, alice, may use the demo API's profile `inventory`.
-pub(super) fn guarded(vendor: &str, url_var: &str, mode: Option<&str>, token: &str) -> Option<Guarded> {
+/// `mode`), its guard URL set in `url_var`, with `extra` settings: the fake's
+/// egress proxy stands in for the vendor's, routing `guard.<vendor>.test` to the
+/// guard's address; one caller, alice, may use the demo API's profiles
+/// (`inventory`, and `inventory-session` and `inventory-per-call` in sessions).
+pub(super) fn guarded(
+    vendor: &str,
+    (url_var, mode): (&str, Option<&str>),
+    token: &str,
+    extra: &[(&str, &str)],
+) -> Option<Guarded> {
     let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
     let guard = format!("guard.{vendor}.test");
     let route = format!("{guard}=127.0.0.1:{port}");
@@ -246,18 +252,18 @@ pub(super) fn guarded(vendor: &str, url_var: &str, mode: Option<&str>, token: &s
     let api = super::grants::DemoApi::start(&[]);
     let dir = super::scratch(&format!("{vendor}-guarded-grants-{}", mode.unwrap_or("faithful")));
     let (clients, tokens) = super::callers(&dir, &["alice"]);
-    let profiles = super::grants::profiles(&dir, &api.url);
+    let profiles = super::grants::session_profiles(&dir, &api.url);
     let (clients, profiles, guard_addr) =
         (clients.display().to_string(), profiles.display().to_string(), format!("127.0.0.1:{port}"));
     let url = format!("https://{guard}/v1/guard");
-    let extra = [
+    let settings = [
         ("PLIMSOLL_CLIENTS_FILE", clients.as_str()),
         ("PLIMSOLL_GRANTS_FILE", profiles.as_str()),
         ("DEMO_JWT_SECRET", super::grants::JWT_SECRET),
         (url_var, url.as_str()),
         ("PLIMSOLL_GUARD_ADDR", guard_addr.as_str()),
     ];
-    let env = daemon_env(&fake, vendor, &dir, token, &extra)?;
+    let env = daemon_env(&fake, vendor, &dir, token, &[&settings[..], extra].concat())?;
     let env: Vec<(String, String)> = env.into_iter().filter(|(k, _)| k != "PLIMSOLL_TOKEN").collect();
     let daemon = super::Daemon::start(&pairs(&env));
     Some(Guarded { fake, api, daemon, alice: tokens[0].clone(), guard_addr })
@@ -273,7 +279,7 @@ pub(super) fn a_granted_run_reaches_the_api_through_the_guard(
     in_guest: bool,
     token: &str,
 ) {
-    let Some(g) = guarded(vendor, url_var, None, token) else { return };
+    let Some(g) = guarded(vendor, (url_var, None), token, &[]) else { return };
     let held = if in_guest { "1" } else { "0" };
     let vars = [("URL", g.daemon.url()), ("ALICE", g.alice.clone()), ("GUARD_IN_GUEST", held.into())];
     let vars: Vec<(&str, &str)> =

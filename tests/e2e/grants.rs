@@ -838,7 +838,7 @@ fn the_broker_demo_runs_at_two_tiers() {
 
 /// The session profiles for alice: `inventory-session` (one credential for the
 /// session, nine calls, advice to the caller) and `inventory-per-call`.
-fn session_profiles(dir: &std::path::Path, api: &str) -> std::path::PathBuf {
+pub(super) fn session_profiles(dir: &std::path::Path, api: &str) -> std::path::PathBuf {
     let grants = profiles(dir, api);
     let mut file: serde_json::Value = serde_json::from_slice(&std::fs::read(&grants).expect("read")).expect("json");
     let jwt =
@@ -862,8 +862,8 @@ fn session_profiles(dir: &std::path::Path, api: &str) -> std::path::PathBuf {
 /// the profile's call budget counts across the session's calls (refused per call
 /// past it, the session lives on), the credential is minted once per session or
 /// per call as the profile says, and a session opened without a grant installs
-/// no client. `container`: the daemon runs docker, whose socket is checked too.
-fn session_grants_on(d: Daemon, api: &DemoApi, token: &str, container: bool) {
+/// no client. `reach`: how the daemon's sessions reach the broker.
+pub(super) fn session_grants_on(d: Daemon, api: &DemoApi, token: &str, reach: Reach) {
     use plimsoll_client::{Client, Options, Session, SessionOptions};
     let c = Client::new(&d.url(), Some(token.to_string())).expect("client");
     /// A cell's stdout and stderr, and its advice.
@@ -917,17 +917,22 @@ fn session_grants_on(d: Daemon, api: &DemoApi, token: &str, container: bool) {
 
         // Opened without one: no client is installed. On docker, where a caller
         // who may name a session profile in its snippets gets the socket from the
-        // open, the socket serves nothing between granted calls.
+        // open, the socket serves nothing between granted calls; a remote
+        // sandbox gets the client only for a call that names a grant.
         let s = c.open_session(&SessionOptions::default()).await.expect("open without");
         assert_eq!(cell(&s, "javascript", "typeof host").await.0, "'undefined'\n");
         let (out, _) = cell(
             &s,
             "python",
-            "import plimsoll_host\ntry:\n    plimsoll_host.get('/items')\nexcept PermissionError as e:\n    print(e)",
+            "try:\n    import plimsoll_host\n    plimsoll_host.get('/items')\nexcept (ImportError, PermissionError) as e:\n    print(type(e).__name__, e)",
         )
         .await;
-        assert_eq!(out, "host api call not permitted by sandbox capability: GET /items\n");
-        if container {
+        let want = match reach {
+            Reach::Guard => "ModuleNotFoundError No module named 'plimsoll_host'\n",
+            Reach::Process | Reach::Socket => "PermissionError host api call not permitted by sandbox capability: GET /items\n",
+        };
+        assert_eq!(out, want);
+        if reach == Reach::Socket {
             let (out, _) = cell(
                 &s,
                 "python",
@@ -952,6 +957,17 @@ fn session_grants_on(d: Daemon, api: &DemoApi, token: &str, container: bool) {
     assert!(log.iter().all(|l| !l.contains(JWT_SECRET) && !l.contains("eyJ")), "no credential in the log");
 }
 
+/// How a daemon's sessions reach the broker.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Reach {
+    /// In-process (wasm): the host's own import.
+    Process,
+    /// A socket mounted into the session's container (docker).
+    Socket,
+    /// The host's guard, from a remote sandbox (e2b).
+    Guard,
+}
+
 fn session_grant_at_container_tier(runtime: &str) {
     let Some(fx) = super::docker::fixture(runtime) else { return };
     let api = DemoApi::start(&[]);
@@ -964,7 +980,7 @@ fn session_grant_at_container_tier(runtime: &str) {
     env.push(("PLIMSOLL_GRANTS_FILE".into(), grants.display().to_string()));
     env.push(("DEMO_JWT_SECRET".into(), JWT_SECRET.into()));
     env.push(("SANDBOX_MAX_SESSIONS".into(), "2".into()));
-    session_grants_on(super::docker::start(&env), &api, &tokens[0], true);
+    session_grants_on(super::docker::start(&env), &api, &tokens[0], Reach::Socket);
 }
 
 #[test]
@@ -980,7 +996,7 @@ fn a_wasm_session_opened_with_a_grant_reaches_the_broker_from_every_cell() {
         ("DEMO_JWT_SECRET", JWT_SECRET),
         ("SANDBOX_MAX_SESSIONS", "2"),
     ]);
-    session_grants_on(d, &api, &tokens[0], false);
+    session_grants_on(d, &api, &tokens[0], Reach::Process);
 }
 
 #[test]

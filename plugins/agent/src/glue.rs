@@ -49,11 +49,11 @@ macro_rules! session_glue {
             /// A snippet through `agent`.
             pub(crate) fn session_snippet<C: $crate::session::Channel>(
                 agent: &$crate::session::Agent<C>,
-                language: &str,
-                code: &str,
+                (language, code): (&str, &str),
+                env: &[(String, String)],
                 limits: &Limits,
             ) -> Result<Answer, CallError> {
-                agent.snippet(language, code, session_budget(limits)).map(snippet_answer).map_err(session_failed)
+                agent.snippet(language, code, env, session_budget(limits)).map(snippet_answer).map_err(session_failed)
             }
 
             /// A project through `agent`: the runner on `plan` for `steps` steps, its

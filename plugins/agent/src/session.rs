@@ -196,10 +196,22 @@ impl<C: Channel> Agent<C> {
     /// # Errors
     ///
     /// See [`Failed`].
-    pub fn snippet(&self, language: &str, code: &str, budget: Budget) -> Result<Answered, Failed> {
+    pub fn snippet(
+        &self,
+        language: &str,
+        code: &str,
+        env: &[(String, String)],
+        budget: Budget,
+    ) -> Result<Answered, Failed> {
         let mut request = serde_json::Map::new();
         request.insert("language".into(), language.into());
         request.insert("code".into(), code.into());
+        if !env.is_empty() {
+            // Beside the agent's own environment, for this snippet's process alone.
+            let env: serde_json::Map<String, serde_json::Value> =
+                env.iter().map(|(k, v)| (k.clone(), v.clone().into())).collect();
+            request.insert("env".into(), env.into());
+        }
         self.call("snippet", request, budget, 0)
     }
 
@@ -412,12 +424,12 @@ mod tests {
         let seen = agent.channel().seen.borrow()[1].clone();
         assert_eq!((seen["cell"].as_u64(), seen["files"][0]["content"].as_str()), (Some(1), Some("aGk=")));
         assert_eq!(
-            agent.snippet("python", "x", BUDGET).err(),
+            agent.snippet("python", "x", &[], BUDGET).err(),
             Some(Failed::Refused(Refuse::Request, "illegal file path: ../x".into()))
         );
         let ended = |end, detail: &str| Ending { end, detail: detail.into() };
         assert_eq!(
-            agent.snippet("python", "x", BUDGET).err(),
+            agent.snippet("python", "x", &[], BUDGET).err(),
             Some(Failed::Ended(ended(End::BoundaryFailed, "1 processes survived the sweep after the call")))
         );
         let full = agent.project(serde_json::json!({}), 1 << 20, BUDGET).expect("answered");
@@ -437,7 +449,7 @@ mod tests {
             (End::MainProcessEnded, "the session agent ended during the call"),
         ] {
             assert_eq!(
-                agent.snippet("python", "x", BUDGET).err(),
+                agent.snippet("python", "x", &[], BUDGET).err(),
                 Some(Failed::MayHaveRun { detail: detail.into(), ended: Some(ended(want, detail)) })
             );
         }

@@ -562,7 +562,7 @@ impl Guest for Plugin {
         limits: Limits,
         grant: Option<GuardGrant>,
     ) -> Result<(SnippetResult, Evidence), RunError> {
-        no_guard_grant(grant.as_ref())?;
+        no_guard_grant(grant.as_ref()).map_err(RunError::Refused)?;
         snippet(&language, &code, &limits)
     }
 
@@ -573,7 +573,7 @@ impl Guest for Plugin {
         limits: Limits,
         grant: Option<GuardGrant>,
     ) -> Result<(ProjectResult, Evidence), RunError> {
-        no_guard_grant(grant.as_ref())?;
+        no_guard_grant(grant.as_ref()).map_err(RunError::Refused)?;
         project(&files, &steps, &artifacts, &limits, &report_key().map_err(RunError::Refused)?)
     }
 
@@ -587,13 +587,13 @@ impl Guest for Plugin {
 
 /// Refuses a grant through the host's guard, which this provider's sandboxes
 /// cannot reach (its `describe` says so, and the host never sends one).
-fn no_guard_grant(grant: Option<&GuardGrant>) -> Result<(), RunError> {
+pub(crate) fn no_guard_grant(grant: Option<&GuardGrant>) -> Result<(), Refusal> {
     match grant {
         None => Ok(()),
-        Some(_) => Err(RunError::Refused(refused(
+        Some(_) => Err(refused(
             RefusalReason::Unsupported,
             "the docker provider cannot carry a grant through the host's guard",
-        ))),
+        )),
     }
 }
 

@@ -19,7 +19,7 @@
 
 use plimsoll_plugin_agent::session::{self as agent, Agent, Channel};
 
-use crate::exports::plimsoll::provider::provider::{Answer, CallError, CallOutput, GuestSession, Session};
+use crate::exports::plimsoll::provider::provider::{Answer, CallError, CallOutput, GuardGrant, GuestSession, Session};
 use crate::plimsoll::host::containers::{Container, ReplyEnd};
 use crate::plimsoll::types::types::{CellResult, Evidence, File, Limits, Refusal, RefusalReason};
 use crate::{
@@ -75,7 +75,10 @@ impl DockerSession {
 }
 
 impl GuestSession for DockerSession {
-    fn open(limits: Limits, lifetime_s: u32) -> Result<Session, Refusal> {
+    /// The broker's socket serves a docker session's grants (the host mounts
+    /// it): none comes through the guard.
+    fn open(limits: Limits, lifetime_s: u32, grant: Option<GuardGrant>) -> Result<Session, Refusal> {
+        crate::no_guard_grant(grant.as_ref())?;
         DockerSession::open(&limits, lifetime_s).map(Session::new)
     }
 
@@ -88,9 +91,16 @@ impl GuestSession for DockerSession {
         session_cell(&self.agent, (&language, &code, &files), &limits, self.memory_mb)
     }
 
-    fn snippet(&self, language: String, code: String, limits: Limits) -> Result<Answer, CallError> {
+    fn snippet(
+        &self,
+        language: String,
+        code: String,
+        limits: Limits,
+        grant: Option<GuardGrant>,
+    ) -> Result<Answer, CallError> {
+        crate::no_guard_grant(grant.as_ref()).map_err(CallError::Refused)?;
         session_language("docker", &language)?;
-        session_snippet(&self.agent, &language, &code, &limits)
+        session_snippet(&self.agent, (&language, &code), &[], &limits)
     }
 
     fn project(

@@ -88,6 +88,22 @@ pub fn create(template: &str, timeout_s: u32, instance: &str, guard: Option<&Gua
     Ok(Created { id, envd_version })
 }
 
+/// Sets the sandbox's egress to deny all but, with `guard`, the guard with its
+/// header rule: E2B replaces the rules whole, clearing what the body omits.
+pub fn set_network(id: &str, guard: Option<&Guard>) -> Result<(), String> {
+    let mut body = json!({"denyOut": ["0.0.0.0/0"], "allow_internet_access": false});
+    if let Some(g) = guard {
+        let (allow, rules) = g.rules();
+        body["allowOut"] = allow;
+        body["rules"] = rules;
+    }
+    let (status, answer) = call("PUT", &format!("/sandboxes/{id}/network"), Some(&body))?;
+    if status != 204 {
+        return Err(vendor_error("the network update", status, &answer));
+    }
+    Ok(())
+}
+
 /// The sandbox as E2B reports it now.
 pub fn detail(id: &str) -> Result<Value, String> {
     read_back(id)?.ok_or_else(|| format!("e2b has no sandbox {id}"))

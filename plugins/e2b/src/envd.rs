@@ -298,10 +298,18 @@ fn started_pid(events: &mut Events, deadline: Instant) -> Result<u32, String> {
 /// Starts `argv` with its input open, detached from this call (envd keeps it
 /// until it ends: no `Connect-Timeout-Ms`), and waits until its stdout ends with
 /// `ready`; returns its pid. A process that ends first is named with its stderr.
-pub fn start_serving(id: &str, argv: &[&str], cwd: &str, ready: &str, within: Duration) -> Result<u32, String> {
+pub fn start_serving(
+    id: &str,
+    argv: &[&str],
+    (cwd, env): (&str, &[(String, String)]),
+    ready: &str,
+    within: Duration,
+) -> Result<u32, String> {
     let deadline = Instant::now() + within;
     let (cmd, args) = argv.split_first().ok_or("no command")?;
-    let message = json!({"process": {"cmd": cmd, "args": args, "cwd": cwd}, "stdin": true});
+    let envs: serde_json::Map<String, serde_json::Value> =
+        env.iter().map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone()))).collect();
+    let message = json!({"process": {"cmd": cmd, "args": args, "cwd": cwd, "envs": envs}, "stdin": true});
     let mut events = Events::open(id, "Start", &message, Vec::new(), within + Duration::from_secs(5))?;
     let pid = started_pid(&mut events, deadline)?;
     let (mut out, mut err) = (Kept::new(4096), Kept::new(4096));

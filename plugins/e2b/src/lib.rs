@@ -87,7 +87,7 @@ struct Sandbox {
 }
 
 /// Where a granted run's client goes: the guest's, outside the run's directories.
-const CLIENT_DIR: &str = "/home/user/.plimsoll-host";
+pub(crate) const CLIENT_DIR: &str = "/home/user/.plimsoll-host";
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
@@ -145,7 +145,13 @@ impl Sandbox {
 
     /// Checks a read-back `detail` of this sandbox against what was asked at its create.
     fn verify(&self, detail: &serde_json::Value) -> Result<(), String> {
-        api::verify(detail, &self.id, &self.instance, self.maxima, self.guard.as_ref())
+        self.verify_with(detail, self.guard.as_ref())
+    }
+
+    /// As [`Sandbox::verify`], its way out `guard` (a session's call that names
+    /// its own grant) instead of the create's.
+    fn verify_with(&self, detail: &serde_json::Value, guard: Option<&api::Guard>) -> Result<(), String> {
+        api::verify(detail, &self.id, &self.instance, self.maxima, guard)
     }
 
     /// How many processes the sandbox's kernel has killed for want of memory

@@ -11,6 +11,17 @@
 //! Before each call the sandbox is read back as at its create (this sandbox,
 //! running, ours, within the operator's memory and CPUs, denying all egress):
 //! any difference ends the session as `sandbox_changed` before anything runs.
+//!
+//! Grants reach the broker through the host's guard, two ways. A session opened
+//! with a grant is created as a granted run's sandbox is (its one way out the
+//! guard, with the header rule carrying the session's credential) and its agent
+//! passes the grant's client to every process; the host serves that credential
+//! only while a call runs. A snippet naming its own grant in a session opened
+//! without one opens the way for that call alone: the rule is set with the
+//! call's credential (`PUT /sandboxes/{id}/network`, which replaces the rules
+//! whole), read back, the snippet runs with the client's settings, and the
+//! rules are set back to deny all and read back; a rule that will not go ends
+//! the session (and the call's credential closed when the call ended).
 //! The template must carry the sandbox image's programs under `/opt/plimsoll`
 //! and a `/work` the guest owns; an open says so when it does not.
 
@@ -19,10 +30,12 @@ use std::time::{Duration, Instant};
 use plimsoll_plugin_agent::session::{self as agent, Agent, Channel};
 use plimsoll_plugin_remote::random_hex;
 
-use crate::exports::plimsoll::provider::provider::{Answer, CallError, Ending, GuestSession, Session, SessionEnd};
+use crate::exports::plimsoll::provider::provider::{
+    Answer, CallError, Ending, GuardGrant, GuestSession, Session, SessionEnd,
+};
 use crate::plimsoll::types::types::{Evidence, File, Limits, Refusal, RefusalReason};
 use crate::{
-    GUEST_ENV, LIFETIME_MARGIN_S, Sandbox, api, envd, log, refused, runner, session_cell, session_language,
+    CLIENT_DIR, GUEST_ENV, LIFETIME_MARGIN_S, Sandbox, api, envd, log, refused, runner, session_cell, session_language,
     session_runner_project, session_snippet,
 };
 
@@ -66,17 +79,19 @@ fn ended(end: SessionEnd, detail: String) -> CallError {
 }
 
 impl E2bSession {
-    /// Creates the session's sandbox, reads it back, and starts the agent in it.
-    fn open(limits: &Limits, lifetime_s: u32) -> Result<E2bSession, Refusal> {
+    /// Creates the session's sandbox, reads it back, and starts the agent in it;
+    /// with `grant`, the agent and every process it starts hold that grant.
+    fn open(limits: &Limits, lifetime_s: u32, grant: Option<&GuardGrant>) -> Result<E2bSession, Refusal> {
         let disk_mb = agent::disk_budget(limits.disk_mb).map_err(|e| refused(RefusalReason::Environment, e))?;
         // The session's storage budget is the agent's to enforce, not a maximum
         // of E2B's disk: only memory and CPUs are held to the operator's maxima.
         let asked = Limits { disk_mb: 0, ..*limits };
         let lifetime = Duration::from_secs(u64::from(lifetime_s));
         let ends = Instant::now() + lifetime + Duration::from_secs(u64::from(LIFETIME_MARGIN_S));
-        let sandbox = Sandbox::open(&asked, lifetime, None)?;
+        let sandbox = Sandbox::open(&asked, lifetime, grant)?;
         let word = random_hex(16);
-        let pid = envd::start_serving(&sandbox.id, &[AGENT, "attach", &word], WORK, &word, AGENT_START).map_err(|e| {
+        let argv = [AGENT, "attach", &word];
+        let pid = envd::start_serving(&sandbox.id, &argv, (WORK, &sandbox.env), &word, AGENT_START).map_err(|e| {
             refused(
                 RefusalReason::Environment,
                 format!(
@@ -121,11 +136,77 @@ impl E2bSession {
             None => Err(ended(SessionEnd::SandboxChanged, "the session's e2b sandbox is gone; nothing ran".into())),
         }
     }
+
+    /// Sets the sandbox's way out to `guard` (None: deny all) and reads it back.
+    fn set_network(&self, guard: Option<&api::Guard>) -> Result<(), String> {
+        api::set_network(&self.sandbox.id, guard)?;
+        let read = api::detail(&self.sandbox.id)?;
+        self.sandbox.verify_with(&read, guard)
+    }
+
+    /// A snippet with its own grant: the guard's rule for this call only, the
+    /// client written in, the snippet run with its settings, the rule removed.
+    fn granted_snippet(
+        &self,
+        (language, code): (&str, &str),
+        limits: &Limits,
+        g: &GuardGrant,
+    ) -> Result<Answer, CallError> {
+        if self.sandbox.guard.is_some() {
+            return Err(CallError::Refused(refused(
+                RefusalReason::Request,
+                "this session holds the grant it was opened with; its calls cannot name another",
+            )));
+        }
+        let close = |why: String| match self.set_network(None) {
+            // Back to deny-all and read so: nothing of the caller's ran.
+            Ok(()) => CallError::Refused(refused(RefusalReason::Environment, why)),
+            Err(e) => ended(
+                SessionEnd::SandboxChanged,
+                format!("{why}; and its way out could not be closed again ({e}); nothing ran"),
+            ),
+        };
+        for f in &g.client {
+            envd::upload(&self.sandbox.id, &format!("{CLIENT_DIR}/{}", f.path), &f.content).map_err(|e| {
+                CallError::Refused(refused(
+                    RefusalReason::Environment,
+                    format!("writing the grant's client {}: {e}", f.path),
+                ))
+            })?;
+        }
+        let guard = api::Guard { host: g.host.clone(), header: g.header.clone(), credential: g.credential.clone() };
+        self.set_network(Some(&guard))
+            .map_err(|e| close(format!("opening the session's sandbox to the guard for this call failed: {e}")))?;
+        let env: Vec<(String, String)> =
+            g.env.iter().map(|(k, v)| (k.clone(), v.replace("{dir}", CLIENT_DIR))).collect();
+        let answer = session_snippet(&self.agent, (language, code), &env, limits);
+        let Err(e) = self.set_network(None) else { return answer };
+        // The guard's rule stayed: the call's credential is closed already, but
+        // the sandbox is no longer the one each call is checked against.
+        let ending = Ending {
+            end: SessionEnd::SandboxChanged,
+            detail: format!(
+                "the guard's rule could not be taken off the session's e2b sandbox after a granted call ({e})"
+            ),
+        };
+        match answer {
+            Ok(mut a) => {
+                a.ended = a.ended.or(Some(ending));
+                Ok(a)
+            }
+            Err(CallError::MayHaveRun(mut f)) => {
+                f.ended = f.ended.or(Some(ending));
+                Err(CallError::MayHaveRun(f))
+            }
+            Err(CallError::Refused(_)) => Err(CallError::Ended(ending)),
+            Err(other) => Err(other),
+        }
+    }
 }
 
 impl GuestSession for E2bSession {
-    fn open(limits: Limits, lifetime_s: u32) -> Result<Session, Refusal> {
-        E2bSession::open(&limits, lifetime_s).map(Session::new)
+    fn open(limits: Limits, lifetime_s: u32, grant: Option<GuardGrant>) -> Result<Session, Refusal> {
+        E2bSession::open(&limits, lifetime_s, grant.as_ref()).map(Session::new)
     }
 
     fn evidence(&self) -> Evidence {
@@ -138,10 +219,19 @@ impl GuestSession for E2bSession {
         session_cell(&self.agent, (&language, &code, &files), &limits, self.memory_mb())
     }
 
-    fn snippet(&self, language: String, code: String, limits: Limits) -> Result<Answer, CallError> {
+    fn snippet(
+        &self,
+        language: String,
+        code: String,
+        limits: Limits,
+        grant: Option<GuardGrant>,
+    ) -> Result<Answer, CallError> {
         session_language("e2b", &language)?;
         self.check()?;
-        session_snippet(&self.agent, &language, &code, &limits)
+        match &grant {
+            None => session_snippet(&self.agent, (&language, &code), &[], &limits),
+            Some(g) => self.granted_snippet((&language, &code), &limits, g),
+        }
     }
 
     fn project(

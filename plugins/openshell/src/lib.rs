@@ -536,7 +536,7 @@ impl Guest for Plugin {
         limits: Limits,
         grant: Option<GuardGrant>,
     ) -> Result<(SnippetResult, Evidence), RunError> {
-        no_guard_grant(grant.as_ref())?;
+        no_guard_grant(grant.as_ref()).map_err(RunError::Refused)?;
         snippet(&language, &code, &limits)
     }
 
@@ -547,7 +547,7 @@ impl Guest for Plugin {
         limits: Limits,
         grant: Option<GuardGrant>,
     ) -> Result<(ProjectResult, Evidence), RunError> {
-        no_guard_grant(grant.as_ref())?;
+        no_guard_grant(grant.as_ref()).map_err(RunError::Refused)?;
         project(&files, &steps, &artifacts, &limits)
     }
 
@@ -583,5 +583,21 @@ mod tests {
         let mut got = sent.clone();
         got.template.as_mut().expect("template").driver_config = None;
         assert_eq!(difference(&sent, &got).as_deref(), Some("its driver settings (mounts)"));
+    }
+
+    #[test]
+    fn a_guard_grant_is_refused_by_name_before_anything_is_made() {
+        assert!(no_guard_grant(None).is_ok());
+        let grant = GuardGrant {
+            url: "https://guard.test/v1/guard".into(),
+            host: "guard.test".into(),
+            header: "x-plimsoll-guard".into(),
+            credential: "crg_0".into(),
+            client: vec![],
+            env: vec![],
+        };
+        let r = no_guard_grant(Some(&grant)).expect_err("refused");
+        assert!(matches!(r.reason, RefusalReason::Unsupported));
+        assert_eq!(r.message, "the openshell provider cannot carry a grant through the host's guard");
     }
 }

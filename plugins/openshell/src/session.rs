@@ -23,7 +23,9 @@ use std::time::{Duration, Instant};
 use plimsoll_plugin_agent::session::{self as agent, Agent, Channel};
 use plimsoll_plugin_remote::{Remote as _, random_hex};
 
-use crate::exports::plimsoll::provider::provider::{Answer, CallError, Ending, GuestSession, Session, SessionEnd};
+use crate::exports::plimsoll::provider::provider::{
+    Answer, CallError, Ending, GuardGrant, GuestSession, Session, SessionEnd,
+};
 use crate::plimsoll::types::types::{Evidence, File, Limits, Refusal, RefusalReason};
 use crate::{
     STDIN_CHUNK, Sandbox, gateway, refused, runner, session_cell, session_language, session_runner_project,
@@ -156,7 +158,9 @@ impl OpenshellSession {
 }
 
 impl GuestSession for OpenshellSession {
-    fn open(limits: Limits, lifetime_s: u32) -> Result<Session, Refusal> {
+    /// An OpenShell sandbox has no way to the guard (its `describe` says so).
+    fn open(limits: Limits, lifetime_s: u32, grant: Option<GuardGrant>) -> Result<Session, Refusal> {
+        crate::no_guard_grant(grant.as_ref())?;
         OpenshellSession::open(&limits, lifetime_s).map(Session::new)
     }
 
@@ -170,10 +174,17 @@ impl GuestSession for OpenshellSession {
         session_cell(&self.agent, (&language, &code, &files), &limits, self.sandbox().memory_mib)
     }
 
-    fn snippet(&self, language: String, code: String, limits: Limits) -> Result<Answer, CallError> {
+    fn snippet(
+        &self,
+        language: String,
+        code: String,
+        limits: Limits,
+        grant: Option<GuardGrant>,
+    ) -> Result<Answer, CallError> {
+        crate::no_guard_grant(grant.as_ref()).map_err(CallError::Refused)?;
         session_language("openshell", &language)?;
         self.check()?;
-        session_snippet(&self.agent, &language, &code, &limits)
+        session_snippet(&self.agent, (&language, &code), &[], &limits)
     }
 
     fn project(

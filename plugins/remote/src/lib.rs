@@ -411,13 +411,13 @@ macro_rules! wit_glue {
 #[macro_export]
 macro_rules! no_guard_grants {
     ($name:literal) => {
-        fn no_guard_grant(grant: Option<&GuardGrant>) -> Result<(), RunError> {
+        fn no_guard_grant(grant: Option<&GuardGrant>) -> Result<(), Refusal> {
             match grant {
                 None => Ok(()),
-                Some(_) => Err(RunError::Refused(Refusal {
+                Some(_) => Err(Refusal {
                     reason: RefusalReason::Unsupported,
                     message: concat!("the ", $name, " provider cannot carry a grant through the host's guard").into(),
-                })),
+                }),
             }
         }
     };
@@ -432,7 +432,7 @@ macro_rules! no_sessions {
         struct NoSession;
 
         impl GuestSession for NoSession {
-            fn open(_: Limits, _: u32) -> Result<Session, Refusal> {
+            fn open(_: Limits, _: u32, _: Option<GuardGrant>) -> Result<Session, Refusal> {
                 Err(no_sessions())
             }
 
@@ -450,7 +450,7 @@ macro_rules! no_sessions {
                 Err(CallError::Refused(no_sessions()))
             }
 
-            fn snippet(&self, _: String, _: String, _: Limits) -> Result<Answer, CallError> {
+            fn snippet(&self, _: String, _: String, _: Limits, _: Option<GuardGrant>) -> Result<Answer, CallError> {
                 Err(CallError::Refused(no_sessions()))
             }
 

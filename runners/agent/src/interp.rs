@@ -78,7 +78,7 @@ impl Interpreter {
         let mut argv = language.argv();
         argv.extend([format!("plimsoll-interp/{}", language.name()), "3".into()]);
         let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
-        let mut child = procs::spawn(&argv, Stdio::piped(), Some(&done_w))?;
+        let mut child = procs::spawn(&argv, Stdio::piped(), Some(&done_w), &std::collections::BTreeMap::new())?;
         drop(done_w);
         let pid = i32::try_from(child.id()).unwrap_or(0);
         let (Some(stdin), Some(stdout), Some(stderr)) = (child.stdin.take(), child.stdout.take(), child.stderr.take())

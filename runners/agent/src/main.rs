@@ -126,6 +126,12 @@ impl Agent {
         let refused = match req.kind.as_str() {
             "ready" | "project" => None,
             "cell" | "snippet" if language.is_none() => Some(format!("no kept interpreter for {:?}", req.language)),
+            _ if !req.env.is_empty() && req.kind != "snippet" => Some(format!("a {} call takes no env", req.kind)),
+            _ if req.env.keys().any(|k| !procs::GRANT_ENV.contains(&k.as_str())) => Some(format!(
+                "the snippet's env names {:?}; only a grant's client settings ({}) may be set",
+                req.env.keys().find(|k| !procs::GRANT_ENV.contains(&k.as_str())).map_or("", |k| k.as_str()),
+                procs::GRANT_ENV.join(", ")
+            )),
             "cell" | "snippet" => files::write_files(procs::work(), &req.files).err(),
             other => Some(format!("unknown call kind {other:?}")),
         };
@@ -139,7 +145,9 @@ impl Agent {
                         self.kept.insert(language, it);
                     }
                 }
-                ("snippet", Some(language)) => run::snippet(language, &req.code, deadline, &mut sink, &mut status),
+                ("snippet", Some(language)) => {
+                    run::snippet((language, &req.code), &req.env, deadline, &mut sink, &mut status);
+                }
                 ("project", _) => run::project(&req.plan, deadline, &mut sink, &mut status),
                 _ => {}
             }

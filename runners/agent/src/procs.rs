@@ -2,7 +2,7 @@
 //! orphans the agent inherits (as PID 1, or as a subreaper where a vendor's
 //! process manager started it), and starting children in their own session.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
@@ -62,13 +62,18 @@ const SWEEP_ROUNDS: usize = 50;
 pub const ENV: [(&str, &str); 3] = [("PATH", "/usr/local/bin:/usr/bin:/bin"), ("HOME", "/tmp"), ("LANG", "C.UTF-8")];
 
 /// What the host sets on a container whose session holds a grant (its broker
-/// socket, token, client and routes); passed on to every child when present.
-pub const GRANT_ENV: [&str; 6] = [
+/// socket, token, client and routes), or a remote plugin on the agent of one
+/// (the guard's URL, the client, the trust store); passed on to every child when
+/// present. A snippet's own grant may name these and nothing else.
+pub const GRANT_ENV: [&str; 9] = [
     "PLIMSOLL_HOST_API",
     "PLIMSOLL_HOST_TOKEN",
+    "PLIMSOLL_HOST_GUARD",
+    "PLIMSOLL_HOST_GUARD_TOKEN",
     "PLIMSOLL_HOST_GLOBAL",
     "PLIMSOLL_HOST_ROUTES",
     "NODE_OPTIONS",
+    "NODE_EXTRA_CA_CERTS",
     "PYTHONPATH",
 ];
 
@@ -284,7 +289,12 @@ pub fn exit_status(s: std::process::ExitStatus) -> i32 {
 /// Starts `argv` in [`work`] with [`ENV`], in a session of its own (so its group
 /// can be killed whole), with piped stdin and stdout, and `stderr`. With `done`,
 /// that descriptor becomes the child's fd 3.
-pub fn spawn(argv: &[&str], stderr: Stdio, done: Option<&OwnedFd>) -> io::Result<Child> {
+pub fn spawn(
+    argv: &[&str],
+    stderr: Stdio,
+    done: Option<&OwnedFd>,
+    extra: &BTreeMap<String, String>,
+) -> io::Result<Child> {
     let (program, args) = argv.split_first().ok_or_else(|| io::Error::other("an empty command"))?;
     let mut cmd = Command::new(program);
     cmd.args(args)
@@ -292,6 +302,7 @@ pub fn spawn(argv: &[&str], stderr: Stdio, done: Option<&OwnedFd>) -> io::Result
         .env_clear()
         .envs(ENV)
         .envs(GRANT_ENV.iter().filter_map(|k| std::env::var(k).ok().map(|v| (*k, v))))
+        .envs(extra)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(stderr);

@@ -1,6 +1,7 @@
 //! One-off processes of a call: a snippet in a fresh interpreter, and a project
 //! through the project runner, whose authenticated report is the result.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::process::{Child, Stdio};
@@ -15,13 +16,20 @@ use crate::wire::{Sink, Status, Stream};
 /// itself) may take before it counts as hung.
 const RUNNER_GRACE: Duration = Duration::from_secs(5);
 
-/// Runs `code` as `python3 -I -` or `node -` would; fills `status`.
-pub fn snippet<W: Write>(language: Language, code: &str, deadline: Instant, sink: &mut Sink<W>, status: &mut Status) {
+/// Runs `code` as `python3 -I -` or `node -` would, with `env` beside the
+/// agent's; fills `status`.
+pub fn snippet<W: Write>(
+    (language, code): (Language, &str),
+    env: &BTreeMap<String, String>,
+    deadline: Instant,
+    sink: &mut Sink<W>,
+    status: &mut Status,
+) {
     let argv: &[&str] = match language {
         Language::Python => &["/usr/bin/python3", "-I", "-"],
         Language::JavaScript => &["/usr/bin/node", "-"],
     };
-    let mut child = match procs::spawn(argv, Stdio::piped(), None) {
+    let mut child = match procs::spawn(argv, Stdio::piped(), None, env) {
         Ok(c) => c,
         Err(e) => {
             status.refused = Some(format!("the snippet's interpreter did not start: {e}"));
@@ -42,7 +50,7 @@ pub fn snippet<W: Write>(language: Language, code: &str, deadline: Instant, sink
 /// Runs the project runner on `plan`; its stdout (the report frame) goes to the sink.
 pub fn project<W: Write>(plan: &serde_json::Value, deadline: Instant, sink: &mut Sink<W>, status: &mut Status) {
     let runner = format!("{DIR}/runner.py");
-    let mut child = match procs::spawn(&["/usr/bin/python3", "-I", &runner], Stdio::null(), None) {
+    let mut child = match procs::spawn(&["/usr/bin/python3", "-I", &runner], Stdio::null(), None, &BTreeMap::new()) {
         Ok(c) => c,
         Err(e) => {
             status.refused = Some(format!("the project runner did not start: {e}"));

@@ -80,6 +80,10 @@ pub struct Request {
     /// A project's plan, for the project runner (its report key is inside).
     #[serde(default)]
     pub plan: serde_json::Value,
+    /// A snippet's grant client settings ([`crate::procs::GRANT_ENV`] names only),
+    /// for its process alone: a remote session's call that names its own grant.
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
     #[serde(default = "thirty_two_mib")]
     pub report_cap: usize,
 }

@@ -92,7 +92,7 @@ struct Sandbox {
     /// Paused (its container frozen), until a connect resumes it.
     paused: bool,
     /// Its way out while it lives, when its rules allow any.
-    _egress: Option<crate::egress::Opened>,
+    way_out: Option<crate::egress::Opened>,
     /// The processes envd runs, by pid, until they end.
     procs: HashMap<u32, Proc>,
 }
@@ -240,6 +240,7 @@ impl Fake {
             ("DELETE", ["sandboxes", id]) => self.kill(id).await,
             ("POST", ["sandboxes", id, "pause"]) => self.pause(id).await,
             ("POST", ["sandboxes", id, "connect"]) => self.connect_sandbox(id, &req).await,
+            ("PUT", ["sandboxes", id, "network"]) => self.update_network(id, &req),
             ("GET", ["v2", "sandboxes"]) => self.list(&req),
             ("GET", ["health"]) => server::whole(200, "text/plain", "Health check successful"),
             _ => error(404, &format!("no route {} {}", req.method, req.path)),
@@ -289,11 +290,14 @@ impl Fake {
         };
         let id = sandbox_id();
         let mut shape = Shape::plain(MEMORY_MB, CPUS, DISK_MB);
-        let opened = match (&self.egress, rules.allow.is_empty()) {
-            (Some((egress, root)), false) => match egress.open(root, &id, rules) {
-                Ok(o) => Some(o),
-                Err(e) => return error(500, &format!("Failed to place sandbox: its network: {e}")),
-            },
+        // With routes, every sandbox gets a way out, for rules a network update may set later.
+        let opened = match &self.egress {
+            Some((egress, root)) if !rules.allow.is_empty() || egress.routes_any() => {
+                match egress.open(root, &id, rules) {
+                    Ok(o) => Some(o),
+                    Err(e) => return error(500, &format!("Failed to place sandbox: its network: {e}")),
+                }
+            }
             _ => None,
         };
         shape.egress = opened.as_ref().map(crate::egress::Opened::mount);
@@ -324,7 +328,7 @@ impl Fake {
                 pids: 0,
                 reads: 0,
                 paused: false,
-                _egress: opened,
+                way_out: opened,
                 procs: HashMap::new(),
             },
         );
@@ -393,6 +397,44 @@ impl Fake {
 
     /// `POST /sandboxes/{id}/pause`: its processes frozen, its memory and files
     /// kept, envd unreachable until a connect resumes it.
+    /// `PUT /sandboxes/{id}/network`: the egress rules replaced whole (a field the
+    /// body omits is cleared; `allow_internet_access: false` denies `0.0.0.0/0`),
+    /// checked as a create's are, and passed to the sandbox's way out at once.
+    fn update_network(&self, id: &str, req: &Request) -> http::Response<Body> {
+        let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(&req.body) else {
+            return error(400, "Error when parsing request: the body is not a JSON object");
+        };
+        let mut network = serde_json::Map::new();
+        for field in ["allowOut", "denyOut", "rules", "egressProxy"] {
+            if let Some(v) = body.get(field).filter(|v| !v.is_null()) {
+                network.insert(field.into(), v.clone());
+            }
+        }
+        if body.get("allow_internet_access").and_then(Value::as_bool) == Some(false) {
+            let deny = network.entry("denyOut").or_insert_with(|| json!([]));
+            if let Some(d) = deny.as_array_mut()
+                && !d.iter().any(|x| x == "0.0.0.0/0")
+            {
+                d.push(json!("0.0.0.0/0"));
+            }
+        }
+        let network = Value::Object(network);
+        let rules = match rules(&network) {
+            Ok(r) => r,
+            Err(why) => return error(400, &why),
+        };
+        let mut all = self.sandboxes();
+        let Some(s) = all.get_mut(id) else { return missing(id) };
+        if s.paused {
+            return error(409, &format!("Sandbox \"{id}\" is paused; resume it before updating its network"));
+        }
+        if let Some(way) = &s.way_out {
+            way.set(rules);
+        }
+        s.network = network;
+        server::whole(204, "", Bytes::new())
+    }
+
     async fn pause(&self, id: &str) -> http::Response<Body> {
         match self.sandboxes().get(id).map(|s| s.paused) {
             None => return missing(id),
@@ -1121,6 +1163,22 @@ mod tests {
         assert_eq!(output(&fake, &id, &token, elsewhere).await.trim(), "failed");
         let detail = api(&fake, "GET", &format!("/sandboxes/{id}"), "").await.1;
         assert_eq!(detail["network"]["allowOut"], json!(["guard.e2b.test"]), "{detail}");
+        // A network update replaces the rules whole, at once: denied, the guard
+        // is unreachable; allowed again with another header, that one is set.
+        let reach = "node -e \"fetch('https://guard.e2b.test/g', {method: 'POST', body: '{}'}).then(r => r.text()).then(console.log, () => console.log('failed'))\"";
+        let path = format!("/sandboxes/{id}/network");
+        let (status, _) = api(&fake, "PUT", &path, &json!({"allow_internet_access": false}).to_string()).await;
+        assert_eq!(status, 204);
+        assert_eq!(output(&fake, &id, &token, reach).await.trim(), "failed");
+        let detail = api(&fake, "GET", &format!("/sandboxes/{id}"), "").await.1;
+        assert_eq!(detail["network"], json!({"denyOut": ["0.0.0.0/0"]}), "the omitted fields were cleared");
+        let open = json!({"allowOut": ["guard.e2b.test"], "denyOut": ["0.0.0.0/0"],
+            "rules": {"guard.e2b.test": [{"transform": {"headers": {"X-Plimsoll-Guard": "crg_second"}}}]}});
+        assert_eq!(api(&fake, "PUT", &path, &open.to_string()).await.0, 204);
+        let said: Value = serde_json::from_str(output(&fake, &id, &token, reach).await.trim()).expect("json");
+        assert_eq!(said["guard"], "crg_second");
+        let (status, why) = api(&fake, "PUT", &path, &json!({"allowOut": ["guard.e2b.test"]}).to_string()).await;
+        assert_eq!(status, 400, "{why}");
         drop(fake);
         let _ = std::fs::remove_dir_all(&root);
     }

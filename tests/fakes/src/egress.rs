@@ -9,7 +9,9 @@
 //! then adds each header the rules transform onto requests to that name, and
 //! forwards the request to where `--route NAME=ADDR` says that name is, in plain
 //! HTTP on loopback, standing in for the internet. A name with no route answers
-//! 502.
+//! 502. Every routed name resolves in a sandbox with a way out, as the internet's
+//! names do; the rules, which a vendor may change while the sandbox runs, decide
+//! which of them pass.
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -89,6 +91,8 @@ pub struct Egress {
 /// One sandbox's egress, served until dropped.
 #[derive(Debug)]
 pub struct Opened {
+    /// What passes now.
+    rules: Arc<std::sync::RwLock<Rules>>,
     /// The directory holding the socket, mounted at [`MOUNT`].
     pub dir: PathBuf,
     /// The trust store the sandbox gets: the fake's CA.
@@ -107,6 +111,11 @@ pub struct Mount {
 }
 
 impl Opened {
+    /// Lets out what `rules` allow from now on (a vendor's network update).
+    pub fn set(&self, rules: Rules) {
+        *self.rules.write().unwrap_or_else(std::sync::PoisonError::into_inner) = rules;
+    }
+
     /// The container's side of it.
     pub fn mount(&self) -> Mount {
         Mount { dir: self.dir.clone(), bundle: self.bundle.clone(), names: self.names.clone() }
@@ -126,6 +135,11 @@ impl Egress {
         Egress { pki, routes: Arc::new(routes) }
     }
 
+    /// Whether any name is routed (else nothing can be reached whatever the rules).
+    pub fn routes_any(&self) -> bool {
+        !self.routes.0.is_empty()
+    }
+
     /// Serves sandbox `id`'s way out under `rules`, from a fresh directory under `root`.
     ///
     /// # Errors
@@ -141,16 +155,21 @@ impl Egress {
         std::fs::write(&bundle, self.pki.ca_pem())?;
         std::fs::set_permissions(&bundle, std::fs::Permissions::from_mode(0o644))?;
         let listener = tokio::net::UnixListener::bind(dir.join(SOCKET))?;
-        let names = rules.names();
-        let (pki, routes, rules) = (Arc::clone(&self.pki), Arc::clone(&self.routes), Arc::new(rules));
+        let mut names = rules.names();
+        names.extend(self.routes.0.keys().filter(|n| !names.contains(n)).cloned().collect::<Vec<_>>());
+        names.sort();
+        let rules = Arc::new(std::sync::RwLock::new(rules));
+        let (pki, routes, shared) = (Arc::clone(&self.pki), Arc::clone(&self.routes), Arc::clone(&rules));
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
-                let (pki, routes, rules) = (Arc::clone(&pki), Arc::clone(&routes), Arc::clone(&rules));
-                tokio::spawn(async move { passage(stream, pki, routes, rules).await });
+                // Each connection passes under the rules as they are when it opens.
+                let now = Arc::new(shared.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone());
+                let (pki, routes) = (Arc::clone(&pki), Arc::clone(&routes));
+                tokio::spawn(async move { passage(stream, pki, routes, now).await });
             }
         });
-        Ok(Opened { dir, bundle, names, task })
+        Ok(Opened { rules, dir, bundle, names, task })
     }
 }
 

@@ -251,6 +251,8 @@ pub(crate) struct PluginState {
     pub settings: Arc<BTreeMap<String, String>>,
     /// For a remote plugin: its book, and this call's number in it.
     pub book: Option<(Arc<super::book::Book>, u64)>,
+    /// The guard credentials this call's plugin holds, redacted from its log lines.
+    pub secrets: Vec<String>,
 }
 
 impl WasiView for PluginState {
@@ -310,6 +312,7 @@ impl HttpOnly<'_> {
             broker: None,
             settings: Arc::default(),
             book: None,
+            secrets: Vec::new(),
         };
         let mut store = wasmtime::Store::new(engine.wasmtime(), state);
         store.limiter(|s| &mut s.limits);
@@ -708,10 +711,17 @@ impl log::Host for PluginState {
 }
 
 impl PluginState {
-    /// `msg` with every credential the call's gate attaches redacted.
+    /// `msg` with every credential the call's gate attaches, and every guard
+    /// credential the call holds, redacted.
     fn redacted(&self, msg: &str) -> String {
-        self.http.as_ref().map_or_else(|| msg.to_string(), |g| g.redact(msg))
+        scrub(self.http.as_deref(), &self.secrets, msg)
     }
+}
+
+/// `msg` without what `gate` attaches and without any of `secrets`.
+fn scrub(gate: Option<&super::http::HttpGate>, secrets: &[String], msg: &str) -> String {
+    let msg = gate.map_or_else(|| msg.to_string(), |g| g.redact(msg));
+    secrets.iter().filter(|s| !s.is_empty()).fold(msg, |m, s| m.replace(s.as_str(), "[redacted]"))
 }
 
 impl bindings::plimsoll::types::types::Host for PluginState {}
@@ -719,6 +729,16 @@ impl bindings::plimsoll::types::types::Host for PluginState {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plugins_log_line_loses_every_guard_credential_its_call_holds() {
+        let held = ["crg_aaaa".to_string(), "crg_bbbb".to_string(), String::new()];
+        assert_eq!(
+            scrub(None, &held, "rule crg_aaaa set; then crg_bbbb; crg_cccc is not ours"),
+            "rule [redacted] set; then [redacted]; crg_cccc is not ours"
+        );
+        assert_eq!(scrub(None, &[], "nothing held"), "nothing held");
+    }
 
     #[test]
     fn a_ready_word_must_be_there_and_short_and_an_end_marker_long() {

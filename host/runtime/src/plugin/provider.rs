@@ -182,7 +182,7 @@ impl Way {
 }
 
 /// The client a granted remote run installs, and how it reaches `access`.
-fn guard_grant(access: &GuardAccess, ticket: &Ticket, grant: &Grant) -> wit::GuardGrant {
+pub(super) fn guard_grant(access: &GuardAccess, ticket: &Ticket, grant: &Grant) -> wit::GuardGrant {
     let file = |path: &str, text: &str| t::File { path: path.into(), content: text.as_bytes().to_vec() };
     let mut client = vec![
         file("host.js", super::socket::NODE_CLIENT),
@@ -415,6 +415,7 @@ impl PluginProvider {
             broker: None,
             settings: Arc::clone(&self.settings),
             book: None,
+            secrets: Vec::new(),
         };
         let mut store = Store::new(self.engine.wasmtime(), state);
         store.limiter(|s| &mut s.limits);
@@ -433,16 +434,20 @@ impl PluginProvider {
     }
 
     /// As [`PluginProvider::call`], with every container the call creates given
-    /// the run's broker mount.
+    /// the run's broker mount, or the run's guard credential kept out of the
+    /// plugin's log lines.
     fn call_granted<T>(
         &self,
         budget: Duration,
         collect_cap: usize,
-        broker: Option<&BrokerSocket>,
+        way: Option<&Way>,
         f: impl FnOnce(&mut Store<PluginState>, &ProviderPlugin) -> wasmtime::Result<T>,
     ) -> (Result<T, String>, Used) {
         let mut store = self.store(budget, collect_cap);
-        store.data_mut().broker = broker.map(BrokerSocket::mount);
+        store.data_mut().broker = way.and_then(Way::socket).map(BrokerSocket::mount);
+        if let Some(Way::Guard(ticket, _)) = way {
+            store.data_mut().secrets.push(ticket.credential().to_string());
+        }
         let result = self
             .pre
             .instantiate(&mut store)
@@ -654,6 +659,17 @@ impl PluginProvider {
     }
 }
 
+/// A remote session's way to the broker: the host's guard, open to the
+/// session's own credential for its life (opened with a grant: the daemon fills
+/// its slot for each call) or to a credential made for each call naming one.
+#[derive(Debug)]
+pub(super) struct SessionGuard {
+    pub(super) access: GuardAccess,
+    /// The credential held for the session's life and the grant the plugin
+    /// opened the sandbox with; none when each call names its own.
+    pub(super) held: Option<(Ticket, wit::GuardGrant)>,
+}
+
 /// A session's way to the broker, mounted when it opens.
 #[derive(Debug)]
 pub(super) struct SessionSocket {
@@ -765,7 +781,7 @@ impl Provider for PluginProvider {
         let lang = snippet.language.as_str();
         let cap = self.limits.max_output as usize;
         let broker = way.as_ref().and_then(Way::grant);
-        let (r, used) = self.call_granted(snippet.timeout, cap, way.as_ref().and_then(Way::socket), |store, plugin| {
+        let (r, used) = self.call_granted(snippet.timeout, cap, way.as_ref(), |store, plugin| {
             plugin.plimsoll_provider_provider().call_run_snippet(store, lang, snippet.code, limits, broker.as_ref())
         });
         let r = r.map_err(|e| self.scrubbed(Self::failed(&used, e), way.as_ref()))?;
@@ -791,7 +807,7 @@ impl Provider for PluginProvider {
         let files = wit_files(&project.files);
         let limits = self.wit_limits(timeout);
         let broker = way.as_ref().and_then(Way::grant);
-        let (r, used) = self.call_granted(timeout, REPORT_CAP, way.as_ref().and_then(Way::socket), |store, plugin| {
+        let (r, used) = self.call_granted(timeout, REPORT_CAP, way.as_ref(), |store, plugin| {
             plugin.plimsoll_provider_provider().call_run_project(
                 store,
                 &files,
@@ -824,10 +840,10 @@ impl Provider for PluginProvider {
         if self.sessions { self.description.snippet.clone() } else { None }
     }
 
-    /// Only behind the host's wall: a remote session's sandbox cannot have its
-    /// rules to the guard swapped per call yet.
+    /// Behind the host's wall through the session's socket; a remote backend's
+    /// through its guard, held from the open or opened for each call.
     fn session_grants(&self) -> bool {
-        self.sessions && self.wall.is_some() && self.carries_grants()
+        self.sessions && self.carries_grants()
     }
 
     fn open_session(&self, floor: Option<Floor>, reach: SessionReach<'_>) -> Result<Opened, RunError> {
@@ -837,6 +853,25 @@ impl Provider for PluginProvider {
         provider::check_floor(self.tier(), floor)?;
         // A remote session holds one of the backend's sandboxes for its life.
         self.admit_remote()?;
+        if self.wall.is_none() {
+            // Its sandbox reaches the broker only through the guard.
+            let guard = match (reach, &self.guard) {
+                (SessionReach::Nothing, _) => None,
+                (_, None) => return Err(no_grants(&self.name, "sessions").into()),
+                (SessionReach::Held(g), Some(access)) => {
+                    let ticket = access.guard.issue(g.api.clone()).map_err(|e| {
+                        Refusal::new(
+                            Reason::Environment,
+                            format!("the session's guard credential could not be made: {e}"),
+                        )
+                    })?;
+                    let record = guard_grant(access, &ticket, g);
+                    Some(SessionGuard { access: access.clone(), held: Some((ticket, record)) })
+                }
+                (SessionReach::PerCall, Some(access)) => Some(SessionGuard { access: access.clone(), held: None }),
+            };
+            return super::session::PluginSession::open(self, &self.pre, floor, super::session::Way::Guard(guard));
+        }
         let made = |e: std::io::Error| {
             Refusal::new(Reason::Environment, format!("the session's broker socket could not be made: {e}"))
         };
@@ -854,7 +889,7 @@ impl Provider for PluginProvider {
                 Some(SessionSocket { socket, per_call: Some(slot) })
             }
         };
-        super::session::PluginSession::open(self, &self.pre, floor, socket)
+        super::session::PluginSession::open(self, &self.pre, floor, super::session::Way::Socket(socket))
     }
 }
 

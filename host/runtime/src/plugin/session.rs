@@ -30,14 +30,15 @@ use plimsoll_core::{Floor, Reason, Refusal, Tier};
 use wasmtime::Store;
 use wasmtime::component::ResourceAny;
 
+use super::guard::Ticket;
 use super::host::bindings::exports::plimsoll::provider::provider as wit;
 use super::host::bindings::plimsoll::types::types as t;
 use super::host::bindings::{ProviderPlugin, ProviderPluginPre};
 use super::host::{PluginState, Used, Wall};
 use super::http::HttpGate;
 use super::provider::{
-    PluginLimits, PluginProvider, SessionSocket, after_run_floor, evidence_of, project_result, reason, snippet_result,
-    wit_files,
+    PluginLimits, PluginProvider, SessionGuard, SessionSocket, after_run_floor, evidence_of, guard_grant,
+    project_result, reason, snippet_result, wit_files,
 };
 use crate::engine::Engine;
 
@@ -64,15 +65,27 @@ struct Facts {
     gate: Option<Arc<HttpGate>>,
     max_tier: Tier,
     limits: PluginLimits,
+    /// Guard credentials of the session's, redacted from its words too.
+    secrets: Vec<String>,
+}
+
+/// How a session's calls reach the broker, set up at its open.
+#[derive(Debug)]
+pub(super) enum Way {
+    /// Behind the host's wall: a socket mounted into its container, if any.
+    Socket(Option<SessionSocket>),
+    /// A remote backend: the host's guard, if its calls may name grants.
+    Guard(Option<SessionGuard>),
 }
 
 impl Facts {
     /// `text` with every credential the plugin's gate attaches redacted.
     fn redact(&self, text: String) -> String {
-        match &self.gate {
+        let text = match &self.gate {
             Some(g) => g.redact(&text),
             None => text,
-        }
+        };
+        self.secrets.iter().fold(text, |t, s| t.replace(s.as_str(), "[redacted]"))
     }
 
     fn ending(&self, e: wit::Ending) -> Ending {
@@ -99,6 +112,8 @@ pub(super) struct PluginSession {
     broken: Option<Ending>,
     /// The session's broker socket, mounted at open, when its calls may reach one.
     socket: Option<SessionSocket>,
+    /// A remote session's guard, when its calls may reach the broker.
+    guard: Option<SessionGuard>,
 }
 
 fn trap(detail: String) -> Ending {
@@ -162,8 +177,12 @@ impl PluginSession {
         provider: &PluginProvider,
         pre: &ProviderPluginPre<PluginState>,
         floor: Option<Floor>,
-        socket: Option<SessionSocket>,
+        way: Way,
     ) -> Result<Opened, RunError> {
+        let (socket, guard) = match way {
+            Way::Socket(s) => (s, None),
+            Way::Guard(g) => (None, g),
+        };
         if provider.wall.is_none() && provider.remote_cap.is_none() {
             return Err(Refusal::new(Reason::Environment, "no container engine is configured on this host").into());
         }
@@ -174,8 +193,10 @@ impl PluginSession {
             gate: provider.http.clone(),
             max_tier: provider.max_tier,
             limits: provider.limits.clone(),
+            secrets: guard.iter().filter_map(|g| g.held.as_ref()).map(|(t, _)| t.credential().to_string()).collect(),
         };
         let mut store = provider.store(OPEN_BUDGET, SESSION_COLLECT_CAP);
+        store.data_mut().secrets = facts.secrets.clone();
         // Every container the open creates gets the session's socket and variables.
         store.data_mut().broker = socket.as_ref().map(|s| s.socket.mount());
         let plugin = pre.instantiate(&mut store).map_err(|e| {
@@ -183,7 +204,8 @@ impl PluginSession {
         })?;
         let limits = facts.limits.wit(facts.limits.default_timeout, facts.limits.session_disk_mb);
         let lifetime = u32::try_from((facts.limits.session_lifetime + LABEL_MARGIN).as_secs()).unwrap_or(u32::MAX);
-        let opened = plugin.plimsoll_provider_provider().session().call_open(&mut store, limits, lifetime);
+        let held = guard.as_ref().and_then(|g| g.held.as_ref()).map(|(_, record)| record);
+        let opened = plugin.plimsoll_provider_provider().session().call_open(&mut store, limits, lifetime, held);
         let used = std::mem::take(&mut store.data_mut().used);
         // A failed open leaves nothing: dropping the store removes what it created
         // (a remote sandbox left undeleted goes to the releaser).
@@ -243,6 +265,7 @@ impl PluginSession {
             claimed,
             broken: None,
             socket,
+            guard,
         };
         let evidence = session.evidence();
         if let Err(e) = after_run_floor(evidence.tier, floor) {
@@ -408,6 +431,27 @@ impl PluginSession {
         Ok(slot.clone())
     }
 
+    /// Opens the guard to `grant` for one call of a remote session: a fresh
+    /// credential (redacted from the session's words while it lives) and the
+    /// client the plugin installs for that call.
+    fn guard_ticket(&mut self, grant: &Grant) -> Result<(Ticket, wit::GuardGrant), CallError> {
+        let Some(SessionGuard { access, held: None }) = &self.guard else {
+            // Opened without the guard (or holding one grant for every call).
+            return Err(Refusal::unsupported(format!(
+                "this {} session was opened without a way to the broker, so its calls cannot name a grant; open it while a profile that allows sessions is available to the caller",
+                self.facts.name
+            ))
+            .into());
+        };
+        let ticket = access.guard.issue(grant.api.clone()).map_err(|e| {
+            Refusal::new(Reason::Environment, format!("the call's guard credential could not be made: {e}"))
+        })?;
+        let record = guard_grant(access, &ticket, grant);
+        self.facts.secrets.push(ticket.credential().to_string());
+        self.store.data_mut().secrets = self.facts.secrets.clone();
+        Ok((ticket, record))
+    }
+
     /// Ends the call's grant: the slot answers 503 again and no client is described.
     fn disarm(&self, slot: Arc<GrantSlot>) -> Result<(), CallError> {
         slot.clear();
@@ -447,17 +491,27 @@ impl Session for PluginSession {
                 })?
             }
             Call::Snippet(s) => {
-                let armed = match s.grant {
-                    None => None,
-                    Some(g) => Some(self.arm(g)?),
+                let (armed, ticket) = match s.grant {
+                    None => (None, None),
+                    Some(g) if self.facts.wall.is_some() => (Some(self.arm(g)?), None),
+                    Some(g) => (None, Some(self.guard_ticket(g)?)),
                 };
                 let limits = self.limits(s.timeout);
                 let language = s.language.as_str();
+                let record = ticket.as_ref().map(|(_, r)| r);
                 let answer = self.dispatch(s.timeout, |store, plugin, h| {
-                    plugin.plimsoll_provider_provider().session().call_snippet(store, h, language, s.code, limits)
+                    plugin
+                        .plimsoll_provider_provider()
+                        .session()
+                        .call_snippet(store, h, language, s.code, limits, record)
                 });
                 if let Some(armed) = armed {
                     self.disarm(armed)?;
+                }
+                if let Some((ticket, _)) = ticket {
+                    // The guard closes to the call's credential; its words were redacted above.
+                    self.facts.secrets.retain(|c| c != ticket.credential());
+                    self.store.data_mut().secrets = self.facts.secrets.clone();
                 }
                 answer?
             }
