@@ -11,8 +11,12 @@
 //! that is down means a full read-back.
 //!
 //! What this proves is what the read-back before each call proved: no change the
-//! engine applied before the check. A change during a call was, and is, caught at
-//! the next call.
+//! engine applied before the check. The engine announces a change as it applies
+//! it, but the announcement can still be in our socket, unread, when a call comes
+//! (a loaded host schedules the follower late), so each check is a barrier: the
+//! follower first reads every event already there, and only then is the count
+//! compared. A follower that does not answer within [`BARRIER`] vouches for
+//! nothing. A change during a call was, and is, caught at the next call.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -31,6 +35,12 @@ const SETTLE: Duration = Duration::from_secs(1);
 const REPLAY: Duration = Duration::from_secs(5);
 /// The pause before reopening a stream that failed.
 const RETRY: Duration = Duration::from_millis(500);
+/// How long a check waits for the follower to read what has arrived.
+const BARRIER: Duration = Duration::from_millis(100);
+
+/// A check's request to the follower: answer once every event already
+/// readable is counted.
+type Ping = std::sync::mpsc::SyncSender<()>;
 
 /// A followed container's state of announcements at a read-back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +64,7 @@ struct State {
 pub struct Watch {
     state: Arc<Mutex<State>>,
     task: tokio::task::JoinHandle<()>,
+    pings: tokio::sync::mpsc::UnboundedSender<Ping>,
 }
 
 impl Watch {
@@ -61,19 +72,18 @@ impl Watch {
     pub fn start(engine: Engine, rt: &tokio::runtime::Handle) -> Watch {
         let state = Arc::new(Mutex::new(State::default()));
         let shared = Arc::clone(&state);
+        let (pings, mut asked) = tokio::sync::mpsc::unbounded_channel();
         let task = rt.spawn(async move {
             loop {
                 let since = crate::now_unix().saturating_sub(REPLAY.as_secs());
-                let mut events = Box::pin(engine.events(since));
+                let events = engine.events(since);
                 lock(&shared).reopened(Instant::now() + SETTLE);
-                while let Some(Ok(ev)) = events.next().await {
-                    lock(&shared).saw(&ev);
-                }
+                follow(events, &shared, &mut asked).await;
                 lock(&shared).down();
                 tokio::time::sleep(RETRY).await;
             }
         });
-        Watch { state, task }
+        Watch { state, task, pings }
     }
 
     /// Starts counting the events that name container `id`.
@@ -94,9 +104,40 @@ impl Watch {
     }
 
     /// Nothing was announced about `id` since `stamp`, and the stream was up all
-    /// along; never without a stamp.
+    /// along; never without a stamp. Blocks (at most [`BARRIER`]) until the
+    /// follower has counted every event already delivered; call it off the
+    /// runtime's worker threads.
     pub fn unchanged(&self, id: &str, stamp: Option<Stamp>) -> bool {
-        stamp.is_some() && self.stamp(id) == stamp
+        stamp.is_some() && self.caught_up() && self.stamp(id) == stamp
+    }
+
+    /// Whether the follower has read every event delivered so far.
+    fn caught_up(&self) -> bool {
+        let (reply, answered) = std::sync::mpsc::sync_channel(1);
+        self.pings.send(reply).is_ok() && answered.recv_timeout(BARRIER).is_ok()
+    }
+}
+
+/// Counts `events` into `shared` until the stream ends, answering each ping
+/// once no event is waiting to be read.
+async fn follow<E>(
+    events: impl futures_util::Stream<Item = Result<EventMessage, E>>,
+    shared: &Mutex<State>,
+    asked: &mut tokio::sync::mpsc::UnboundedReceiver<Ping>,
+) {
+    let mut events = Box::pin(events);
+    loop {
+        tokio::select! {
+            // Every event already readable is counted before a ping is answered.
+            biased;
+            ev = events.next() => match ev {
+                Some(Ok(ev)) => lock(shared).saw(&ev),
+                _ => return,
+            },
+            Some(ping) = asked.recv() => {
+                let _ = ping.try_send(());
+            }
+        }
     }
 }
 
@@ -184,6 +225,35 @@ mod tests {
         assert_eq!(s.stamp("c1", later), None, "a stream that is down vouches for nothing");
         s.reopened(later);
         assert_ne!(s.stamp("c1", later), Some(st4), "a reopened stream voids every stamp");
+    }
+
+    /// The barrier: an event delivered before a check is counted before the
+    /// check compares, however late the follower is scheduled.
+    #[test]
+    fn a_check_waits_for_the_events_already_delivered() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
+        let shared = Arc::new(Mutex::new(State::default()));
+        lock(&shared).follow_for_test("c1");
+        lock(&shared).reopened(Instant::now());
+        let (feed, events) = tokio::sync::mpsc::unbounded_channel::<Result<EventMessage, ()>>();
+        let (pings, mut asked) = tokio::sync::mpsc::unbounded_channel();
+        let state = Arc::clone(&shared);
+        let task = rt.spawn(async move {
+            let events = futures_util::stream::unfold(events, |mut rx| async move { rx.recv().await.map(|e| (e, rx)) });
+            follow(events, &state, &mut asked).await;
+        });
+        let watch = Watch { state: shared, task, pings };
+        let before = watch.stamp("c1");
+        assert!(watch.unchanged("c1", before), "nothing announced");
+        for _ in 0..50 {
+            let before = watch.stamp("c1");
+            feed.send(Ok(event(EventMessageTypeEnum::CONTAINER, "c1", None))).expect("feed");
+            assert!(!watch.unchanged("c1", before), "an event delivered before the check is counted");
+        }
+        drop(feed);
+        let after = watch.stamp("c1");
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(!watch.unchanged("c1", after), "a follower that has stopped vouches for nothing");
     }
 
     impl State {
