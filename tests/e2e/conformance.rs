@@ -4,7 +4,10 @@
 //! every tier). A backend adds one line: its [`Backend`] and a daemon serving it.
 //! Projects are `python3 FILE` steps, which every backend runs (the wasm provider
 //! runs nothing else). Backend-specific walls (escape probes, bombs, a sandbox
-//! removed mid-run) are each backend's own suite's.
+//! removed mid-run) are each backend's own suite's. The grant suite ([`grants`])
+//! is written once too, for every backend that carries grants (wasm, docker
+//! under runc and runsc, e2b, dockercloud), on a daemon with the demo API's
+//! profiles; a backend adds one line with its [`Grants`].
 
 use plimsoll_client::{Client, Options, SessionOptions};
 use plimsoll_core::wire::ProjectOutcome;
@@ -154,6 +157,91 @@ if above:
     except InsufficientIsolationError as e:
         assert e.not_dispatched == "isolation", e
 print("python client ok")
+"#;
+
+/// What a backend's granted runs show.
+pub(super) struct Grants<'a> {
+    /// The tier its granted runs state.
+    pub tier: &'a str,
+    /// The credentials a granted run's environment holds, by name (`none`): the
+    /// docker socket's token, the guard credential where no proxy sets it.
+    pub in_env: &'a str,
+    /// The guard's own address, where the guest holds its guard credential.
+    pub guard_addr: Option<&'a str>,
+}
+
+/// The grant suite against `d`, whose caller `alice` may use the demo API
+/// `api`'s profile `inventory`: every call the API saw came from alice with the
+/// host's credential, which no log line holds.
+pub(super) fn grants(d: &Daemon, alice: &str, api: &super::grants::DemoApi, g: &Grants<'_>) {
+    let vars = [("URL", d.url()), ("ALICE", alice.to_string()), ("TIER", g.tier.into()), ("IN_ENV", g.in_env.into())];
+    let vars: Vec<(&str, &str)> =
+        vars.iter().map(|(k, v)| (*k, v.as_str())).chain(g.guard_addr.map(|a| ("GUARD_ADDR", a))).collect();
+    assert_eq!(super::python::run_script(GRANT_SCRIPT, &vars).trim(), "ok");
+    let seen = api.await_seen(4, "/items");
+    let items: Vec<_> = seen.iter().filter(|s| s.1.starts_with("/items")).collect();
+    assert_eq!(items.len(), 4, "{seen:?}");
+    assert!(items.iter().all(|s| s.2 == "alice" && s.3 != 401), "{seen:?}");
+    assert!(
+        d.log().iter().all(|l| !l.contains("crg_") && !l.contains(super::grants::JWT_SECRET) && !l.contains("eyJ")),
+        "a credential was logged"
+    );
+}
+
+/// The grant suite through the published client: JavaScript and Python reach the
+/// demo API through the broker (whatever way the backend gives them), a route
+/// outside the grant is refused in the sandbox, the guest's environment holds
+/// exactly the credentials `IN_ENV` names (none of the API's), a guard
+/// credential the guest held is refused once its run has ended, and a run
+/// without a grant has no client.
+const GRANT_SCRIPT: &str = r#"
+import os
+from plimsoll_client import Client
+alice = Client(os.environ["URL"], token=os.environ["ALICE"])
+info = alice.describe()
+assert info.supports_javascript_grants and info.supports_project_grants, info
+js = '''
+Promise.all([1, 2].map((id) => host.get("/items/*", [id]))).then(async (items) => {
+  console.log(items.map((i) => i.name).join(","));
+  const made = await host.post("/items", { name: "flange" });
+  console.log(made.created_by);
+  try { await host.get("/admin"); } catch (e) { console.log("refused:", e.message); }
+  // The in-process engine has no environment at all.
+  const vars = typeof process === "undefined" ? {} : process.env;
+  const env = Object.entries(vars).filter(([k, v]) => v.includes("crg_") || v.includes("eyJ") || k === "PLIMSOLL_HOST_TOKEN");
+  console.log("credential in env:", env.map(([k]) => k).join(",") || "none");
+  console.error(vars.PLIMSOLL_HOST_GUARD_TOKEN || "");
+});
+'''
+r = alice.run_javascript(js, grant_profile="inventory")
+assert r.exit_code == 0 and r.isolation == os.environ["TIER"], r
+want = "bolt,nut\nalice\nrefused: host api call not permitted by sandbox capability: GET /admin\ncredential in env: %s\n" % os.environ["IN_ENV"]
+assert r.stdout == want.encode(), (r.stdout, r.stderr)
+if os.environ["IN_ENV"] == "PLIMSOLL_HOST_GUARD_TOKEN":
+    # The guest's guard credential opened the guard to that run only: it ended.
+    import http.client
+    credential = r.stderr.decode().strip()
+    assert credential.startswith("crg_"), r.stderr
+    host, port = os.environ["GUARD_ADDR"].rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=10)
+    conn.request("POST", "/v1/guard", body=b'{"method":"GET","path":"/items","body":null}',
+                 headers={"X-Plimsoll-Guard": credential, "Content-Type": "application/json"})
+    answer = conn.getresponse()
+    assert answer.status == 401, (answer.status, answer.read())
+project = '''
+import plimsoll_host as host
+print(host.get("/items")["items"][0]["name"])
+try:
+    host.delete("/items/*", [1])
+except PermissionError as e:
+    print(e)
+'''
+r = alice.run_project({"main.py": project}, ["python3 main.py"], grant_profile="inventory")
+assert r.outcome == "completed" and r.steps[0].exit_code == 0 and r.isolation == os.environ["TIER"], (r, r.steps[0].stderr)
+assert r.steps[0].stdout == b"bolt\nhost api call not permitted by sandbox capability: DELETE /items/1\n", r.steps[0].stdout
+r = alice.run_javascript("console.log(typeof host)")
+assert r.stdout == b"undefined\n", r
+print("ok")
 "#;
 
 #[test]

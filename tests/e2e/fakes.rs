@@ -170,61 +170,6 @@ pub(super) fn a_killed_daemons_sandboxes_are_swept(fake: &Fake, env: &[(&str, &s
     assert!(swept.contains(r#""count":1"#), "{swept}");
 }
 
-/// What a granted remote run does through the published client: node and python
-/// reach the demo API through the host's guard, the sandbox holding no
-/// credential of the API's (and, where the vendor's proxy sets it, none of the
-/// guard's), and a run without a grant has no client. Where the guest holds its
-/// guard credential, that credential is refused once the run has ended.
-const GRANT_SCRIPT: &str = r#"
-import os
-from plimsoll_client import Client
-alice = Client(os.environ["URL"], token=os.environ["ALICE"])
-info = alice.describe()
-assert info.supports_javascript_grants and info.supports_project_grants, info
-js = '''
-Promise.all([1, 2].map((id) => host.get("/items/*", [id]))).then(async (items) => {
-  console.log(items.map((i) => i.name).join(","));
-  const made = await host.post("/items", { name: "flange" });
-  console.log(made.created_by);
-  try { await host.get("/admin"); } catch (e) { console.log("refused:", e.message); }
-  const env = Object.entries(process.env).filter(([k, v]) => v.includes("crg_") || k === "PLIMSOLL_HOST_TOKEN");
-  console.log("credential in env:", env.map(([k]) => k).join(",") || "none");
-  console.error(process.env.PLIMSOLL_HOST_GUARD_TOKEN || "");
-});
-'''
-r = alice.run_javascript(js, grant_profile="inventory")
-assert r.exit_code == 0 and r.isolation == "vm", r
-held = os.environ["GUARD_IN_GUEST"] == "1"
-seen = "PLIMSOLL_HOST_GUARD_TOKEN" if held else "none"
-want = "bolt,nut\nalice\nrefused: host api call not permitted by sandbox capability: GET /admin\ncredential in env: %s\n" % seen
-assert r.stdout == want.encode(), (r.stdout, r.stderr)
-if held:
-    # The guest's guard credential opened the guard to that run only: it ended.
-    import http.client
-    credential = r.stderr.decode().strip()
-    assert credential.startswith("crg_"), r.stderr
-    host, port = os.environ["GUARD_ADDR"].rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=10)
-    conn.request("POST", "/v1/guard", body=b'{"method":"GET","path":"/items","body":null}',
-                 headers={"X-Plimsoll-Guard": credential, "Content-Type": "application/json"})
-    answer = conn.getresponse()
-    assert answer.status == 401, (answer.status, answer.read())
-project = '''
-import plimsoll_host as host
-print(host.get("/items")["items"][0]["name"])
-try:
-    host.delete("/items/*", [1])
-except PermissionError as e:
-    print(e)
-'''
-r = alice.run_project({"main.py": project}, ["python3 main.py"], grant_profile="inventory")
-assert r.outcome == "completed" and r.steps[0].exit_code == 0, (r, r.steps[0].stderr)
-assert r.steps[0].stdout == b"bolt\nhost api call not permitted by sandbox capability: DELETE /items/1\n", r.steps[0].stdout
-r = alice.run_javascript("console.log(typeof host)")
-assert r.stdout == b"undefined\n", r
-print("ok")
-"#;
-
 /// A daemon serving grants on a remote vendor's fake, and what its tests read.
 pub(super) struct Guarded {
     pub fake: Fake,
@@ -269,10 +214,9 @@ pub(super) fn guarded(
     Some(Guarded { fake, api, daemon, alice: tokens[0].clone(), guard_addr })
 }
 
-/// A granted run on the remote `vendor`'s fake: the sandbox's only way out is
-/// the host's guard, and the broker holds the API's credential, which is never
-/// in the sandbox or the log. With `in_guest` the guest sends its own guard
-/// credential (no proxy sets it), and it is refused once the run has ended.
+/// The grant suite ([`super::conformance::grants`]) on the remote `vendor`'s fake,
+/// its guard URL set in `url_var`; with `in_guest` the guest holds its run's guard
+/// credential (no proxy sets it). The guard was served, and no sandbox is left.
 pub(super) fn a_granted_run_reaches_the_api_through_the_guard(
     vendor: &str,
     url_var: &str,
@@ -280,20 +224,10 @@ pub(super) fn a_granted_run_reaches_the_api_through_the_guard(
     token: &str,
 ) {
     let Some(g) = guarded(vendor, (url_var, None), token, &[]) else { return };
-    let held = if in_guest { "1" } else { "0" };
-    let vars = [("URL", g.daemon.url()), ("ALICE", g.alice.clone()), ("GUARD_IN_GUEST", held.into())];
-    let vars: Vec<(&str, &str)> =
-        vars.iter().map(|(k, v)| (*k, v.as_str())).chain([("GUARD_ADDR", g.guard_addr.as_str())]).collect();
-    let out = super::python::run_script(GRANT_SCRIPT, &vars);
-    assert_eq!(out.trim(), "ok");
-    let seen = g.api.seen();
-    assert!(seen.iter().filter(|s| s.1.starts_with("/items")).all(|s| s.2 == "alice" && s.3 != 401), "{seen:?}");
-    let log = g.daemon.log();
-    assert!(log.iter().any(|l| l.contains(r#""msg":"the guard listens""#)), "the guard was served");
-    assert!(
-        log.iter().all(|l| !l.contains("crg_") && !l.contains(super::grants::JWT_SECRET)),
-        "a credential was logged"
-    );
+    let in_env = if in_guest { "PLIMSOLL_HOST_GUARD_TOKEN" } else { "none" };
+    let grants = super::conformance::Grants { tier: "vm", in_env, guard_addr: Some(&g.guard_addr) };
+    super::conformance::grants(&g.daemon, &g.alice, &g.api, &grants);
+    assert!(g.daemon.log().iter().any(|l| l.contains(r#""msg":"the guard listens""#)), "the guard was served");
     assert_eq!(settle(&g.fake, 0), 0, "sandboxes left behind");
 }
 

@@ -217,6 +217,42 @@ fn granted_wasm(scratch_name: &str, names: &[&str]) -> (DemoApi, Daemon, Vec<Str
     (api, d, tokens, dir)
 }
 
+/// The grant suite on wasm: the broker through the engine's own import.
+#[test]
+fn the_grant_suite_passes_on_wasm() {
+    let (api, d, tokens, _) = granted_wasm("grants-suite-wasm", &["alice"]);
+    let grants = super::conformance::Grants { tier: "process", in_env: "none", guard_addr: None };
+    super::conformance::grants(&d, &tokens[0], &api, &grants);
+}
+
+/// The grant suite on docker under `runtime`: the broker through the run's socket,
+/// whose bearer token the guest's environment holds for the run's length.
+fn grant_suite_on_docker(runtime: &str, tier: &str) {
+    let Some(fx) = super::docker::fixture(runtime) else { return };
+    let api = DemoApi::start(&[]);
+    let dir = scratch(&format!("grants-suite-{runtime}"));
+    let (plugin, key) = super::docker::signed_plugin(&fx, &dir);
+    let (clients, tokens) = callers(&dir, &["alice"]);
+    let grants = profiles(&dir, &api.url);
+    let mut env = super::docker::docker_env(&fx, &plugin, &key, runtime);
+    env.push(("PLIMSOLL_CLIENTS_FILE".into(), clients.display().to_string()));
+    env.push(("PLIMSOLL_GRANTS_FILE".into(), grants.display().to_string()));
+    env.push(("DEMO_JWT_SECRET".into(), JWT_SECRET.into()));
+    let d = super::docker::start(&env);
+    let suite = super::conformance::Grants { tier, in_env: "PLIMSOLL_HOST_TOKEN", guard_addr: None };
+    super::conformance::grants(&d, &tokens[0], &api, &suite);
+}
+
+#[test]
+fn the_grant_suite_passes_on_docker_under_runc() {
+    grant_suite_on_docker("runc", "container");
+}
+
+#[test]
+fn the_grant_suite_passes_on_docker_under_runsc() {
+    grant_suite_on_docker("runsc", "kernel");
+}
+
 #[test]
 fn code_calls_the_demo_api_through_the_broker_and_never_holds_the_credential() {
     let (api, d, tokens, dir) = granted_wasm("grants", &["alice", "mallory"]);
