@@ -897,6 +897,7 @@ mod tests {
             );
         }
         Request {
+            stream: None,
             method: "POST".into(),
             host: host.into(),
             path: path.into(),

@@ -5,6 +5,7 @@
 
 mod docker;
 mod exec;
+mod forward;
 mod grpc;
 mod proto;
 mod validate;
@@ -133,6 +134,12 @@ pub struct Fake {
     driver_version: tokio::sync::OnceCell<String>,
     /// Execs started, to name each one's processes apart.
     execs: std::sync::atomic::AtomicU64,
+    /// SSH session tokens issued, by token.
+    ssh: Mutex<std::collections::HashMap<String, forward::SshSession>>,
+    /// The forwards in flight.
+    forwards: Mutex<forward::Forwards>,
+    /// The port it listens on, for the sessions it issues.
+    port: std::sync::atomic::AtomicU16,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -245,6 +252,9 @@ impl Fake {
             sandboxes: Mutex::new(BTreeMap::new()),
             driver_version: tokio::sync::OnceCell::new(),
             execs: std::sync::atomic::AtomicU64::new(0),
+            ssh: Mutex::new(std::collections::HashMap::new()),
+            forwards: Mutex::new(forward::Forwards::default()),
+            port: std::sync::atomic::AtomicU16::new(0),
         }
     }
 
@@ -625,6 +635,8 @@ impl Fake {
             "ListSandboxes" => self.list(&grpc::request(body)?),
             "DeleteSandbox" => self.delete(&grpc::request(body)?).await,
             "GetSandboxConfig" => self.sandbox_config(&grpc::request(body)?),
+            "CreateSshSession" => self.create_ssh_session(&grpc::request(body)?),
+            "RevokeSshSession" => self.revoke_ssh_session(&grpc::request(body)?),
             _ => Err(Status::new(Code::Unimplemented, "")),
         }
     }
@@ -632,6 +644,7 @@ impl Fake {
 
 impl Handler for Fake {
     fn settings(&self, port: u16, pki: &Pki) -> Vec<(String, String)> {
+        self.port.store(port, std::sync::atomic::Ordering::Relaxed);
         vec![
             ("SANDBOX_PROVIDER".into(), "openshell".into()),
             ("SANDBOX_OPENSHELL_GATEWAY_URL".into(), format!("https://{HOST}:{port}")),
@@ -642,6 +655,11 @@ impl Handler for Fake {
             ("SANDBOX_OPENSHELL_IMAGE".into(), self.image()),
             ("SANDBOX_OPENSHELL_CONNECT_TO".into(), "127.0.0.1".into()),
         ]
+    }
+
+    /// ForwardTcp is a bidirectional stream: its frames are read as they come.
+    fn streams(&self, path: &str) -> bool {
+        path.strip_prefix(SERVICE) == Some("ForwardTcp")
     }
 
     fn handle(self: Arc<Self>, req: Request) -> std::pin::Pin<Box<dyn Future<Output = http::Response<Body>> + Send>> {
@@ -657,6 +675,9 @@ impl Handler for Fake {
             };
             if method == "ExecSandbox" {
                 return self.exec(&req.body);
+            }
+            if method == "ForwardTcp" {
+                return self.forward(req.stream).await;
             }
             if self.mode == Some(Mode::Slow) {
                 tokio::time::sleep(Duration::from_secs(35)).await;

@@ -14,7 +14,8 @@ use crate::pki::Pki;
 /// A response body: whole, or streamed from a channel.
 pub type Body = BoxBody<Bytes, std::io::Error>;
 
-/// A request as a handler sees it: head and whole body.
+/// A request as a handler sees it: head and whole body, or, on a path the
+/// handler streams ([`Handler::streams`]), the body as it arrives.
 pub struct Request {
     pub method: String,
     /// The host the client asked for (`:authority` or `Host`), without its port.
@@ -23,6 +24,9 @@ pub struct Request {
     pub query: String,
     pub headers: http::HeaderMap,
     pub body: Bytes,
+    /// A streamed body's pieces; the channel closes when the client ends its
+    /// side (or the stream breaks).
+    pub stream: Option<tokio::sync::mpsc::Receiver<Bytes>>,
 }
 
 impl Request {
@@ -63,6 +67,11 @@ pub trait Handler: Send + Sync + 'static {
     fn settings(&self, port: u16, pki: &Pki) -> Vec<(String, String)>;
     /// Answers one request.
     fn handle(self: Arc<Self>, req: Request) -> std::pin::Pin<Box<dyn Future<Output = http::Response<Body>> + Send>>;
+    /// Whether requests to `path` are handed over as their body arrives (a
+    /// client-streaming call) rather than whole.
+    fn streams(&self, _path: &str) -> bool {
+        false
+    }
 }
 
 /// A whole response.
@@ -129,8 +138,22 @@ pub async fn serve(listener: tokio::net::TcpListener, tls: Arc<rustls::ServerCon
             let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
                 let handler = Arc::clone(&handler);
                 async move {
-                    let (parts, body) = req.into_parts();
-                    let body = body.collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+                    let (parts, mut body) = req.into_parts();
+                    let (body, stream) = if handler.streams(parts.uri.path()) {
+                        let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+                        tokio::spawn(async move {
+                            while let Some(Ok(frame)) = body.frame().await {
+                                if let Ok(data) = frame.into_data()
+                                    && tx.send(data).await.is_err()
+                                {
+                                    return;
+                                }
+                            }
+                        });
+                        (Bytes::new(), Some(rx))
+                    } else {
+                        (body.collect().await.map(|b| b.to_bytes()).unwrap_or_default(), None)
+                    };
                     let authority = parts
                         .uri
                         .authority()
@@ -150,6 +173,7 @@ pub async fn serve(listener: tokio::net::TcpListener, tls: Arc<rustls::ServerCon
                         query: parts.uri.query().unwrap_or_default().to_string(),
                         headers: parts.headers,
                         body,
+                        stream,
                     };
                     Ok::<_, Infallible>(handler.handle(request).await)
                 }

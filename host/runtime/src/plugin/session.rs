@@ -79,7 +79,8 @@ pub(super) enum Way {
 }
 
 impl Facts {
-    /// `text` with every credential the plugin's gate attaches redacted.
+    /// `text` with every credential the plugin's gate attaches, and every guard
+    /// credential the session holds, redacted.
     fn redact(&self, text: String) -> String {
         let text = match &self.gate {
             Some(g) => g.redact(&text),

@@ -21,10 +21,12 @@ pub enum Code {
     NotFound = 5,
     AlreadyExists = 6,
     FailedPrecondition = 9,
+    ResourceExhausted = 8,
     OutOfRange = 11,
     Unimplemented = 12,
     Internal = 13,
     Unavailable = 14,
+    Unauthenticated = 16,
 }
 
 /// How a call ended (or ends).
@@ -52,6 +54,12 @@ impl Status {
     }
     pub fn internal(message: impl Into<String>) -> Status {
         Status::new(Code::Internal, message)
+    }
+    pub fn unauthenticated(message: impl Into<String>) -> Status {
+        Status::new(Code::Unauthenticated, message)
+    }
+    pub fn resource_exhausted(message: impl Into<String>) -> Status {
+        Status::new(Code::ResourceExhausted, message)
     }
 
     /// The status as `grpc-status` and (when there is one) a percent-encoded
@@ -103,6 +111,23 @@ pub fn unframe(body: &[u8]) -> Result<Vec<Bytes>, Status> {
         rest = after;
     }
     Ok(messages)
+}
+
+/// Takes each whole message off the front of `pending` (a client stream's bytes
+/// as they arrive), leaving a partial one there for more.
+pub fn take_messages(pending: &mut Vec<u8>) -> Result<Vec<Bytes>, Status> {
+    let mut messages = Vec::new();
+    loop {
+        let Some(head) = pending.first_chunk::<5>() else { return Ok(messages) };
+        let len = usize::try_from(u32::from_be_bytes([head[1], head[2], head[3], head[4]])).unwrap_or(usize::MAX);
+        if pending.len() < 5 || (len <= MAX_MESSAGE && pending.len() < 5 + len) {
+            return Ok(messages);
+        }
+        let (message, rest) = first_frame(pending)?;
+        let used = pending.len() - rest.len();
+        messages.push(message);
+        pending.drain(..used);
+    }
 }
 
 /// The first message of `body` and what follows it, checked as tonic checks a

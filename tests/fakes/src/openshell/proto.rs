@@ -689,3 +689,94 @@ pub struct SupervisorMiddlewareService {
     #[prost(bool, tag = "7")]
     pub allow_insecure_transport: bool,
 }
+
+/// `CreateSshSessionRequest`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CreateSshSessionRequest {
+    #[prost(string, tag = "1")]
+    pub sandbox_id: String,
+}
+
+/// `CreateSshSessionResponse`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CreateSshSessionResponse {
+    #[prost(string, tag = "1")]
+    pub sandbox_id: String,
+    #[prost(string, tag = "2")]
+    pub token: String,
+    #[prost(string, tag = "3")]
+    pub gateway_host: String,
+    #[prost(uint32, tag = "4")]
+    pub gateway_port: u32,
+    #[prost(string, tag = "5")]
+    pub gateway_scheme: String,
+    #[prost(string, tag = "7")]
+    pub host_key_fingerprint: String,
+    #[prost(int64, tag = "8")]
+    pub expires_at_ms: i64,
+}
+
+/// `RevokeSshSessionRequest`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RevokeSshSessionRequest {
+    #[prost(string, tag = "1")]
+    pub token: String,
+}
+
+/// `RevokeSshSessionResponse`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RevokeSshSessionResponse {
+    #[prost(bool, tag = "1")]
+    pub revoked: bool,
+}
+
+/// `SshRelayTarget`.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SshRelayTarget {}
+
+/// `TcpRelayTarget`: a loopback target inside the sandbox.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TcpRelayTarget {
+    #[prost(string, tag = "1")]
+    pub host: String,
+    #[prost(uint32, tag = "2")]
+    pub port: u32,
+}
+
+/// `TcpForwardInit`: the first frame of a forward stream.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TcpForwardInit {
+    #[prost(string, tag = "1")]
+    pub sandbox_id: String,
+    #[prost(string, tag = "4")]
+    pub service_id: String,
+    #[prost(oneof = "ForwardTarget", tags = "5, 6")]
+    pub target: Option<ForwardTarget>,
+    #[prost(string, tag = "7")]
+    pub authorization_token: String,
+}
+
+/// `TcpForwardInit.target`.
+#[derive(Clone, PartialEq, prost::Oneof)]
+pub enum ForwardTarget {
+    #[prost(message, tag = "5")]
+    Ssh(SshRelayTarget),
+    #[prost(message, tag = "6")]
+    Tcp(TcpRelayTarget),
+}
+
+/// `TcpForwardFrame`: the init, then the connection's bytes, either way.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TcpForwardFrame {
+    #[prost(oneof = "ForwardPayload", tags = "1, 2")]
+    pub payload: Option<ForwardPayload>,
+}
+
+/// `TcpForwardFrame.payload`.
+#[derive(Clone, PartialEq, prost::Oneof)]
+pub enum ForwardPayload {
+    #[prost(message, tag = "1")]
+    Init(TcpForwardInit),
+    #[prost(bytes = "vec", tag = "2")]
+    Data(Vec<u8>),
+}

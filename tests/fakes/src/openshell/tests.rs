@@ -18,6 +18,7 @@ fn call(method: &str, message: &impl prost::Message) -> Request {
     let mut headers = http::HeaderMap::new();
     headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));
     Request {
+        stream: None,
         method: "POST".into(),
         host: HOST.into(),
         path: format!("{SERVICE}{method}"),
@@ -380,4 +381,220 @@ async fn exec_checks_come_before_the_stream() {
     assert_eq!(status(r), "9");
     let r = Arc::clone(&f).handle(call("ExecSandbox", &exec(&starting, &[]))).await;
     assert_eq!(status(r), "3");
+}
+
+mod forward {
+    use super::*;
+    use proto::{
+        CreateSshSessionRequest, CreateSshSessionResponse, ForwardPayload, ForwardTarget, RevokeSshSessionRequest,
+        RevokeSshSessionResponse, TcpForwardFrame, TcpForwardInit, TcpRelayTarget,
+    };
+
+    fn init(sandbox: &str, host: &str, port: u32, token: &str) -> TcpForwardFrame {
+        let target = Some(ForwardTarget::Tcp(TcpRelayTarget { host: host.into(), port }));
+        let init = TcpForwardInit {
+            sandbox_id: sandbox.into(),
+            service_id: String::new(),
+            target,
+            authorization_token: token.into(),
+        };
+        TcpForwardFrame { payload: Some(ForwardPayload::Init(init)) }
+    }
+
+    fn data(bytes: &[u8]) -> TcpForwardFrame {
+        TcpForwardFrame { payload: Some(ForwardPayload::Data(bytes.to_vec())) }
+    }
+
+    /// A ForwardTcp call whose frames the returned sender streams.
+    fn forward_call() -> (Request, tokio::sync::mpsc::Sender<Bytes>) {
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        let mut req = call("ForwardTcp", &data(b""));
+        req.body = Bytes::new();
+        req.stream = Some(rx);
+        (req, tx)
+    }
+
+    async fn send(tx: &tokio::sync::mpsc::Sender<Bytes>, frame: &TcpForwardFrame) {
+        tx.send(grpc::frame(&frame.encode_to_vec())).await.expect("the fake reads the stream");
+    }
+
+    /// A refusal's code and message (a trailers-only answer).
+    fn refusal(r: &http::Response<Body>) -> (String, String) {
+        let h = |k: &str| r.headers().get(k).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+        (h("grpc-status"), h("grpc-message").replace("%20", " "))
+    }
+
+    /// The answer to one ForwardTcp whose whole stream is `frames`.
+    async fn refused(f: &Arc<Fake>, frames: &[TcpForwardFrame]) -> (String, String) {
+        let (req, tx) = forward_call();
+        for frame in frames {
+            send(&tx, frame).await;
+        }
+        drop(tx);
+        refusal(&Arc::clone(f).handle(req).await)
+    }
+
+    async fn session(f: &Arc<Fake>, sandbox: &str) -> (String, String) {
+        let (status, messages) = answer(
+            Arc::clone(f)
+                .handle(call("CreateSshSession", &CreateSshSessionRequest { sandbox_id: sandbox.into() }))
+                .await,
+        )
+        .await;
+        let token = messages
+            .first()
+            .map(|m| CreateSshSessionResponse::decode(m.clone()).expect("decodes").token)
+            .unwrap_or_default();
+        (status, token)
+    }
+
+    #[tokio::test]
+    async fn sessions_and_forwards_are_checked_as_the_gateway_checks_them() {
+        let f = fake(None);
+        let id = stored(&f, "box", &[], Backend::Running);
+        let other = stored(&f, "other", &[], Backend::Running);
+        let starting = stored(&f, "starting", &[], Backend::Starting);
+        assert_eq!(session(&f, "").await.0, "3");
+        assert_eq!(session(&f, "nope").await.0, "5");
+        assert_eq!(session(&f, &starting).await.0, "9");
+        let (status, token) = session(&f, &id).await;
+        assert_eq!((status.as_str(), token.len()), ("0", 36));
+        let (_, foreign) = session(&f, &other).await;
+        let cases: Vec<(Vec<TcpForwardFrame>, (&str, &str))> = vec![
+            (vec![], ("3", "empty ForwardTcp stream")),
+            (vec![data(b"x")], ("3", "first TcpForwardFrame must be init")),
+            (vec![init("", "127.0.0.1", 80, &token)], ("3", "sandbox_id is required")),
+            (
+                vec![TcpForwardFrame {
+                    payload: Some(ForwardPayload::Init(TcpForwardInit {
+                        sandbox_id: id.clone(),
+                        ..Default::default()
+                    })),
+                }],
+                ("3", "tcp forward target is required"),
+            ),
+            (vec![init(&id, "127.0.0.1", 0, &token)], ("3", "tcp target port must be between 1 and 65535")),
+            (vec![init(&id, "", 80, &token)], ("3", "tcp target host is required")),
+            (vec![init(&id, "10.0.0.1", 80, &token)], ("3", "tcp target host must be loopback")),
+            (vec![init(&id, "example.com", 80, &token)], ("3", "tcp target host must be loopback")),
+            (vec![init("nope", "127.0.0.1", 80, &token)], ("5", "sandbox not found")),
+            (vec![init(&starting, "127.0.0.1", 80, &token)], ("9", "sandbox is not ready")),
+            (vec![init(&id, "127.0.0.1", 80, "")], ("16", "authorization_token is required for ForwardTcp")),
+            (vec![init(&id, "127.0.0.1", 80, "made-up")], ("16", "SSH session token not found")),
+            (vec![init(&id, "127.0.0.1", 80, &foreign)], ("16", "SSH session token is not valid")),
+        ];
+        for (frames, (code, message)) in cases {
+            assert_eq!(refused(&f, &frames).await, (code.to_string(), message.to_string()), "{frames:?}");
+        }
+        let revoke = |token: &str| RevokeSshSessionRequest { token: token.into() };
+        let (status, m) = answer(Arc::clone(&f).handle(call("RevokeSshSession", &revoke(&token))).await).await;
+        assert_eq!(
+            (status.as_str(), RevokeSshSessionResponse::decode(m[0].clone()).expect("decodes").revoked),
+            ("0", true)
+        );
+        let (_, m) = answer(Arc::clone(&f).handle(call("RevokeSshSession", &revoke("made-up"))).await).await;
+        assert!(!RevokeSshSessionResponse::decode(m[0].clone()).expect("decodes").revoked);
+        assert_eq!(
+            refused(&f, &[init(&id, "127.0.0.1", 80, &token)]).await,
+            ("16".to_string(), "SSH session token is not valid".to_string()),
+            "a revoked token"
+        );
+    }
+
+    /// The data frames of a forward's answer until `want` bytes came, then the
+    /// rest of the stream and its status.
+    async fn echoed(body: &mut Body, want: usize) -> Vec<u8> {
+        let mut got = Vec::new();
+        let mut pending = Vec::new();
+        while got.len() < want {
+            let frame = tokio::time::timeout(std::time::Duration::from_secs(20), body.frame())
+                .await
+                .expect("an answer in time")
+                .expect("a frame")
+                .expect("no error");
+            if let Ok(d) = frame.into_data() {
+                pending.extend_from_slice(&d);
+                for m in grpc::take_messages(&mut pending).expect("frames") {
+                    if let Some(ForwardPayload::Data(d)) = TcpForwardFrame::decode(m).expect("decodes").payload {
+                        got.extend(d);
+                    }
+                }
+            }
+        }
+        got
+    }
+
+    /// On a real container: a forward reaches a loopback port inside the
+    /// sandbox and carries bytes both ways; a token carries three forwards at
+    /// once; a port nothing listens on ends the call UNAVAILABLE.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn a_forward_reaches_a_loopback_port_inside_the_sandbox() {
+        let Some(image) = crate::util::sandbox_image_or_skip("openshell::forward") else { return };
+        let f = Arc::new(Fake::new(Arc::new(Backing::new(image)), None));
+        let id = stored(&f, "echo", &[], Backend::Running);
+        f.backing.create(&id, &crate::backing::Shape::plain(256, 1, 64)).await.expect("a container");
+        let container = format!("plimsoll-fake-{id}");
+        let _removed = Removed(container.clone());
+        let echo = "import socket\ns = socket.socket()\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('127.0.0.1', 7000))\ns.listen(8)\nwhile True:\n    c, _ = s.accept()\n    import threading\n    def serve(c):\n        while True:\n            b = c.recv(65536)\n            if not b:\n                break\n            c.sendall(b)\n        c.close()\n    threading.Thread(target=serve, args=(c,)).start()";
+        let started = std::process::Command::new("docker")
+            .args(["exec", "-d", &container, "python3", "-c", echo])
+            .status()
+            .expect("docker exec");
+        assert!(started.success());
+        let listening = || {
+            let tcp = std::process::Command::new("docker").args(["exec", &container, "cat", "/proc/net/tcp"]).output();
+            tcp.is_ok_and(|o| {
+                String::from_utf8_lossy(&o.stdout).lines().any(|l| l.contains(" 0100007F:1B58 ") && l.contains(" 0A "))
+            })
+        };
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !listening() {
+            assert!(std::time::Instant::now() < until, "the echo server did not listen");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let (_, token) = session(&f, &id).await;
+        let mut open = Vec::new();
+        for i in 0..3 {
+            let (req, tx) = forward_call();
+            send(&tx, &init(&id, "localhost", 7000, &token)).await;
+            let r = Arc::clone(&f).handle(req).await;
+            assert_eq!(r.headers().get("grpc-status"), None, "forward {i} refused: {:?}", refusal(&r));
+            let mut body = r.into_body();
+            let msg = format!("hello {i}\n");
+            send(&tx, &data(msg.as_bytes())).await;
+            assert_eq!(echoed(&mut body, msg.len()).await, msg.as_bytes());
+            open.push((tx, body));
+        }
+        let (status, message) = refused(&f, &[init(&id, "127.0.0.1", 7000, &token)]).await;
+        assert_eq!((status.as_str(), message.as_str()), ("8", "SSH session connection limit reached"));
+        // The client ends its side: the target's connection ends, then the call, OK.
+        let (tx, mut body) = open.pop().expect("a forward");
+        drop(tx);
+        let mut status = None;
+        while let Some(frame) = body.frame().await {
+            if let Ok(t) = frame.expect("no error").into_trailers() {
+                status = t.get("grpc-status").and_then(|v| v.to_str().ok()).map(str::to_string);
+            }
+        }
+        assert_eq!(status.as_deref(), Some("0"));
+        let (req, tx) = forward_call();
+        send(&tx, &init(&id, "127.0.0.1", 7001, &token)).await;
+        let mut body = Arc::clone(&f).handle(req).await.into_body();
+        let mut status = None;
+        while let Some(frame) = body.frame().await {
+            if let Ok(t) = frame.expect("no error").into_trailers() {
+                status = t.get("grpc-status").and_then(|v| v.to_str().ok()).map(str::to_string);
+            }
+        }
+        assert_eq!(status.as_deref(), Some("14"), "a port nothing listens on");
+    }
+
+    /// Removes a container when the test ends, passed or failed.
+    struct Removed(String);
+
+    impl Drop for Removed {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("docker").args(["rm", "-f", &self.0]).output();
+        }
+    }
 }
