@@ -87,7 +87,12 @@ struct Sandbox {
 }
 
 /// Where a granted run's client goes: the guest's, outside the run's directories.
-pub(crate) const CLIENT_DIR: &str = "/home/user/.plimsoll-host";
+const CLIENT_DIR: &str = "/home/user/.plimsoll-host";
+
+/// The guard's rule a grant asks the sandbox's network for.
+fn api_guard(g: &GuardGrant) -> api::Guard {
+    api::Guard { host: g.host.clone(), header: g.header.clone(), credential: g.credential.clone() }
+}
 
 impl Drop for Sandbox {
     fn drop(&mut self) {
@@ -107,11 +112,7 @@ impl Sandbox {
     fn open(limits: &Limits, budget: Duration, grant: Option<&GuardGrant>) -> Result<Sandbox, Refusal> {
         let s = settings()?;
         let lifetime = u32::try_from(budget.as_secs()).unwrap_or(u32::MAX).saturating_add(LIFETIME_MARGIN_S);
-        let guard = grant.map(|g| api::Guard {
-            host: g.host.clone(),
-            header: g.header.clone(),
-            credential: g.credential.clone(),
-        });
+        let guard = grant.map(api_guard);
         let created = api::create(&s.template, lifetime, &s.instance, guard.as_ref())
             .map_err(|e| refused(RefusalReason::Environment, format!("creating an e2b sandbox: {e}")))?;
         let mut sandbox = Sandbox {
@@ -133,14 +134,21 @@ impl Sandbox {
         sandbox.memory_mb = detail.get("memoryMB").and_then(serde_json::Value::as_u64).unwrap_or_default();
         sandbox.ooms.set(sandbox.oom_kills());
         if let Some(g) = grant {
-            for f in &g.client {
-                envd::upload(&sandbox.id, &format!("{CLIENT_DIR}/{}", f.path), &f.content).map_err(|e| {
-                    refused(RefusalReason::Environment, format!("writing the grant's client {}: {e}", f.path))
-                })?;
-            }
-            sandbox.env = g.env.iter().map(|(k, v)| (k.clone(), v.replace("{dir}", CLIENT_DIR))).collect();
+            sandbox.env = sandbox.install_client(g)?;
         }
         Ok(sandbox)
+    }
+
+    /// Writes `g`'s client into [`CLIENT_DIR`]; returns the variables that
+    /// install it in a process. Nothing of the caller's runs meanwhile, so a
+    /// failure is a refusal.
+    fn install_client(&self, g: &GuardGrant) -> Result<Vec<(String, String)>, Refusal> {
+        for f in &g.client {
+            envd::upload(&self.id, &format!("{CLIENT_DIR}/{}", f.path), &f.content).map_err(|e| {
+                refused(RefusalReason::Environment, format!("writing the grant's client {}: {e}", f.path))
+            })?;
+        }
+        Ok(g.env.iter().map(|(k, v)| (k.clone(), v.replace("{dir}", CLIENT_DIR))).collect())
     }
 
     /// Checks a read-back `detail` of this sandbox against what was asked at its create.

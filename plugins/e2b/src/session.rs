@@ -35,7 +35,7 @@ use crate::exports::plimsoll::provider::provider::{
 };
 use crate::plimsoll::types::types::{Evidence, File, Limits, Refusal, RefusalReason};
 use crate::{
-    CLIENT_DIR, GUEST_ENV, LIFETIME_MARGIN_S, Sandbox, api, envd, log, refused, runner, session_cell, session_language,
+    GUEST_ENV, LIFETIME_MARGIN_S, Sandbox, api, api_guard, envd, log, refused, runner, session_cell, session_language,
     session_runner_project, session_snippet,
 };
 
@@ -166,19 +166,9 @@ impl E2bSession {
                 format!("{why}; and its way out could not be closed again ({e}); nothing ran"),
             ),
         };
-        for f in &g.client {
-            envd::upload(&self.sandbox.id, &format!("{CLIENT_DIR}/{}", f.path), &f.content).map_err(|e| {
-                CallError::Refused(refused(
-                    RefusalReason::Environment,
-                    format!("writing the grant's client {}: {e}", f.path),
-                ))
-            })?;
-        }
-        let guard = api::Guard { host: g.host.clone(), header: g.header.clone(), credential: g.credential.clone() };
-        self.set_network(Some(&guard))
+        let env = self.sandbox.install_client(g).map_err(CallError::Refused)?;
+        self.set_network(Some(&api_guard(g)))
             .map_err(|e| close(format!("opening the session's sandbox to the guard for this call failed: {e}")))?;
-        let env: Vec<(String, String)> =
-            g.env.iter().map(|(k, v)| (k.clone(), v.replace("{dir}", CLIENT_DIR))).collect();
         let answer = session_snippet(&self.agent, (language, code), &env, limits);
         let Err(e) = self.set_network(None) else { return answer };
         // The guard's rule stayed: the call's credential is closed already, but

@@ -984,7 +984,7 @@ mod tests {
         let Some(image) = crate::util::sandbox_image_or_skip("e2b::a_paused_sandbox") else { return };
         let fake = Arc::new(Fake::new(Arc::new(Backing::new(image)), None));
         let (id, token) = sandbox(&fake).await;
-        let _container = Removed(id.clone());
+        let _container = crate::util::Removed(id.clone());
         // It says it is up before the pause, so the pause finds it running.
         let cat =
             json!({"process": {"cmd": "/bin/sh", "args": ["-c", "echo up; exec cat"]}, "tag": "kept", "stdin": true});
@@ -1028,7 +1028,7 @@ mod tests {
         let Some(image) = crate::util::sandbox_image_or_skip("e2b::a_process_outlives_its_stream") else { return };
         let fake = Arc::new(Fake::new(Arc::new(Backing::new(image)), None));
         let (id, token) = sandbox(&fake).await;
-        let _container = Removed(id.clone());
+        let _container = crate::util::Removed(id.clone());
 
         let cat = json!({"process": {"cmd": "/bin/cat", "args": []}, "tag": "echo", "stdin": true});
         let mut started = stream(&fake, &id, &token, "Start", cat, &[]).await;
@@ -1150,7 +1150,7 @@ mod tests {
         let v: Value = serde_json::from_slice(&r.into_body().collect().await.expect("body").to_bytes()).expect("json");
         let (id, token) =
             (v["sandboxID"].as_str().expect("id").to_string(), v["envdAccessToken"].as_str().expect("t").to_string());
-        let _container = Removed(id.clone());
+        let _container = crate::util::Removed(id.clone());
         let node = "NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt node -e \"fetch('https://guard.e2b.test/v1/guard', {method: 'POST', body: '{}', headers: {'x-plimsoll-guard': 'forged'}}).then(r => r.text()).then(console.log, e => console.log('failed', e.cause && e.cause.code))\"";
         let out = output(&fake, &id, &token, node).await;
         let said: Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("node's answer {out:?}: {e}"));
@@ -1182,15 +1182,5 @@ mod tests {
         assert_eq!(status, 400, "{why}");
         drop(fake);
         let _ = std::fs::remove_dir_all(&root);
-    }
-
-    /// Removes a sandbox's container when the test ends, passed or failed.
-    struct Removed(String);
-
-    impl Drop for Removed {
-        fn drop(&mut self) {
-            let _ =
-                std::process::Command::new("docker").args(["rm", "-f", &format!("plimsoll-fake-{}", self.0)]).output();
-        }
     }
 }

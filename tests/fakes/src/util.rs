@@ -94,6 +94,17 @@ pub fn sandbox_image_or_skip(test: &str) -> Option<String> {
     None
 }
 
+/// Removes sandbox `.0`'s backing container when a test ends, passed or failed.
+#[cfg(test)]
+pub struct Removed(pub String);
+
+#[cfg(test)]
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("docker").args(["rm", "-f", &format!("plimsoll-fake-{}", self.0)]).output();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

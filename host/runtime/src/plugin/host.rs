@@ -713,7 +713,7 @@ impl log::Host for PluginState {
 impl PluginState {
     /// `msg` with every credential the call's gate attaches, and every guard
     /// credential the call holds, redacted.
-    fn redacted(&self, msg: &str) -> String {
+    pub(super) fn redacted(&self, msg: &str) -> String {
         scrub(self.http.as_deref(), &self.secrets, msg)
     }
 }

@@ -35,7 +35,6 @@ use super::host::bindings::exports::plimsoll::provider::provider as wit;
 use super::host::bindings::plimsoll::types::types as t;
 use super::host::bindings::{ProviderPlugin, ProviderPluginPre};
 use super::host::{PluginState, Used, Wall};
-use super::http::HttpGate;
 use super::provider::{
     PluginLimits, PluginProvider, SessionGuard, SessionSocket, after_run_floor, evidence_of, guard_grant,
     project_result, reason, snippet_result, wit_files,
@@ -61,12 +60,8 @@ struct Facts {
     wall: Option<Arc<Wall>>,
     /// A remote backend's tier cap (see [`PluginProvider`]).
     remote_cap: Option<Tier>,
-    /// A remote plugin's outbound gate, whose credentials are redacted from its words.
-    gate: Option<Arc<HttpGate>>,
     max_tier: Tier,
     limits: PluginLimits,
-    /// Guard credentials of the session's, redacted from its words too.
-    secrets: Vec<String>,
 }
 
 /// How a session's calls reach the broker, set up at its open.
@@ -78,21 +73,11 @@ pub(super) enum Way {
     Guard(Option<SessionGuard>),
 }
 
-impl Facts {
-    /// `text` with every credential the plugin's gate attaches, and every guard
-    /// credential the session holds, redacted.
-    fn redact(&self, text: String) -> String {
-        let text = match &self.gate {
-            Some(g) => g.redact(&text),
-            None => text,
-        };
-        self.secrets.iter().fold(text, |t, s| t.replace(s.as_str(), "[redacted]"))
-    }
-
-    fn ending(&self, e: wit::Ending) -> Ending {
-        let e = ending(e);
-        Ending::new(e.end, self.redact(e.detail))
-    }
+/// A plugin's ending in plimsoll's words, without the credentials `state`'s
+/// gate attaches or the guard credentials the session holds.
+fn redacted_ending(state: &PluginState, e: wit::Ending) -> Ending {
+    let e = ending(e);
+    Ending::new(e.end, state.redacted(&e.detail))
 }
 
 /// One session of a plugin.
@@ -191,13 +176,13 @@ impl PluginSession {
             name: provider.name.clone(),
             wall: provider.wall.clone(),
             remote_cap: provider.remote_cap,
-            gate: provider.http.clone(),
             max_tier: provider.max_tier,
             limits: provider.limits.clone(),
-            secrets: guard.iter().filter_map(|g| g.held.as_ref()).map(|(t, _)| t.credential().to_string()).collect(),
         };
         let mut store = provider.store(OPEN_BUDGET, SESSION_COLLECT_CAP);
-        store.data_mut().secrets = facts.secrets.clone();
+        // The session's own guard credential, kept out of everything the plugin says.
+        store.data_mut().secrets =
+            guard.iter().filter_map(|g| g.held.as_ref()).map(|(t, _)| t.credential().to_string()).collect();
         // Every container the open creates gets the session's socket and variables.
         store.data_mut().broker = socket.as_ref().map(|s| s.socket.mount());
         let plugin = pre.instantiate(&mut store).map_err(|e| {
@@ -212,9 +197,10 @@ impl PluginSession {
         // (a remote sandbox left undeleted goes to the releaser).
         let handle = match opened {
             Ok(Ok(handle)) => handle,
-            Ok(Err(r)) => return Err(Refusal::new(reason(r.reason), facts.redact(r.message)).into()),
+            Ok(Err(r)) => return Err(Refusal::new(reason(r.reason), store.data().redacted(&r.message)).into()),
             Err(e) => {
-                return Err(Refusal::new(Reason::Environment, facts.redact(format!("the plugin failed: {e:#}"))).into());
+                let why = store.data().redacted(&format!("the plugin failed: {e:#}"));
+                return Err(Refusal::new(Reason::Environment, why).into());
             }
         };
         let claimed =
@@ -370,16 +356,18 @@ impl PluginSession {
         data.deadline = Instant::now() + budget;
         data.http_deadline = data.deadline;
         self.store.set_epoch_deadline(Engine::deadline_ticks(budget));
-        let facts = &self.facts;
-        match f(&mut self.store, &self.plugin, handle) {
+        let answered = f(&mut self.store, &self.plugin, handle);
+        let state = self.store.data();
+        match answered {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(wit::CallError::Refused(r))) => {
-                Err(CallError::Refused(Refusal::new(reason(r.reason), facts.redact(r.message))))
+                Err(CallError::Refused(Refusal::new(reason(r.reason), state.redacted(&r.message))))
             }
-            Ok(Err(wit::CallError::Ended(e))) => Err(CallError::Ended(facts.ending(e))),
-            Ok(Err(wit::CallError::MayHaveRun(f))) => {
-                Err(CallError::MayHaveRun { detail: facts.redact(f.detail), ended: f.ended.map(|e| facts.ending(e)) })
-            }
+            Ok(Err(wit::CallError::Ended(e))) => Err(CallError::Ended(redacted_ending(state, e))),
+            Ok(Err(wit::CallError::MayHaveRun(f))) => Err(CallError::MayHaveRun {
+                detail: state.redacted(&f.detail),
+                ended: f.ended.map(|e| redacted_ending(state, e)),
+            }),
             Err(e) => {
                 // A trapped instance cannot take another call.
                 let end = trap(format!("{e:#}"));
@@ -405,7 +393,7 @@ impl PluginSession {
         match self.plugin.plimsoll_provider_provider().session().call_suspend(&mut self.store, handle) {
             Ok(Ok(true)) => Ok(Suspension::Released),
             Ok(Ok(false)) => Ok(Suspension::KeptRunning),
-            Ok(Err(why)) => Err(self.facts.redact(why)),
+            Ok(Err(why)) => Err(self.store.data().redacted(&why)),
             Err(e) => {
                 let end = trap(format!("{e:#}"));
                 self.broken = Some(end);
@@ -448,8 +436,7 @@ impl PluginSession {
             Refusal::new(Reason::Environment, format!("the call's guard credential could not be made: {e}"))
         })?;
         let record = guard_grant(access, &ticket, grant);
-        self.facts.secrets.push(ticket.credential().to_string());
-        self.store.data_mut().secrets = self.facts.secrets.clone();
+        self.store.data_mut().secrets.push(ticket.credential().to_string());
         Ok((ticket, record))
     }
 
@@ -511,8 +498,7 @@ impl Session for PluginSession {
                 }
                 if let Some((ticket, _)) = ticket {
                     // The guard closes to the call's credential; its words were redacted above.
-                    self.facts.secrets.retain(|c| c != ticket.credential());
-                    self.store.data_mut().secrets = self.facts.secrets.clone();
+                    self.store.data_mut().secrets.retain(|c| c != ticket.credential());
                 }
                 answer?
             }
@@ -536,7 +522,7 @@ impl Session for PluginSession {
             wit::CallOutput::Project(r) => Output::Project(project_result(r)),
             wit::CallOutput::Cell(r) => Output::Cell(cell_result(r)),
         };
-        let ended = answer.ended.map(|e| self.facts.ending(e)).or_else(|| self.after_call());
+        let ended = answer.ended.map(|e| redacted_ending(self.store.data(), e)).or_else(|| self.after_call());
         Ok(Answered { output, evidence, ended })
     }
 

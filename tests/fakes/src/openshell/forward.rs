@@ -149,25 +149,14 @@ impl Fake {
     /// `ForwardTcp`: the first frame checked, then the stream bridged to the
     /// target inside the sandbox. A refusal ends the call before any message.
     pub(super) async fn forward(self: Arc<Self>, stream: Option<mpsc::Receiver<Bytes>>) -> http::Response<Body> {
-        let Some(mut stream) = stream else {
+        let Some(stream) = stream else {
             return grpc::trailers_only(&Status::internal("the request body was not streamed"));
         };
-        let mut pending = Vec::new();
-        let mut messages = std::collections::VecDeque::new();
-        let first = loop {
-            if let Some(m) = messages.pop_front() {
-                break Some(m);
-            }
-            match stream.recv().await {
-                Some(piece) => {
-                    pending.extend_from_slice(&piece);
-                    match grpc::take_messages(&mut pending) {
-                        Ok(m) => messages.extend(m),
-                        Err(e) => return grpc::trailers_only(&e),
-                    }
-                }
-                None => break None,
-            }
+        let mut incoming = grpc::Incoming::new(stream);
+        let first = match incoming.next().await {
+            Some(Err(e)) => return grpc::trailers_only(&e),
+            Some(Ok(m)) => Some(m),
+            None => None,
         };
         let init = match first.as_deref().map(TcpForwardFrame::decode) {
             None => return grpc::trailers_only(&Status::invalid_argument("empty ForwardTcp stream")),
@@ -187,7 +176,7 @@ impl Fake {
         };
         let (response, sink) = grpc::streaming();
         tokio::spawn(async move {
-            self.bridge((init.sandbox_id.clone(), host, port), (stream, pending, messages), sink).await;
+            self.bridge((init.sandbox_id.clone(), host, port), incoming, sink).await;
             drop(slots);
         });
         response
@@ -266,29 +255,21 @@ impl Fake {
     async fn bridge(
         self: Arc<Self>,
         (id, host, port): (String, String, u32),
-        (mut stream, mut pending, mut messages): (mpsc::Receiver<Bytes>, Vec<u8>, std::collections::VecDeque<Bytes>),
+        mut incoming: grpc::Incoming,
         sink: Sink,
     ) {
         let (to_target, input) = mpsc::unbounded_channel::<Bytes>();
         // The client's side: data frames to the target's input; anything else,
         // or the client's end, closes it.
         tokio::spawn(async move {
-            loop {
-                while let Some(m) = messages.pop_front() {
-                    match TcpForwardFrame::decode(m) {
-                        Ok(TcpForwardFrame { payload: Some(ForwardPayload::Data(d)) }) => {
-                            if !d.is_empty() && to_target.send(Bytes::from(d)).is_err() {
-                                return;
-                            }
+            while let Some(Ok(m)) = incoming.next().await {
+                match TcpForwardFrame::decode(m) {
+                    Ok(TcpForwardFrame { payload: Some(ForwardPayload::Data(d)) }) => {
+                        if !d.is_empty() && to_target.send(Bytes::from(d)).is_err() {
+                            return;
                         }
-                        _ => return,
                     }
-                }
-                let Some(piece) = stream.recv().await else { return };
-                pending.extend_from_slice(&piece);
-                match grpc::take_messages(&mut pending) {
-                    Ok(m) => messages.extend(m),
-                    Err(_) => return,
+                    _ => return,
                 }
             }
         });

@@ -113,6 +113,34 @@ pub fn unframe(body: &[u8]) -> Result<Vec<Bytes>, Status> {
     Ok(messages)
 }
 
+/// A client stream's messages, read off its body as the pieces arrive.
+pub struct Incoming {
+    body: mpsc::Receiver<Bytes>,
+    pending: Vec<u8>,
+    ready: std::collections::VecDeque<Bytes>,
+}
+
+impl Incoming {
+    pub fn new(body: mpsc::Receiver<Bytes>) -> Incoming {
+        Incoming { body, pending: Vec::new(), ready: std::collections::VecDeque::new() }
+    }
+
+    /// The next whole message; None once the client has ended its side.
+    pub async fn next(&mut self) -> Option<Result<Bytes, Status>> {
+        loop {
+            if let Some(m) = self.ready.pop_front() {
+                return Some(Ok(m));
+            }
+            let piece = self.body.recv().await?;
+            self.pending.extend_from_slice(&piece);
+            match take_messages(&mut self.pending) {
+                Ok(m) => self.ready.extend(m),
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+}
+
 /// Takes each whole message off the front of `pending` (a client stream's bytes
 /// as they arrive), leaving a partial one there for more.
 pub fn take_messages(pending: &mut Vec<u8>) -> Result<Vec<Bytes>, Status> {

@@ -534,7 +534,7 @@ mod forward {
         let id = stored(&f, "echo", &[], Backend::Running);
         f.backing.create(&id, &crate::backing::Shape::plain(256, 1, 64)).await.expect("a container");
         let container = format!("plimsoll-fake-{id}");
-        let _removed = Removed(container.clone());
+        let _removed = crate::util::Removed(id.clone());
         let echo = "import socket\ns = socket.socket()\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('127.0.0.1', 7000))\ns.listen(8)\nwhile True:\n    c, _ = s.accept()\n    import threading\n    def serve(c):\n        while True:\n            b = c.recv(65536)\n            if not b:\n                break\n            c.sendall(b)\n        c.close()\n    threading.Thread(target=serve, args=(c,)).start()";
         let started = std::process::Command::new("docker")
             .args(["exec", "-d", &container, "python3", "-c", echo])
@@ -587,14 +587,5 @@ mod forward {
             }
         }
         assert_eq!(status.as_deref(), Some("14"), "a port nothing listens on");
-    }
-
-    /// Removes a container when the test ends, passed or failed.
-    struct Removed(String);
-
-    impl Drop for Removed {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("docker").args(["rm", "-f", &self.0]).output();
-        }
     }
 }
