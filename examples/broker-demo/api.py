@@ -86,6 +86,9 @@ def verify(authorization: str):
     return claims, ""
 
 
+LOG_LOCK = threading.Lock()
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     # Headers and body are written separately; without this, Nagle holds the body
@@ -101,7 +104,11 @@ class Handler(BaseHTTPRequestHandler):
         # Logged before the answer, so a caller that has its answer finds the line.
         line = {"method": self.command, "path": self.path, "subject": subject, "status": status,
                 "jti": getattr(self, "token_id", "")}
-        print(json.dumps(line), file=sys.stderr, flush=True)
+        # One write under a lock: print's separate newline lets two threads' lines
+        # interleave into one that is not JSON.
+        with LOG_LOCK:
+            sys.stderr.write(json.dumps(line) + "\n")
+            sys.stderr.flush()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
