@@ -22,11 +22,12 @@ import types
 # The agent passes the descriptor it reads cell ends from as the last argument.
 DONE = int(sys.argv[-1])
 sys.path.append("/work")
-# A session holding a grant: its client (`import plimsoll_host`) is mounted here,
-# or, in a remote sandbox reaching the guard, written where PYTHONPATH says (which
-# the agent alone sets); `-I` drops PYTHONPATH.
+# A session holding a grant: its client (`import plimsoll_host`) sits beside the
+# socket it talks to (mounted on docker, written by the plugin where the host
+# relays in), or, in a remote sandbox reaching the guard, is written where
+# PYTHONPATH says (which the agent alone sets); `-I` drops PYTHONPATH.
 if os.environ.get("PLIMSOLL_HOST_API"):
-    sys.path.insert(0, "/run/plimsoll")
+    sys.path.insert(0, os.path.dirname(os.environ["PLIMSOLL_HOST_API"]))
 elif os.environ.get("PLIMSOLL_HOST_GUARD"):
     sys.path[0:0] = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
 namespace = {"__name__": "__main__", "__builtins__": __builtins__}

@@ -135,12 +135,8 @@ fn a_killed_daemons_dockercloud_sandboxes_are_swept_by_the_next_with_its_instanc
 /// Docker's proxy sets no header; the API's credential stays in the broker.
 #[test]
 fn a_granted_dockercloud_run_reaches_the_api_through_the_guard() {
-    super::fakes::a_granted_run_reaches_the_api_through_the_guard(
-        "dockercloud",
-        "SANDBOX_DOCKERCLOUD_GUARD_URL",
-        true,
-        TOKEN,
-    );
+    let carried = super::fakes::Carried::Guard { url_var: "SANDBOX_DOCKERCLOUD_GUARD_URL", in_guest: true };
+    super::fakes::a_granted_run_reaches_the_api("dockercloud", "vm", carried, TOKEN);
 }
 
 /// A sandbox whose inline policy Docker did not bind (the effective policy
@@ -148,12 +144,10 @@ fn a_granted_dockercloud_run_reaches_the_api_through_the_guard() {
 /// and deleted.
 #[test]
 fn a_granted_run_whose_policy_is_not_bound_is_refused_before_any_code() {
-    let guard = ("SANDBOX_DOCKERCLOUD_GUARD_URL", Some("unbound"));
+    let guard = (Some("SANDBOX_DOCKERCLOUD_GUARD_URL"), Some("unbound"));
     let Some(g) = super::fakes::guarded("dockercloud", guard, TOKEN, &[]) else { return };
-    let script = r#"
-import os
-from plimsoll_client import Client, PlimsollError
-alice = Client(os.environ["URL"], token=os.environ["ALICE"])
+    let out = g.as_alice(
+        r#"
 try:
     alice.run_javascript("console.log(1)", grant_profile="inventory")
     raise AssertionError("ran")
@@ -162,8 +156,8 @@ except PlimsollError as e:
     print(e)
 r = alice.run_javascript("console.log(1)")
 assert r.stdout == b"1\n" and r.isolation == "vm", r
-"#;
-    let out = super::python::run_script(script, &[("URL", &g.daemon.url()), ("ALICE", &g.alice)]);
+"#,
+    );
     assert!(
         out.contains(
             "the dockercloud sandbox is not what was asked: the sandbox's network policy allows [], not exactly the guard's guard.dockercloud.test (attached)"

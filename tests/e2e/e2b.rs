@@ -126,7 +126,8 @@ fn an_idle_e2b_session_is_paused_and_its_next_call_resumes_it() {
 /// broker holds the API's credential; neither is in the sandbox or the log.
 #[test]
 fn a_granted_e2b_run_reaches_the_api_through_the_guard() {
-    super::fakes::a_granted_run_reaches_the_api_through_the_guard("e2b", "E2B_GUARD_URL", false, TOKEN);
+    let carried = super::fakes::Carried::Guard { url_var: "E2B_GUARD_URL", in_guest: false };
+    super::fakes::a_granted_run_reaches_the_api("e2b", "vm", carried, TOKEN);
 }
 
 /// A session opened with a grant on e2b: its sandbox is created with the guard's
@@ -136,7 +137,7 @@ fn a_granted_e2b_run_reaches_the_api_through_the_guard() {
 #[test]
 fn an_e2b_session_opened_with_a_grant_reaches_the_broker_from_every_cell() {
     let sessions = [("SANDBOX_MAX_SESSIONS", "2")];
-    let Some(g) = super::fakes::guarded("e2b", ("E2B_GUARD_URL", None), TOKEN, &sessions) else { return };
+    let Some(g) = super::fakes::guarded("e2b", (Some("E2B_GUARD_URL"), None), TOKEN, &sessions) else { return };
     super::grants::session_grants_on(g.daemon, &g.api, &g.alice, super::grants::Reach::Guard);
     assert_eq!(settle(&g.fake, 0), 0, "the sessions' sandboxes were deleted");
 }
@@ -148,7 +149,7 @@ fn an_e2b_session_opened_with_a_grant_reaches_the_broker_from_every_cell() {
 #[test]
 fn an_e2b_session_call_naming_its_grant_opens_the_guard_for_that_call_alone() {
     let sessions = [("SANDBOX_MAX_SESSIONS", "2")];
-    let Some(g) = super::fakes::guarded("e2b", ("E2B_GUARD_URL", None), TOKEN, &sessions) else { return };
+    let Some(g) = super::fakes::guarded("e2b", (Some("E2B_GUARD_URL"), None), TOKEN, &sessions) else { return };
     let script = r#"
 import os
 from plimsoll_client import Client

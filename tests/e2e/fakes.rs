@@ -176,58 +176,109 @@ pub(super) struct Guarded {
     pub api: super::grants::DemoApi,
     pub daemon: super::Daemon,
     pub alice: String,
-    pub guard_addr: String,
+    /// The guard's address; none where the grants travel by relay.
+    pub guard_addr: Option<String>,
 }
 
 /// Starts a daemon serving grants on the remote `vendor`'s fake (misbehaving as
-/// `mode`), its guard URL set in `url_var`, with `extra` settings: the fake's
-/// egress proxy stands in for the vendor's, routing `guard.<vendor>.test` to the
-/// guard's address; one caller, alice, may use the demo API's profiles
-/// (`inventory`, and `inventory-session` and `inventory-per-call` in sessions).
+/// `mode`), with `extra` settings. With `url_var`, through the host's guard,
+/// its URL set there: the fake's egress proxy stands in for the vendor's,
+/// routing `guard.<vendor>.test` to the guard's address; without, the way the
+/// plugin names (openshell's relay). One caller, alice, may use the demo API's
+/// profiles (`inventory`, and `inventory-session` and `inventory-per-call` in
+/// sessions).
 pub(super) fn guarded(
     vendor: &str,
-    (url_var, mode): (&str, Option<&str>),
+    (url_var, mode): (Option<&str>, Option<&str>),
     token: &str,
     extra: &[(&str, &str)],
 ) -> Option<Guarded> {
     let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
     let guard = format!("guard.{vendor}.test");
     let route = format!("{guard}=127.0.0.1:{port}");
-    let fake = Fake::start_with(vendor, mode, &["--route", &route])?;
-    let api = super::grants::DemoApi::start(&[]);
+    let routes = if url_var.is_some() { vec!["--route", route.as_str()] } else { vec![] };
+    let fake = Fake::start_with(vendor, mode, &routes)?;
     let dir = super::scratch(&format!("{vendor}-guarded-grants-{}", mode.unwrap_or("faithful")));
-    let (clients, tokens) = super::callers(&dir, &["alice"]);
-    let profiles = super::grants::session_profiles(&dir, &api.url);
-    let (clients, profiles, guard_addr) =
-        (clients.display().to_string(), profiles.display().to_string(), format!("127.0.0.1:{port}"));
-    let url = format!("https://{guard}/v1/guard");
-    let settings = [
-        ("PLIMSOLL_CLIENTS_FILE", clients.as_str()),
-        ("PLIMSOLL_GRANTS_FILE", profiles.as_str()),
-        ("DEMO_JWT_SECRET", super::grants::JWT_SECRET),
-        (url_var, url.as_str()),
-        ("PLIMSOLL_GUARD_ADDR", guard_addr.as_str()),
-    ];
-    let env = daemon_env(&fake, vendor, &dir, token, &[&settings[..], extra].concat())?;
-    let env: Vec<(String, String)> = env.into_iter().filter(|(k, _)| k != "PLIMSOLL_TOKEN").collect();
+    let (guard_addr, url) = (format!("127.0.0.1:{port}"), format!("https://{guard}/v1/guard"));
+    let mut settings = extra.to_vec();
+    if let Some(var) = url_var {
+        settings.extend([(var, url.as_str()), ("PLIMSOLL_GUARD_ADDR", guard_addr.as_str())]);
+    }
+    let (env, alice, api) = for_grants(daemon_env(&fake, vendor, &dir, token, &settings)?, &dir);
     let daemon = super::Daemon::start(&pairs(&env));
-    Some(Guarded { fake, api, daemon, alice: tokens[0].clone(), guard_addr })
+    let guard_addr = url_var.map(|_| guard_addr);
+    Some(Guarded { fake, api, daemon, alice, guard_addr })
 }
 
-/// The grant suite ([`super::conformance::grants`]) on the remote `vendor`'s fake,
-/// its guard URL set in `url_var`; with `in_guest` the guest holds its run's guard
-/// credential (no proxy sets it). The guard was served, and no sandbox is left.
-pub(super) fn a_granted_run_reaches_the_api_through_the_guard(
-    vendor: &str,
-    url_var: &str,
-    in_guest: bool,
-    token: &str,
-) {
+/// `env` serving grants to one caller, alice, on a fresh demo API (its
+/// profiles `inventory`, and `inventory-session` and `inventory-per-call` in
+/// sessions): the settings, alice's token and the API.
+pub(super) fn for_grants(
+    env: Vec<(String, String)>,
+    dir: &Path,
+) -> (Vec<(String, String)>, String, super::grants::DemoApi) {
+    let api = super::grants::DemoApi::start(&[]);
+    let (clients, tokens) = super::callers(dir, &["alice"]);
+    let profiles = super::grants::session_profiles(dir, &api.url);
+    let mut env: Vec<(String, String)> = env.into_iter().filter(|(k, _)| k != "PLIMSOLL_TOKEN").collect();
+    env.extend([
+        ("PLIMSOLL_CLIENTS_FILE".to_string(), clients.display().to_string()),
+        ("PLIMSOLL_GRANTS_FILE".to_string(), profiles.display().to_string()),
+        ("DEMO_JWT_SECRET".to_string(), super::grants::JWT_SECRET.to_string()),
+    ]);
+    (env, tokens[0].clone(), api)
+}
+
+impl Guarded {
+    /// Runs the Python `body` with the published client, `alice` its client of
+    /// the daemon (`os`, `Client` and `PlimsollError` imported); its stdout.
+    pub(super) fn as_alice(&self, body: &str) -> String {
+        let script = format!(
+            "import os\nfrom plimsoll_client import Client, PlimsollError\nalice = Client(os.environ[\"URL\"], token=os.environ[\"ALICE\"])\n{body}"
+        );
+        super::python::run_script(&script, &[("URL", &self.daemon.url()), ("ALICE", &self.alice)])
+    }
+}
+
+/// How a remote vendor's granted runs reach the broker.
+pub(super) enum Carried<'a> {
+    /// Through the host's guard, its URL in this setting; `in_guest`: the
+    /// guest holds its run's guard credential (no proxy sets it).
+    Guard { url_var: &'a str, in_guest: bool },
+    /// Through the host's relay, the guest holding its run's broker token.
+    Relay,
+}
+
+/// The grant suite ([`super::conformance::grants`]) on the remote `vendor`'s
+/// fake, its runs at `tier`, their grants `carried` as named. The way was
+/// used, and no sandbox is left.
+pub(super) fn a_granted_run_reaches_the_api(vendor: &str, tier: &str, carried: Carried<'_>, token: &str) {
+    let url_var = match carried {
+        Carried::Guard { url_var, .. } => Some(url_var),
+        Carried::Relay => None,
+    };
     let Some(g) = guarded(vendor, (url_var, None), token, &[]) else { return };
-    let in_env = if in_guest { "PLIMSOLL_HOST_GUARD_TOKEN" } else { "none" };
-    let grants = super::conformance::Grants { tier: "vm", in_env, guard_addr: Some(&g.guard_addr) };
-    super::conformance::grants(&g.daemon, &g.alice, &g.api, &grants);
-    assert!(g.daemon.log().iter().any(|l| l.contains(r#""msg":"the guard listens""#)), "the guard was served");
+    let in_env = match carried {
+        Carried::Guard { in_guest: true, .. } => "PLIMSOLL_HOST_GUARD_TOKEN",
+        Carried::Guard { in_guest: false, .. } => "none",
+        Carried::Relay => "PLIMSOLL_HOST_TOKEN",
+    };
+    let grants = super::conformance::Grants { tier, in_env, guard_addr: g.guard_addr.as_deref() };
+    let suite = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        super::conformance::grants(&g.daemon, &g.alice, &g.api, &grants);
+    }));
+    let log = g.daemon.log();
+    if let Err(failed) = suite {
+        eprintln!("the daemon's log:\n{}", log.join("\n"));
+        std::panic::resume_unwind(failed);
+    }
+    let used = match carried {
+        Carried::Guard { .. } => log.iter().any(|l| l.contains(r#""msg":"the guard listens""#)),
+        Carried::Relay => log
+            .iter()
+            .any(|l| l.contains("/ForwardTcp") && l.contains("received_bytes") && !l.contains(r#""received_bytes":0"#)),
+    };
+    assert!(used, "the grants' way was not used: {log:?}");
     assert_eq!(settle(&g.fake, 0), 0, "sandboxes left behind");
 }
 

@@ -964,7 +964,7 @@ pub(super) fn session_grants_on(d: Daemon, api: &DemoApi, token: &str, reach: Re
         )
         .await;
         let want = match reach {
-            Reach::Guard => "ModuleNotFoundError No module named 'plimsoll_host'\n",
+            Reach::Guard | Reach::Relay => "ModuleNotFoundError No module named 'plimsoll_host'\n",
             Reach::Process | Reach::Socket => "PermissionError host api call not permitted by sandbox capability: GET /items\n",
         };
         assert_eq!(out, want);
@@ -1002,6 +1002,8 @@ pub(super) enum Reach {
     Socket,
     /// The host's guard, from a remote sandbox (e2b).
     Guard,
+    /// The host's relay, into a remote sandbox (openshell).
+    Relay,
 }
 
 fn session_grant_at_container_tier(runtime: &str) {

@@ -197,11 +197,74 @@ fn a_killed_daemons_openshell_sandboxes_are_swept_by_the_next_with_its_instance(
     super::fakes::a_killed_daemons_sandboxes_are_swept(&fake, &pairs(&env), TOKEN);
 }
 
+/// A granted run on openshell, whose sandbox has no way out: the plugin starts
+/// the relay inside and names the gateway's port forward; the host dials in
+/// through `ForwardTcp` and joins each forward to the run's broker socket. The
+/// guest holds the run's broker token and nothing of the API's.
 #[test]
-fn an_openshell_daemon_with_grant_profiles_refuses_to_start() {
-    let Some(fake) = Fake::start("openshell", None) else { return };
-    let Some(env) = env(&fake, &scratch("openshell-grants"), &[]) else { return };
-    super::fakes::grant_profiles_stop_the_start("openshell", &pairs(&env));
+fn a_granted_openshell_run_reaches_the_api_through_the_relay() {
+    super::fakes::a_granted_run_reaches_the_api("openshell", "container", super::fakes::Carried::Relay, TOKEN);
+}
+
+/// A gateway that refuses every forward: the granted run ends before its code
+/// runs (no result), the daemon's log names the refused stream, and the
+/// sandbox is deleted.
+#[test]
+fn a_granted_run_whose_forwards_are_refused_ends_before_its_code_and_says_why() {
+    let Some(g) = super::fakes::guarded("openshell", (None, Some("forward-refused")), TOKEN, &[]) else { return };
+    let out = g.as_alice(
+        r#"
+try:
+    alice.run_javascript("console.log('ran')", grant_profile="inventory")
+    raise AssertionError("ran")
+except PlimsollError as e:
+    print(type(e).__name__, e)
+print(alice.run_javascript("console.log(2)").stdout.decode().strip())
+"#,
+    );
+    assert!(out.trim_end().ends_with('2'), "a run without a grant still runs: {out}");
+    assert!(!out.contains("ran\n"), "{out}");
+    let log = g.daemon.log();
+    let why = "opening the grant's forwards: ForwardTcp: endpoint \\\"gateway\\\" refused the stream: gRPC status 14: supervisor relay failed";
+    assert!(log.iter().any(|l| l.contains(why)), "{log:?}");
+    assert_eq!(super::fakes::settle(&g.fake, 0), 0, "the sandbox was deleted");
+    assert!(g.api.seen().is_empty(), "the API was never called");
+}
+
+/// A session opened with a grant on openshell: the relay is started before
+/// the session's agent (whose sweep spares what was there before it) and the
+/// host holds the session's forwards for its life; every cell and snippet
+/// reaches the broker (the shared session grant suite), and a session opened
+/// without one installs no client.
+#[test]
+fn an_openshell_session_opened_with_a_grant_reaches_the_broker_from_every_cell() {
+    let sessions = [("SANDBOX_MAX_SESSIONS", "2")];
+    let Some(g) = super::fakes::guarded("openshell", (None, None), TOKEN, &sessions) else { return };
+    super::grants::session_grants_on(g.daemon, &g.api, &g.alice, super::grants::Reach::Relay);
+    assert_eq!(super::fakes::settle(&g.fake, 0), 0, "the sessions' sandboxes were deleted");
+}
+
+/// A call naming its own grant in an openshell session opened without one is
+/// refused by name (a relay a call started would not outlive the agent's
+/// sweep), and the session lives on.
+#[test]
+fn an_openshell_session_call_naming_a_grant_is_refused_by_name() {
+    let sessions = [("SANDBOX_MAX_SESSIONS", "2")];
+    let Some(g) = super::fakes::guarded("openshell", (None, None), TOKEN, &sessions) else { return };
+    let out = g.as_alice(
+        r#"
+with alice.open_session() as s:
+    try:
+        s.run_javascript("console.log(1)", grant_profile="inventory-per-call")
+        raise AssertionError("ran")
+    except PlimsollError as e:
+        print(type(e).__name__, e)
+    print(s.run_javascript("console.log(2)").stdout.decode().strip())
+"#,
+    );
+    let want = "UnsupportedError plimsoll: unimplemented: the openshell provider's session calls cannot name a grant; open the session with grant_profile, or name it in a Run call outside a session";
+    assert!(out.contains(want), "{out}");
+    assert!(out.trim_end().ends_with('2'), "the session lives on: {out}");
 }
 
 /// The live suite: the same conformance suite against a real OpenShell gateway
@@ -227,7 +290,14 @@ fn live_conformance_against_openshell() {
     drop(d);
     // Sessions, on an image with the sandbox image's programs (the guide's
     // "Sessions"): the whole session suite, on a second daemon with two callers.
-    let (env, tokens) = for_sessions(env, &scratch("openshell-live-sessions"));
-    let d = Daemon::start(&pairs(&env));
+    let (sessions, tokens) = for_sessions(env.clone(), &scratch("openshell-live-sessions"));
+    let d = Daemon::start(&pairs(&sessions));
     session_suite::run(&Target::full(d.url(), tokens, "openshell", "container"));
+    drop(d);
+    // Grants, through the relay (the guide's "Grants"): the grant suite on a
+    // third daemon; the demo API listens on this host, where the broker is.
+    let (granted, alice, api) = super::fakes::for_grants(env, &scratch("openshell-live-grants"));
+    let d = Daemon::start(&pairs(&granted));
+    let grants = super::conformance::Grants { tier: "container", in_env: "PLIMSOLL_HOST_TOKEN", guard_addr: None };
+    super::conformance::grants(&d, &alice, &api, &grants);
 }

@@ -379,6 +379,13 @@ pub trait Provider: Send + Sync {
         false
     }
 
+    /// Whether a session opened without a grant can carry one named by a call
+    /// ([`SessionReach::PerCall`]); by default, whenever it carries session
+    /// grants at all.
+    fn per_call_session_grants(&self) -> bool {
+        self.session_grants()
+    }
+
     /// Opens a session: one sandbox kept for many calls, reaching what `reach`
     /// says.
     ///

@@ -317,8 +317,8 @@ impl Sessions {
         let held = self.held_grant(&req.grant_profile, &caller.id, lifetime)?;
         let session_grant = held.as_ref().map(|h| grants::client(&h.profile, h.slot.clone()));
         // Calls may name their own grants only if the sandbox has a socket from its open.
-        let per_call =
-            self.provider.session_grants() && self.grants.as_ref().is_some_and(|g| g.sessions_possible(&caller.id));
+        let per_call = self.provider.per_call_session_grants()
+            && self.grants.as_ref().is_some_and(|g| g.sessions_possible(&caller.id));
 
         let (opening, victims) = self.admit(caller, owner.as_deref())?;
         for victim in victims {
@@ -570,6 +570,12 @@ impl Sessions {
                         h.profile.name
                     ),
                 ));
+            }
+            (_, None) if !self.provider.per_call_session_grants() => {
+                return Err(RpcError::from_refusal(plimsoll_core::Refusal::unsupported(format!(
+                    "the {} provider's session calls cannot name a grant; open the session with grant_profile, or name it in a Run call outside a session",
+                    self.name
+                ))));
             }
             (name, None) => Some(session_profile(name).map_err(RpcError::from_refusal)?),
         };

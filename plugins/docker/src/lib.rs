@@ -19,7 +19,7 @@ wit_bindgen::generate!({
     generate_all,
 });
 
-use exports::plimsoll::provider::provider::{Description, GuardGrant, Guest, RunError};
+use exports::plimsoll::provider::provider::{Description, Grant, GrantWay, Guest, RunError};
 use plimsoll::host::containers::{self, Container, Mount};
 use plimsoll::host::log;
 use plimsoll::types::types::{
@@ -531,7 +531,7 @@ impl Guest for Plugin {
             projects: true,
             modules: false,
             sessions: true,
-            guard_grants: false,
+            grants: GrantWay::None,
             max_timeout_ms: 300_000,
             max_project_timeout_ms: 1_800_000,
         }
@@ -560,9 +560,9 @@ impl Guest for Plugin {
         language: String,
         code: String,
         limits: Limits,
-        grant: Option<GuardGrant>,
+        grant: Option<Grant>,
     ) -> Result<(SnippetResult, Evidence), RunError> {
-        no_guard_grant(grant.as_ref()).map_err(RunError::Refused)?;
+        no_remote_grant(grant.as_ref()).map_err(RunError::Refused)?;
         snippet(&language, &code, &limits)
     }
 
@@ -571,9 +571,9 @@ impl Guest for Plugin {
         steps: Vec<String>,
         artifacts: Vec<String>,
         limits: Limits,
-        grant: Option<GuardGrant>,
+        grant: Option<Grant>,
     ) -> Result<(ProjectResult, Evidence), RunError> {
-        no_guard_grant(grant.as_ref()).map_err(RunError::Refused)?;
+        no_remote_grant(grant.as_ref()).map_err(RunError::Refused)?;
         project(&files, &steps, &artifacts, &limits, &report_key().map_err(RunError::Refused)?)
     }
 
@@ -585,14 +585,15 @@ impl Guest for Plugin {
     }
 }
 
-/// Refuses a grant through the host's guard, which this provider's sandboxes
-/// cannot reach (its `describe` says so, and the host never sends one).
-pub(crate) fn no_guard_grant(grant: Option<&GuardGrant>) -> Result<(), Refusal> {
+/// Refuses a remote backend's grant: this provider's containers reach the
+/// broker through the socket the host mounts (its `describe` says so, and the
+/// host never sends one).
+pub(crate) fn no_remote_grant(grant: Option<&Grant>) -> Result<(), Refusal> {
     match grant {
         None => Ok(()),
         Some(_) => Err(refused(
             RefusalReason::Unsupported,
-            "the docker provider cannot carry a grant through the host's guard",
+            "the docker provider's containers reach the broker through the host's socket, not a remote grant",
         )),
     }
 }

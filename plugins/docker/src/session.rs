@@ -19,7 +19,7 @@
 
 use plimsoll_plugin_agent::session::{self as agent, Agent, Channel};
 
-use crate::exports::plimsoll::provider::provider::{Answer, CallError, CallOutput, GuardGrant, GuestSession, Session};
+use crate::exports::plimsoll::provider::provider::{Answer, CallError, CallOutput, Grant, GuestSession, Session};
 use crate::plimsoll::host::containers::{Container, ReplyEnd};
 use crate::plimsoll::types::types::{CellResult, Evidence, File, Limits, Refusal, RefusalReason};
 use crate::{
@@ -77,8 +77,8 @@ impl DockerSession {
 impl GuestSession for DockerSession {
     /// The broker's socket serves a docker session's grants (the host mounts
     /// it): none comes through the guard.
-    fn open(limits: Limits, lifetime_s: u32, grant: Option<GuardGrant>) -> Result<Session, Refusal> {
-        crate::no_guard_grant(grant.as_ref())?;
+    fn open(limits: Limits, lifetime_s: u32, grant: Option<Grant>) -> Result<Session, Refusal> {
+        crate::no_remote_grant(grant.as_ref())?;
         DockerSession::open(&limits, lifetime_s).map(Session::new)
     }
 
@@ -96,9 +96,9 @@ impl GuestSession for DockerSession {
         language: String,
         code: String,
         limits: Limits,
-        grant: Option<GuardGrant>,
+        grant: Option<Grant>,
     ) -> Result<Answer, CallError> {
-        crate::no_guard_grant(grant.as_ref()).map_err(CallError::Refused)?;
+        crate::no_remote_grant(grant.as_ref()).map_err(CallError::Refused)?;
         session_language("docker", &language)?;
         session_snippet(&self.agent, (&language, &code), &[], &limits)
     }

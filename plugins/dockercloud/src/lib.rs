@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use endpoint::Failed;
 use exports::plimsoll::provider::provider::{
-    Answer, CallError, Description, GuardGrant, Guest, GuestSession, RunError, Session,
+    Answer, CallError, Description, Grant, GrantWay, GuardGrant, Guest, GuestSession, RelayGrant, RunError, Session,
 };
 use plimsoll::host::{config, log};
 use plimsoll::types::types::{
@@ -297,6 +297,7 @@ fn smoke() -> Result<Evidence, Refusal> {
 
 plimsoll_plugin_remote::wit_glue!("dockercloud");
 plimsoll_plugin_remote::no_sessions!("dockercloud");
+plimsoll_plugin_remote::grant_ways!("dockercloud");
 
 impl Guest for Plugin {
     type Session = NoSession;
@@ -308,7 +309,7 @@ impl Guest for Plugin {
             projects: true,
             modules: false,
             sessions: false,
-            guard_grants: true,
+            grants: GrantWay::Guard,
             max_timeout_ms: MAX_TIMEOUT_MS,
             max_project_timeout_ms: MAX_TIMEOUT_MS,
         }
@@ -350,8 +351,9 @@ impl Guest for Plugin {
         language: String,
         code: String,
         limits: Limits,
-        grant: Option<GuardGrant>,
+        grant: Option<Grant>,
     ) -> Result<(SnippetResult, Evidence), RunError> {
+        let grant = guard_grant(grant).map_err(RunError::Refused)?;
         snippet(&language, &code, &limits, grant.as_ref())
     }
 
@@ -360,8 +362,9 @@ impl Guest for Plugin {
         steps: Vec<String>,
         artifacts: Vec<String>,
         limits: Limits,
-        grant: Option<GuardGrant>,
+        grant: Option<Grant>,
     ) -> Result<(ProjectResult, Evidence), RunError> {
+        let grant = guard_grant(grant).map_err(RunError::Refused)?;
         project((&files, &steps, &artifacts), &limits, grant.as_ref())
     }
 

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use plimsoll_plugin_agent::runner;
 use plimsoll_plugin_remote::{self as remote, Remote};
 
-use exports::plimsoll::provider::provider::{Description, GuardGrant, Guest, RunError};
+use exports::plimsoll::provider::provider::{Description, Grant, GrantWay, GuardGrant, Guest, RelayGrant, RunError};
 use plimsoll::host::{config, log};
 use plimsoll::types::types::{
     Evidence, File, Limits, ModuleRequest, ModuleResult, Output, ProjectOutcome, ProjectResult, Refusal, RefusalReason,
@@ -260,6 +260,7 @@ fn smoke() -> Result<Evidence, Refusal> {
 }
 
 plimsoll_plugin_remote::wit_glue!("e2b");
+plimsoll_plugin_remote::grant_ways!("e2b");
 plimsoll_plugin_agent::session_glue!();
 
 impl Guest for Plugin {
@@ -272,7 +273,7 @@ impl Guest for Plugin {
             projects: true,
             modules: false,
             sessions: true,
-            guard_grants: true,
+            grants: GrantWay::Guard,
             max_timeout_ms: MAX_TIMEOUT_MS,
             max_project_timeout_ms: MAX_PROJECT_TIMEOUT_MS,
         }
@@ -310,8 +311,9 @@ impl Guest for Plugin {
         language: String,
         code: String,
         limits: Limits,
-        grant: Option<GuardGrant>,
+        grant: Option<Grant>,
     ) -> Result<(SnippetResult, Evidence), RunError> {
+        let grant = guard_grant(grant).map_err(RunError::Refused)?;
         snippet(&language, &code, &limits, grant.as_ref())
     }
 
@@ -320,8 +322,9 @@ impl Guest for Plugin {
         steps: Vec<String>,
         artifacts: Vec<String>,
         limits: Limits,
-        grant: Option<GuardGrant>,
+        grant: Option<Grant>,
     ) -> Result<(ProjectResult, Evidence), RunError> {
+        let grant = guard_grant(grant).map_err(RunError::Refused)?;
         project((&files, &steps, &artifacts), &limits, grant.as_ref())
     }
 

@@ -31,7 +31,7 @@ use plimsoll_plugin_agent::session::{self as agent, Agent, Channel};
 use plimsoll_plugin_remote::random_hex;
 
 use crate::exports::plimsoll::provider::provider::{
-    Answer, CallError, Ending, GuardGrant, GuestSession, Session, SessionEnd,
+    Answer, CallError, Ending, Grant, GuardGrant, GuestSession, Session, SessionEnd,
 };
 use crate::plimsoll::types::types::{Evidence, File, Limits, Refusal, RefusalReason};
 use crate::{
@@ -195,7 +195,8 @@ impl E2bSession {
 }
 
 impl GuestSession for E2bSession {
-    fn open(limits: Limits, lifetime_s: u32, grant: Option<GuardGrant>) -> Result<Session, Refusal> {
+    fn open(limits: Limits, lifetime_s: u32, grant: Option<Grant>) -> Result<Session, Refusal> {
+        let grant = crate::guard_grant(grant)?;
         E2bSession::open(&limits, lifetime_s, grant.as_ref()).map(Session::new)
     }
 
@@ -214,9 +215,10 @@ impl GuestSession for E2bSession {
         language: String,
         code: String,
         limits: Limits,
-        grant: Option<GuardGrant>,
+        grant: Option<Grant>,
     ) -> Result<Answer, CallError> {
         session_language("e2b", &language)?;
+        let grant = crate::guard_grant(grant).map_err(CallError::Refused)?;
         self.check()?;
         match &grant {
             None => session_snippet(&self.agent, (&language, &code), &[], &limits),

@@ -363,6 +363,48 @@ pub struct Exec {
     pub cut: bool,
 }
 
+/// A token for forwards into sandbox `id` (`CreateSshSession`); the gateway
+/// lets one token carry 3 forwards at once.
+pub fn forward_token(id: &str) -> Result<String, String> {
+    let mut w = Writer::default();
+    w.string(1, id);
+    let answer = grpc::call("CreateSshSession", &w.into_bytes(), CALL)?;
+    let mut f = parse(&answer, "SSH session")?;
+    let (for_id, token) = (f.string(1)?, f.string(2)?);
+    if for_id != id || token.is_empty() {
+        return Err(format!("the gateway's SSH session is for sandbox {for_id:?}, or carries no token"));
+    }
+    Ok(token)
+}
+
+/// Withdraws a forward token (`RevokeSshSession`).
+pub fn revoke(token: &str) -> Result<(), String> {
+    let mut w = Writer::default();
+    w.string(1, token);
+    grpc::call("RevokeSshSession", &w.into_bytes(), CALL).map(|_| ()).map_err(String::from)
+}
+
+/// The field of a `TcpForwardFrame` that carries a connection's bytes.
+pub const FORWARD_DATA: u32 = 2;
+
+/// Has the host carry the run's grant in: `count` forwards (`ForwardTcp`) on
+/// `token` to loopback port `port` of sandbox `id`.
+pub fn forward(id: &str, port: u16, token: &str, count: u32) -> Result<(), String> {
+    grpc::relay("ForwardTcp", &forward_init(id, port, token), FORWARD_DATA, count)
+}
+
+/// The first frame of a forward: `TcpForwardFrame { init: TcpForwardInit {
+/// sandbox_id, tcp: { host 127.0.0.1, port }, authorization_token } }`.
+fn forward_init(id: &str, port: u16, token: &str) -> Vec<u8> {
+    let mut target = Writer::default();
+    target.string(1, "127.0.0.1").uint(2, u64::from(port));
+    let mut init = Writer::default();
+    init.string(1, id).message(6, &target).string(7, token);
+    let mut frame = Writer::default();
+    frame.message(1, &init);
+    frame.into_bytes()
+}
+
 /// Runs `argv` in sandbox `id` (by metadata id) with `stdin`, until `deadline`
 /// (then the stream is cancelled, which ends the command's process group);
 /// each stream keeps `cap` bytes.
@@ -403,6 +445,19 @@ pub fn exec(id: &str, argv: &[String], stdin: &[u8], deadline: Instant, cap: usi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_forwards_first_frame_names_the_sandbox_a_loopback_port_and_the_token() {
+        let frame = forward_init("sb", 40001, "tok");
+        let mut f = parse(&frame, "frame").expect("a message");
+        let mut init = parse(f.message(1).expect("init").expect("present"), "init").expect("a message");
+        assert_eq!(init.string(1).expect("id"), "sb");
+        let mut tcp = parse(init.message(6).expect("tcp").expect("present"), "tcp").expect("a message");
+        assert_eq!(init.string(7).expect("token"), "tok");
+        assert_eq!(tcp.string(1).expect("host"), "127.0.0.1");
+        assert_eq!(tcp.uint(2).expect("port"), 40001);
+        assert!(tcp.done().is_ok() && init.done().is_ok() && f.done().is_ok(), "nothing else");
+    }
 
     fn spec() -> Spec {
         Spec {

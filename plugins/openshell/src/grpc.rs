@@ -170,6 +170,16 @@ fn request(method: &str, message: &[u8], budget: Duration) -> Request {
     }
 }
 
+/// Asks the host to carry the run's grant in through `count` streams of
+/// `method` (a bidirectional byte stream), each opening with `init`, its bytes
+/// in field `field` of each later message.
+pub fn relay(method: &'static str, init: &[u8], field: u32, count: u32) -> Result<(), String> {
+    // The host keeps the streams for the plugin's call; each lives as long as it may.
+    // The host frames each message of the stream itself, the first too.
+    let req = Request { body: init.to_vec(), ..request(method, &[], Duration::from_secs(24 * 3600)) };
+    http::relay(&req, field, count).map_err(|e| format!("{method}: {e}"))
+}
+
 /// Opens a call of `method` (`CreateSandbox`) with `message`, allowed `budget` in all.
 pub fn open(method: &'static str, message: &[u8], budget: Duration) -> Result<Stream, Failed> {
     let incoming =

@@ -28,10 +28,11 @@ wit_bindgen::generate!({
     generate_all,
 });
 
+use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant, SystemTime};
 
-use exports::plimsoll::provider::provider::{Description, GuardGrant, Guest, RunError};
+use exports::plimsoll::provider::provider::{Description, Grant, GrantWay, GuardGrant, Guest, RelayGrant, RunError};
 use gateway::{Filesystem, Policy, Spec, Template};
 use pb::Json;
 use plimsoll::host::{config, log};
@@ -64,6 +65,15 @@ const STDIN_CHUNK: usize = 768 << 10;
 const TMP_MODE: f64 = 1023.0;
 /// The guest's uid and gid, as in plimsoll's own containers.
 const GUEST: &str = "61000";
+/// plimsoll's agent, as the sandbox image installs it: a session's, and a
+/// granted run's relay.
+const AGENT: &str = "/opt/plimsoll/plimsoll-agent";
+/// Where a granted run's client and its relay's socket go.
+const CLIENT_DIR: &str = "/tmp/plimsoll/host";
+/// Forward tokens a granted run takes, and the forwards each carries at once
+/// (the gateway's cap a token).
+const FORWARD_TOKENS: usize = 2;
+const FORWARDS_PER_TOKEN: u32 = 3;
 
 struct Plugin;
 
@@ -199,12 +209,19 @@ struct Sandbox {
     /// The spec and labels it was created with, which every read-back must show.
     wanted: Spec,
     labels: BTreeMap<String, String>,
+    /// What every command of a granted run exports first (its client's settings).
+    exports: String,
+    /// A granted run's forward tokens, revoked when its code has ended.
+    forward_tokens: RefCell<Vec<String>>,
+    /// A granted run's relay: its loopback port, and when its forwards were opened.
+    relay: Cell<Option<(u16, Instant)>>,
 }
 
 impl Drop for Sandbox {
     /// Deletes it now, unless the run handed it to the host to delete after the
     /// answer has gone.
     fn drop(&mut self) {
+        self.end_forwards();
         if self.handed_over {
             return;
         }
@@ -263,6 +280,9 @@ impl Sandbox {
             policy_hash: String::new(),
             wanted,
             labels,
+            exports: String::new(),
+            forward_tokens: RefCell::default(),
+            relay: Cell::new(None),
         };
         let until = Instant::now() + START_WITHIN;
         let read = loop {
@@ -332,8 +352,75 @@ impl Sandbox {
     /// Leaves the delete to the host, which books every sandbox a create made
     /// and calls `release` for those its calls left once their answers are out.
     fn hand_over(mut self) -> Evidence {
+        self.end_forwards();
         self.handed_over = true;
         self.evidence()
+    }
+
+    /// Carries `g` in: writes its client, starts the relay at its socket
+    /// (`plimsoll-agent broker-relay`, which says its loopback port), and has
+    /// the host open forwards to that port through the gateway, on tokens made
+    /// for this sandbox. Nothing of the caller's runs yet, so every failure is
+    /// a refusal.
+    fn carry(&mut self, g: &RelayGrant) -> Result<(), Refusal> {
+        let env = |what: &str, e: String| refused(RefusalReason::Environment, format!("{what}: {e}"));
+        for f in &g.client {
+            self.upload(&format!("{CLIENT_DIR}/{}", f.path), &f.content)
+                .map_err(|e| env(&format!("writing the grant's client {}", f.path), e))?;
+        }
+        let socket = format!("{CLIENT_DIR}/{}", g.socket);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let done = self
+            .exec(words(&[AGENT, "broker-relay", &socket]), &[], deadline, 4096)
+            .map_err(|e| env("starting the grant's relay", e))?;
+        let port = String::from_utf8_lossy(&done.stdout).trim().parse::<u16>().ok().filter(|p| *p > 0);
+        let port = port.filter(|_| done.exit_code == Some(0)).ok_or_else(|| {
+            env(
+                "starting the grant's relay",
+                format!("it ended with {:?}: {}", done.exit_code, remote::vendor_text(&done.stderr)),
+            )
+        })?;
+        self.open_forwards(port).map_err(|e| env("opening the grant's forwards", e))?;
+        self.exports = g
+            .env
+            .iter()
+            .map(|(k, v)| format!("export {k}={}; ", remote::shell_quote(&v.replace("{dir}", CLIENT_DIR))))
+            .collect();
+        Ok(())
+    }
+
+    /// Takes fresh forward tokens and has the host open forwards on each to
+    /// the relay's `port`.
+    fn open_forwards(&self, port: u16) -> Result<(), String> {
+        self.relay.set(Some((port, Instant::now())));
+        for _ in 0..FORWARD_TOKENS {
+            let token = gateway::forward_token(&self.id)?;
+            self.forward_tokens.borrow_mut().push(token.clone());
+            gateway::forward(&self.id, port, &token, FORWARDS_PER_TOKEN)?;
+        }
+        Ok(())
+    }
+
+    /// Between a session's calls: ends the forwards and their tokens once they
+    /// are `older` than that, and opens fresh ones, before the gateway's token
+    /// lifetime (1 h by default) would refuse a forward opened again.
+    fn renew_forwards(&self, older: Duration) -> Result<(), String> {
+        let Some((port, since)) = self.relay.get() else { return Ok(()) };
+        if since.elapsed() < older {
+            return Ok(());
+        }
+        plimsoll::host::http::relay_end();
+        self.end_forwards();
+        self.open_forwards(port)
+    }
+
+    /// Revokes the run's forward tokens: its code has ended, and so does its way in.
+    fn end_forwards(&self) {
+        for token in self.forward_tokens.take() {
+            if let Err(e) = gateway::revoke(&token) {
+                log::warn(&format!("revoking a forward token of openshell sandbox {} failed: {e}", self.name));
+            }
+        }
     }
 
     fn evidence(&self) -> Evidence {
@@ -381,6 +468,13 @@ impl Remote for Sandbox {
     }
 
     fn run(&self, script: &str, cwd: &str, deadline: Instant, max_output: usize) -> Result<remote::Ran, String> {
+        let granted;
+        let script = if self.exports.is_empty() {
+            script
+        } else {
+            granted = format!("{}{script}", self.exports);
+            &granted
+        };
         let wrapped = wrapper::wrap(script, cwd, deadline, max_output);
         // The wrapper's own cap is one byte past the caller's; its trailer follows.
         let done = self.exec(wrapped.argv.clone(), &[], deadline + Duration::from_secs(3), max_output + 4096)?;
@@ -413,8 +507,23 @@ fn budget(limits: &Limits) -> Duration {
     Duration::from_millis(u64::from(limits.timeout_ms.clamp(1, MAX_TIMEOUT_MS)))
 }
 
-fn snippet(language: &str, code: &str, limits: &Limits) -> Result<(SnippetResult, Evidence), RunError> {
-    snippet_on(language, code, limits, budget(limits), RUN_DIR, Sandbox::open, Sandbox::hand_over)
+/// A fresh sandbox for a run of `budget`, carrying `grant` in.
+fn open(budget: Duration, grant: Option<&RelayGrant>) -> Result<Sandbox, Refusal> {
+    let mut sandbox = Sandbox::open(budget)?;
+    if let Some(g) = grant {
+        sandbox.carry(g)?;
+    }
+    Ok(sandbox)
+}
+
+fn snippet(
+    language: &str,
+    code: &str,
+    limits: &Limits,
+    grant: Option<&RelayGrant>,
+) -> Result<(SnippetResult, Evidence), RunError> {
+    let open = |b| open(b, grant);
+    snippet_on(language, code, limits, budget(limits), RUN_DIR, open, Sandbox::hand_over)
 }
 
 fn project(
@@ -422,8 +531,10 @@ fn project(
     steps: &[String],
     artifacts: &[String],
     limits: &Limits,
+    grant: Option<&RelayGrant>,
 ) -> Result<(ProjectResult, Evidence), RunError> {
-    project_on((files, steps, artifacts), limits, budget(limits), PROJECT_DIR, Sandbox::open, Sandbox::hand_over)
+    let open = |b| open(b, grant);
+    project_on((files, steps, artifacts), limits, budget(limits), PROJECT_DIR, open, Sandbox::hand_over)
 }
 
 /// The behavioural proof at startup: a real sandbox, read back, runs node and
@@ -488,7 +599,7 @@ fn sweep(keep: &[String]) -> Result<Vec<String>, String> {
 }
 
 plimsoll_plugin_remote::wit_glue!("openshell");
-plimsoll_plugin_remote::no_guard_grants!("openshell");
+plimsoll_plugin_remote::grant_ways!("openshell");
 plimsoll_plugin_agent::session_glue!();
 
 impl Guest for Plugin {
@@ -501,7 +612,7 @@ impl Guest for Plugin {
             projects: true,
             modules: false,
             sessions: true,
-            guard_grants: false,
+            grants: GrantWay::Relay,
             max_timeout_ms: MAX_TIMEOUT_MS,
             max_project_timeout_ms: MAX_TIMEOUT_MS,
         }
@@ -534,10 +645,10 @@ impl Guest for Plugin {
         language: String,
         code: String,
         limits: Limits,
-        grant: Option<GuardGrant>,
+        grant: Option<Grant>,
     ) -> Result<(SnippetResult, Evidence), RunError> {
-        no_guard_grant(grant.as_ref()).map_err(RunError::Refused)?;
-        snippet(&language, &code, &limits)
+        let grant = relay_grant(grant).map_err(RunError::Refused)?;
+        snippet(&language, &code, &limits, grant.as_ref())
     }
 
     fn run_project(
@@ -545,10 +656,10 @@ impl Guest for Plugin {
         steps: Vec<String>,
         artifacts: Vec<String>,
         limits: Limits,
-        grant: Option<GuardGrant>,
+        grant: Option<Grant>,
     ) -> Result<(ProjectResult, Evidence), RunError> {
-        no_guard_grant(grant.as_ref()).map_err(RunError::Refused)?;
-        project(&files, &steps, &artifacts, &limits)
+        let grant = relay_grant(grant).map_err(RunError::Refused)?;
+        project(&files, &steps, &artifacts, &limits, grant.as_ref())
     }
 
     fn run_module(_request: ModuleRequest, _limits: Limits) -> Result<(ModuleResult, Evidence), RunError> {
@@ -587,7 +698,7 @@ mod tests {
 
     #[test]
     fn a_guard_grant_is_refused_by_name_before_anything_is_made() {
-        assert!(no_guard_grant(None).is_ok());
+        assert!(relay_grant(None).is_ok_and(|g| g.is_none()));
         let grant = GuardGrant {
             url: "https://guard.test/v1/guard".into(),
             host: "guard.test".into(),
@@ -596,7 +707,7 @@ mod tests {
             client: vec![],
             env: vec![],
         };
-        let r = no_guard_grant(Some(&grant)).expect_err("refused");
+        let r = relay_grant(Some(Grant::Guard(grant))).expect_err("refused");
         assert!(matches!(r.reason, RefusalReason::Unsupported));
         assert_eq!(r.message, "the openshell provider cannot carry a grant through the host's guard");
     }

@@ -24,20 +24,21 @@ use plimsoll_plugin_agent::session::{self as agent, Agent, Channel};
 use plimsoll_plugin_remote::{Remote as _, random_hex};
 
 use crate::exports::plimsoll::provider::provider::{
-    Answer, CallError, Ending, GuardGrant, GuestSession, Session, SessionEnd,
+    Answer, CallError, Ending, Grant, GuestSession, RelayGrant, Session, SessionEnd,
 };
 use crate::plimsoll::types::types::{Evidence, File, Limits, Refusal, RefusalReason};
 use crate::{
-    STDIN_CHUNK, Sandbox, gateway, refused, runner, session_cell, session_language, session_runner_project,
+    AGENT, STDIN_CHUNK, Sandbox, gateway, refused, runner, session_cell, session_language, session_runner_project,
     session_snippet, words,
 };
 
-/// The resident session agent, as the sandbox image installs it.
-const AGENT: &str = "/opt/plimsoll/plimsoll-agent";
 /// The session's work directory, under `/tmp`, the only writable directory.
 const WORK: &str = "/tmp/plimsoll/work";
 /// Where the agent's socket and a large request's staging file go.
 const AGENT_DIR: &str = "/tmp/plimsoll";
+/// How long a session's forwards and their tokens are kept before the next
+/// call renews them: well inside the gateway's token lifetime (1 h by default).
+const RENEW_FORWARDS: Duration = Duration::from_secs(20 * 60);
 /// What a step of a session's project sees of its environment.
 const GUEST_ENV: [&str; 3] = ["PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"];
 
@@ -55,8 +56,9 @@ impl Gateway {
     /// opens as its input and unlinks before the relay starts.
     fn exec_for(&self, request: &[u8]) -> Result<(Vec<String>, Vec<u8>), String> {
         if !self.started.get() {
-            let script = r#"mkdir -p -- "$1" && cd -- "$1" && exec "$2" listen "$3""#;
-            return Ok((words(&["sh", "-c", script, "sh", WORK, AGENT, &self.socket]), request.to_vec()));
+            // A granted session's client settings, which the agent passes on to every process.
+            let script = format!(r#"{}mkdir -p -- "$1" && cd -- "$1" && exec "$2" listen "$3""#, self.sandbox.exports);
+            return Ok((words(&["sh", "-c", &script, "sh", WORK, AGENT, &self.socket]), request.to_vec()));
         }
         if request.len() <= STDIN_CHUNK {
             return Ok((words(&[AGENT, "relay", &self.socket]), request.to_vec()));
@@ -105,10 +107,12 @@ fn ended(end: SessionEnd, detail: String) -> CallError {
 }
 
 impl OpenshellSession {
-    /// Creates the session's sandbox, reads it back, and starts the agent in it.
-    fn open(limits: &Limits, lifetime_s: u32) -> Result<OpenshellSession, Refusal> {
+    /// Creates the session's sandbox, reads it back, carries `grant` in (its
+    /// relay started before the agent, whose sweep spares what was there
+    /// before it), and starts the agent in it.
+    fn open(limits: &Limits, lifetime_s: u32, grant: Option<&RelayGrant>) -> Result<OpenshellSession, Refusal> {
         let disk_mb = agent::disk_budget(limits.disk_mb).map_err(|e| refused(RefusalReason::Environment, e))?;
-        let sandbox = Sandbox::open(Duration::from_secs(u64::from(lifetime_s)))?;
+        let sandbox = crate::open(Duration::from_secs(u64::from(lifetime_s)), grant)?;
         let socket = format!("{AGENT_DIR}/agent-{}.sock", random_hex(8));
         let channel = Gateway { sandbox, socket, started: Cell::new(false) };
         let agent = Agent::start(channel, disk_mb).map_err(|e| {
@@ -153,15 +157,22 @@ impl OpenshellSession {
             return Err(changed(why));
         }
         let effective = gateway::effective(&sandbox.id).map_err(|e| unanswered("its effective policy", e))?;
-        sandbox.policy_differs(&effective).map_or(Ok(()), |why| Err(changed(why)))
+        sandbox.policy_differs(&effective).map_or(Ok(()), |why| Err(changed(why)))?;
+        sandbox.renew_forwards(RENEW_FORWARDS).map_err(|e| {
+            ended(
+                SessionEnd::BoundaryFailed,
+                format!("renewing the session grant's forwards failed ({e}); nothing ran"),
+            )
+        })
     }
 }
 
 impl GuestSession for OpenshellSession {
-    /// An OpenShell sandbox has no way to the guard (its `describe` says so).
-    fn open(limits: Limits, lifetime_s: u32, grant: Option<GuardGrant>) -> Result<Session, Refusal> {
-        crate::no_guard_grant(grant.as_ref())?;
-        OpenshellSession::open(&limits, lifetime_s).map(Session::new)
+    /// With a grant, every process of the session reaches the broker through
+    /// the relay, started at the open.
+    fn open(limits: Limits, lifetime_s: u32, grant: Option<Grant>) -> Result<Session, Refusal> {
+        let grant = crate::relay_grant(grant)?;
+        OpenshellSession::open(&limits, lifetime_s, grant.as_ref()).map(Session::new)
     }
 
     fn evidence(&self) -> Evidence {
@@ -179,9 +190,9 @@ impl GuestSession for OpenshellSession {
         language: String,
         code: String,
         limits: Limits,
-        grant: Option<GuardGrant>,
+        grant: Option<Grant>,
     ) -> Result<Answer, CallError> {
-        crate::no_guard_grant(grant.as_ref()).map_err(CallError::Refused)?;
+        crate::no_grant(grant.as_ref()).map_err(CallError::Refused)?;
         session_language("openshell", &language)?;
         self.check()?;
         session_snippet(&self.agent, (&language, &code), &[], &limits)

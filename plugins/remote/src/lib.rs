@@ -405,16 +405,46 @@ macro_rules! wit_glue {
     };
 }
 
-/// `no_guard_grant`, in a provider plugin whose sandboxes cannot reach the
-/// host's guard (its `describe` says `guard-grants: false`, so the host sends no
-/// grant): refuses one all the same, rather than run without it.
+/// The grant checks of a remote provider plugin, which carries grants in at
+/// most one way (its `describe` names it, and the host sends no other): each
+/// takes the way it carries and refuses any other by name, rather than run
+/// without the grant.
 #[macro_export]
-macro_rules! no_guard_grants {
+macro_rules! grant_ways {
     ($name:literal) => {
-        fn no_guard_grant(grant: Option<&GuardGrant>) -> Result<(), Refusal> {
+        /// Refuses any grant: for a call that carries none.
+        #[allow(dead_code)]
+        fn no_grant(grant: Option<&Grant>) -> Result<(), Refusal> {
             match grant {
                 None => Ok(()),
                 Some(_) => Err(Refusal {
+                    reason: RefusalReason::Unsupported,
+                    message: concat!("the ", $name, " provider cannot carry a grant here").into(),
+                }),
+            }
+        }
+
+        /// The grant through the host's guard; a relay grant is refused.
+        #[allow(dead_code)]
+        fn guard_grant(grant: Option<Grant>) -> Result<Option<GuardGrant>, Refusal> {
+            match grant {
+                None => Ok(None),
+                Some(Grant::Guard(g)) => Ok(Some(g)),
+                Some(Grant::Relay(_)) => Err(Refusal {
+                    reason: RefusalReason::Unsupported,
+                    message: concat!("the ", $name, " provider carries grants through the host's guard, not a relay")
+                        .into(),
+                }),
+            }
+        }
+
+        /// The grant through the host's relay; a guard grant is refused.
+        #[allow(dead_code)]
+        fn relay_grant(grant: Option<Grant>) -> Result<Option<RelayGrant>, Refusal> {
+            match grant {
+                None => Ok(None),
+                Some(Grant::Relay(g)) => Ok(Some(g)),
+                Some(Grant::Guard(_)) => Err(Refusal {
                     reason: RefusalReason::Unsupported,
                     message: concat!("the ", $name, " provider cannot carry a grant through the host's guard").into(),
                 }),
@@ -432,7 +462,7 @@ macro_rules! no_sessions {
         struct NoSession;
 
         impl GuestSession for NoSession {
-            fn open(_: Limits, _: u32, _: Option<GuardGrant>) -> Result<Session, Refusal> {
+            fn open(_: Limits, _: u32, _: Option<Grant>) -> Result<Session, Refusal> {
                 Err(no_sessions())
             }
 
@@ -450,7 +480,7 @@ macro_rules! no_sessions {
                 Err(CallError::Refused(no_sessions()))
             }
 
-            fn snippet(&self, _: String, _: String, _: Limits, _: Option<GuardGrant>) -> Result<Answer, CallError> {
+            fn snippet(&self, _: String, _: String, _: Limits, _: Option<Grant>) -> Result<Answer, CallError> {
                 Err(CallError::Refused(no_sessions()))
             }
 

@@ -23,7 +23,13 @@
 //! background (its own session, seated as `attach` is, its work directory the
 //! one it started in); each later call is an exec of `plimsoll-agent relay
 //! SOCKET`, which hands the agent that exec's streams (see [`listen`]).
+//!
+//! `plimsoll-agent broker-relay SOCKET` carries a granted run's calls to the
+//! host's broker where the sandbox has no way out (see [`broker`]): it binds
+//! the clients' socket and a loopback port, says the port on stdout, and goes
+//! into the background.
 
+mod broker;
 mod files;
 mod interp;
 mod listen;
@@ -279,6 +285,32 @@ fn listen(socket: &Path) -> Result<(), String> {
     }
 }
 
+fn broker_relay(socket: &Path) -> Result<(), String> {
+    guard(procs::Seat::Hosted)?;
+    let listeners = broker::Listeners::bind(socket).map_err(|e| format!("listening on {}: {e}", socket.display()))?;
+    let port = listeners.port().map_err(|e| format!("the relay's port: {e}"))?;
+    // SAFETY: the relay has started no thread, so the child is a whole copy of
+    // a single-threaded process and may go on running Rust.
+    match unsafe { libc::fork() } {
+        -1 => Err(format!("fork: {}", std::io::Error::last_os_error())),
+        0 => {
+            // SAFETY: setsid has no preconditions; the child leads no group yet.
+            if unsafe { libc::setsid() } < 0 {
+                return Err(format!("setsid: {}", std::io::Error::last_os_error()));
+            }
+            // The starting exec's streams must end with the parent.
+            let_go_of_streams()?;
+            listeners.serve();
+            Ok(())
+        }
+        _ => {
+            drop(listeners);
+            println!("{port}");
+            Ok(())
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let outcome = match args.as_slice() {
@@ -286,8 +318,9 @@ fn main() -> ExitCode {
         [verb, word] if verb == "attach" && !word.is_empty() => serve(word, procs::Seat::Hosted),
         [verb, socket] if verb == "listen" && !socket.is_empty() => listen(Path::new(socket)),
         [verb, socket] if verb == "relay" && !socket.is_empty() => listen::relay(Path::new(socket)),
+        [verb, socket] if verb == "broker-relay" && !socket.is_empty() => broker_relay(Path::new(socket)),
         _ => Err(
-            "usage: plimsoll-agent serve WORD | plimsoll-agent attach WORD | plimsoll-agent listen SOCKET | plimsoll-agent relay SOCKET"
+            "usage: plimsoll-agent serve WORD | plimsoll-agent attach WORD | plimsoll-agent listen SOCKET | plimsoll-agent relay SOCKET | plimsoll-agent broker-relay SOCKET"
                 .into(),
         ),
     };

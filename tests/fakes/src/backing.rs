@@ -113,6 +113,9 @@ pub struct Process {
     /// A name for this process alone, so it can be killed without the rest of
     /// the guest's (see [`Backing::kill_marked`]).
     pub marker: Option<String>,
+    /// Run as root, as a vendor's in-sandbox supervisor runs what it serves
+    /// (OpenShell's forwards): no guest process can signal it.
+    pub supervisor: bool,
 }
 
 /// The variable that carries a process's [`Process::marker`].
@@ -282,11 +285,16 @@ impl Backing {
     /// `docker exec` as the guest in `cwd`, with `HOME`, `PATH` and `env`, up to
     /// the container's name: the command follows.
     fn user_exec(&self, id: &str, cwd: &str, env: &[(String, String)]) -> Vec<String> {
+        self.exec_as(&format!("{GUEST_UID}:{GUEST_UID}"), id, cwd, env)
+    }
+
+    /// As [`Backing::user_exec`], as `user`.
+    fn exec_as(&self, user: &str, id: &str, cwd: &str, env: &[(String, String)]) -> Vec<String> {
         let mut argv: Vec<String> = vec![
             "exec".into(),
             "-i".into(),
             "-u".into(),
-            format!("{GUEST_UID}:{GUEST_UID}"),
+            user.into(),
             "-w".into(),
             cwd.into(),
             "-e".into(),
@@ -341,7 +349,8 @@ impl Backing {
         if let Some(m) = &process.marker {
             env.push((MARKER.into(), m.clone()));
         }
-        let mut argv = self.user_exec(id, &process.cwd, &env);
+        let user = if process.supervisor { "0".to_string() } else { format!("{GUEST_UID}:{GUEST_UID}") };
+        let mut argv = self.exec_as(&user, id, &process.cwd, &env);
         argv.extend(process.argv.iter().cloned());
         let piped = process.stdin.is_some() || process.input.is_some();
         let mut child = Command::new("docker")

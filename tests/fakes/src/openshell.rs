@@ -34,7 +34,7 @@ use proto::{
 };
 
 /// Each way this fake can misbehave, and what it does.
-pub const MODES: [(&str, &str); 13] = [
+pub const MODES: [(&str, &str); 14] = [
     ("redirect", "every answer is a 307 redirect elsewhere, with no gRPC body"),
     ("weaker", "the read-back grants more than asked: 8 CPUs, 16Gi and a network rule to any host on 443"),
     ("foreign-driver", "GetGatewayInfo reports the kubernetes compute driver"),
@@ -51,6 +51,7 @@ pub const MODES: [(&str, &str); 13] = [
     ("undeletable", "DeleteSandbox answers INTERNAL and the sandbox stays"),
     ("slow-delete", "DeleteSandbox takes 8 s before it removes the sandbox (a driver slow to remove a container)"),
     ("slow", "every unary answer comes after 35 s"),
+    ("forward-refused", "ForwardTcp refuses every forward UNAVAILABLE: supervisor relay failed"),
 ];
 
 /// A misbehaviour.
@@ -69,6 +70,7 @@ pub enum Mode {
     Undeletable,
     SlowDelete,
     Slow,
+    ForwardRefused,
 }
 
 impl Mode {
@@ -88,6 +90,7 @@ impl Mode {
             "undeletable" => Mode::Undeletable,
             "slow-delete" => Mode::SlowDelete,
             "slow" => Mode::Slow,
+            "forward-refused" => Mode::ForwardRefused,
             _ => return None,
         })
     }

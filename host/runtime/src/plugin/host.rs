@@ -253,6 +253,10 @@ pub(crate) struct PluginState {
     pub book: Option<(Arc<super::book::Book>, u64)>,
     /// The guard credentials this call's plugin holds, redacted from its log lines.
     pub secrets: Vec<String>,
+    /// The run's broker socket, for a call whose grant the host relays in.
+    pub relay_to: Option<std::path::PathBuf>,
+    /// The relay streams this call holds; they end with it.
+    pub relays: super::http::Relays,
 }
 
 impl WasiView for PluginState {
@@ -313,6 +317,8 @@ impl HttpOnly<'_> {
             settings: Arc::default(),
             book: None,
             secrets: Vec::new(),
+            relay_to: None,
+            relays: super::http::Relays::default(),
         };
         let mut store = wasmtime::Store::new(engine.wasmtime(), state);
         store.limiter(|s| &mut s.limits);
@@ -661,6 +667,19 @@ impl http::Host for PluginState {
         let incoming = gate.open(&self.allowed, ask)?;
         self.table.push(incoming).map_err(|e| format!("holding the stream: {e}"))
     }
+
+    fn relay(&mut self, req: http::Request, field: u32, count: u32) -> Result<(), String> {
+        let Some(broker) = self.relay_to.clone() else {
+            return Err("this call holds no grant the host relays; no request was sent".into());
+        };
+        let (gate, ask) = self.ask(req)?;
+        gate.relay(&mut self.relays, &self.allowed, ask, (field, count), broker)
+    }
+
+    fn relay_end(&mut self) {
+        // Dropping them stops every stream, each logged as it ends.
+        self.relays = super::http::Relays::default();
+    }
 }
 
 impl http::HostIncoming for PluginState {
@@ -729,6 +748,38 @@ impl bindings::plimsoll::types::types::Host for PluginState {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_call_without_a_relayed_grant_opens_no_relay_stream() {
+        let engine = crate::engine::Engine::new(&crate::engine::EngineConfig::default()).expect("engine");
+        let gate = super::super::http::HttpGate::new(BTreeMap::from([(
+            "gw".to_string(),
+            super::super::http::Endpoint { base: "https://127.0.0.1:9".into(), ..Default::default() },
+        )]))
+        .expect("gate");
+        let allowed = super::super::http::Allowed { endpoints: vec!["gw".into()], ..Default::default() };
+        let mut store = HttpOnly {
+            name: "openshell",
+            approved: &[Capability::Http],
+            http: Some(Arc::new(gate)),
+            allowed: &allowed,
+            budget: Duration::from_secs(5),
+            memory: 1 << 20,
+        }
+        .store(&engine);
+        let req = http::Request {
+            endpoint: "gw".into(),
+            target: None,
+            method: "POST".into(),
+            path: "/svc/Forward".into(),
+            headers: vec![],
+            body: vec![],
+            timeout_ms: 1000,
+        };
+        let e = http::Host::relay(store.data_mut(), req, 2, 1).expect_err("refused");
+        assert_eq!(e, "this call holds no grant the host relays; no request was sent");
+        assert!(store.data().relays.is_empty());
+    }
 
     #[test]
     fn a_plugins_log_line_loses_every_guard_credential_its_call_holds() {

@@ -41,10 +41,12 @@ const HOST_HEADERS: [&str; 8] = [
 mod exchange;
 mod grpc;
 mod held;
+mod relay;
 
 pub use exchange::TokenExchange;
 pub use grpc::GrpcBooking;
 pub use held::{HeldSecret, MAX_HELD};
+pub use relay::{MAX_RELAY_STREAMS, Relays};
 
 /// How the gate reads which target a write made, and sees one deleted.
 #[derive(Clone, Debug)]
@@ -239,7 +241,14 @@ impl tower_service::Service<Name> for Resolve {
         }
     }
 }
-type Client = Hyper<Connector, Full<Bytes>>;
+type Client = Hyper<Connector, Outgoing>;
+
+/// A request's body: whole, or piped in as it comes (a relay stream's).
+type Outgoing = http_body_util::Either<Full<Bytes>, relay::Piped>;
+
+fn whole(body: Vec<u8>) -> Outgoing {
+    http_body_util::Either::Left(Full::new(Bytes::from(body)))
+}
 
 /// One configured endpoint, with the client its TLS needs.
 struct Route {
@@ -542,6 +551,11 @@ impl HttpGate {
         })
     }
 
+    /// The gate's runtime, which serves what its relay streams reach.
+    pub fn handle(&self) -> tokio::runtime::Handle {
+        self.rt.handle().clone()
+    }
+
     /// The gate, holding `kinds` of per-target secrets for the plugin.
     ///
     /// # Errors
@@ -695,7 +709,12 @@ impl HttpGate {
         check(allowed, self.routes.get(&ask.endpoint), &self.vault, ask).map(|_| ())
     }
 
-    fn request(&self, allowed: &Allowed, ask: &Ask) -> Result<(http::Request<Full<Bytes>>, Client), String> {
+    fn request(
+        &self,
+        allowed: &Allowed,
+        ask: &Ask,
+        body: Outgoing,
+    ) -> Result<(http::Request<Outgoing>, Client), String> {
         let route = self.routes.get(&ask.endpoint);
         let url = check(allowed, route, &self.vault, ask)?;
         let Some(route) = route else { unreachable!("check refuses an unconfigured endpoint") };
@@ -710,9 +729,7 @@ impl HttpGate {
         }
         // gRPC needs it, and over HTTP/1.1 it asks for trailers at all.
         req = req.header("te", "trailers");
-        let req = req
-            .body(Full::new(Bytes::from(ask.body.clone())))
-            .map_err(|e| format!("a malformed request ({e}); no request was sent"))?;
+        let req = req.body(body).map_err(|e| format!("a malformed request ({e}); no request was sent"))?;
         Ok((req, route.client.clone()))
     }
 
@@ -737,7 +754,7 @@ impl HttpGate {
             .method("POST")
             .uri(x.url.as_str())
             .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(exchange::request_body(x))))
+            .body(whole(exchange::request_body(x)))
             .map_err(|e| {
                 format!("endpoint {alias:?}: the token exchange's URL is malformed ({e}); no request was sent")
             })?;
@@ -818,7 +835,7 @@ impl HttpGate {
     /// Plimsoll's words for why no response came back: a refusal (nothing sent), or
     /// the upstream unreachable, too slow, redirecting or over a cap.
     pub fn send(&self, allowed: &Allowed, ask: Ask) -> Result<Answer, String> {
-        let (req, client) = self.request(allowed, &ask)?;
+        let (req, client) = self.request(allowed, &ask, whole(ask.body.clone()))?;
         let alias = ask.endpoint.clone();
         let timeout = ask.timeout.min(MAX_TIMEOUT);
         let started = Instant::now();
@@ -894,7 +911,7 @@ impl HttpGate {
                 ask.method, ask.path, ask.endpoint
             ));
         }
-        let (req, client) = self.request(allowed, &ask)?;
+        let (req, client) = self.request(allowed, &ask, whole(ask.body.clone()))?;
         let alias = ask.endpoint.clone();
         let timeout = ask.timeout.min(MAX_STREAM_TIME);
         let started = Instant::now();

@@ -129,8 +129,8 @@ pub struct PluginProvider {
     book: Arc<super::book::Book>,
     /// The host's guard, through which a remote plugin's granted runs reach the broker.
     guard: Option<GuardAccess>,
-    /// Whether the plugin says its sandboxes can reach the guard.
-    guard_grants: bool,
+    /// How the plugin says its sandboxes reach the broker.
+    grant_way: wit::GrantWay,
 }
 
 /// The host's guard as a remote backend's granted runs reach it.
@@ -155,34 +155,47 @@ enum Way {
     /// The guard, open to the run's credential while its ticket lives.
     /// (The ticket is held: dropping it closes the guard to the run.)
     Guard(Ticket, wit::GuardGrant),
+    /// A socket mounted nowhere, which the host's relay streams reach (the
+    /// plugin's `http.relay`), and the client the plugin installs.
+    Relay(BrokerSocket, wit::RelayGrant),
 }
 
 impl Way {
     fn socket(&self) -> Option<&BrokerSocket> {
         match self {
             Way::Socket(s) => Some(s),
-            Way::Guard(..) => None,
+            Way::Guard(..) | Way::Relay(..) => None,
         }
     }
 
-    fn grant(&self) -> Option<wit::GuardGrant> {
+    fn grant(&self) -> Option<wit::Grant> {
         match self {
             Way::Socket(_) => None,
-            Way::Guard(_, g) => Some(g.clone()),
+            Way::Guard(_, g) => Some(wit::Grant::Guard(g.clone())),
+            Way::Relay(_, g) => Some(wit::Grant::Relay(g.clone())),
         }
     }
 
-    /// `text` without the run's guard credential.
-    fn redact(&self, text: String) -> String {
+    /// The credential the plugin is handed for the run, kept out of its words.
+    fn secret(&self) -> Option<String> {
         match self {
-            Way::Guard(ticket, _) => text.replace(ticket.credential(), "[redacted]"),
-            Way::Socket(_) => text,
+            Way::Guard(ticket, _) => Some(ticket.credential().to_string()),
+            Way::Relay(socket, _) => Some(socket.token().to_string()),
+            Way::Socket(_) => None,
+        }
+    }
+
+    /// `text` without the run's credential.
+    fn redact(&self, text: String) -> String {
+        match self.secret() {
+            Some(secret) => text.replace(&secret, "[redacted]"),
+            None => text,
         }
     }
 }
 
-/// The client a granted remote run installs, and how it reaches `access`.
-pub(super) fn guard_grant(access: &GuardAccess, ticket: &Ticket, grant: &Grant) -> wit::GuardGrant {
+/// The client's files a granted remote run installs.
+fn client_files(grant: &Grant) -> Vec<t::File> {
     let file = |path: &str, text: &str| t::File { path: path.into(), content: text.as_bytes().to_vec() };
     let mut client = vec![
         file("host.js", super::socket::NODE_CLIENT),
@@ -192,6 +205,19 @@ pub(super) fn guard_grant(access: &GuardAccess, ticket: &Ticket, grant: &Grant) 
     if !grant.preamble.is_empty() {
         client.push(file(super::socket::PREAMBLE, &grant.preamble));
     }
+    client
+}
+
+/// The client a relayed run installs: the socket's own variables, its paths
+/// in the plugin's directory.
+fn relay_grant(socket: &BrokerSocket, grant: &Grant) -> wit::RelayGrant {
+    let env = socket.mount().env.into_iter().map(|(k, v)| (k, v.replace(plimsoll_containers::BROKER_TARGET, "{dir}")));
+    wit::RelayGrant { socket: super::socket::SOCKET.into(), client: client_files(grant), env: env.collect() }
+}
+
+/// The client a granted remote run installs, and how it reaches `access`.
+pub(super) fn guard_grant(access: &GuardAccess, ticket: &Ticket, grant: &Grant) -> wit::GuardGrant {
+    let client = client_files(grant);
     let env = [
         ("PLIMSOLL_HOST_GUARD", access.url.clone()),
         ("PLIMSOLL_HOST_GLOBAL", grant.global.clone()),
@@ -299,7 +325,7 @@ impl PluginProvider {
             settings: Arc::default(),
             book: Arc::default(),
             guard: None,
-            guard_grants: false,
+            grant_way: wit::GrantWay::None,
         };
         let d = p
             .call(Duration::from_secs(10), 0, |store, plugin| plugin.plimsoll_provider_provider().call_describe(store))
@@ -310,7 +336,7 @@ impl PluginProvider {
         }
         p.description = p.describe_from(&d);
         p.sessions = d.sessions;
-        p.guard_grants = d.guard_grants;
+        p.grant_way = d.grants;
         Ok(p)
     }
 
@@ -416,6 +442,8 @@ impl PluginProvider {
             settings: Arc::clone(&self.settings),
             book: None,
             secrets: Vec::new(),
+            relay_to: None,
+            relays: super::http::Relays::default(),
         };
         let mut store = Store::new(self.engine.wasmtime(), state);
         store.limiter(|s| &mut s.limits);
@@ -445,8 +473,9 @@ impl PluginProvider {
     ) -> (Result<T, String>, Used) {
         let mut store = self.store(budget, collect_cap);
         store.data_mut().broker = way.and_then(Way::socket).map(BrokerSocket::mount);
-        if let Some(Way::Guard(ticket, _)) = way {
-            store.data_mut().secrets.push(ticket.credential().to_string());
+        store.data_mut().secrets.extend(way.and_then(Way::secret));
+        if let Some(Way::Relay(socket, _)) = way {
+            store.data_mut().relay_to = Some(socket.path());
         }
         let result = self
             .pre
@@ -626,10 +655,17 @@ fn no_grants(name: &str, kind: &str) -> Refusal {
 impl PluginProvider {
     /// Whether runs reach the broker: through the host's own container wall,
     /// which mounts the run's socket into every container the run creates, or,
-    /// for a remote backend that can reach it, through the host's guard.
+    /// for a remote backend, through the host's guard or its relay, as the
+    /// plugin says its sandboxes can.
     fn carries_grants(&self) -> bool {
-        (self.wall.is_some() && self.approved.contains(&Capability::Containers))
-            || (self.wall.is_none() && self.guard.is_some() && self.guard_grants)
+        if self.wall.is_some() {
+            return self.approved.contains(&Capability::Containers);
+        }
+        match self.grant_way {
+            wit::GrantWay::Guard => self.guard.is_some(),
+            wit::GrantWay::Relay => self.http.is_some(),
+            wit::GrantWay::None => false,
+        }
     }
 
     /// The wall whose runtime serves broker sockets, when this provider carries
@@ -649,6 +685,14 @@ impl PluginProvider {
             return BrokerSocket::open(grant, &self.grant_wall(kind)?.handle()).map(|s| Some(Way::Socket(s))).map_err(
                 |e| Refusal::new(Reason::Environment, format!("the run's broker socket could not be made: {e}")),
             );
+        }
+        if self.grant_way == wit::GrantWay::Relay {
+            let gate = self.http.as_ref().ok_or_else(|| no_grants(&self.name, kind))?;
+            let socket = BrokerSocket::open(grant, &gate.handle()).map_err(|e| {
+                Refusal::new(Reason::Environment, format!("the run's broker socket could not be made: {e}"))
+            })?;
+            let record = relay_grant(&socket, grant);
+            return Ok(Some(Way::Relay(socket, record)));
         }
         let access = self.guard.as_ref().ok_or_else(|| no_grants(&self.name, kind))?;
         let ticket = access.guard.issue(grant.api.clone()).map_err(|e| {
@@ -841,9 +885,16 @@ impl Provider for PluginProvider {
     }
 
     /// Behind the host's wall through the session's socket; a remote backend's
-    /// through its guard, held from the open or opened for each call.
+    /// through its guard (held from the open or opened for each call) or its
+    /// relay (held from the open).
     fn session_grants(&self) -> bool {
         self.sessions && self.carries_grants()
+    }
+
+    /// A relayed backend's relay starts before the session's agent, which
+    /// spares it: a call cannot start one the agent's sweep would not end.
+    fn per_call_session_grants(&self) -> bool {
+        self.session_grants() && self.grant_way != wit::GrantWay::Relay
     }
 
     fn open_session(&self, floor: Option<Floor>, reach: SessionReach<'_>) -> Result<Opened, RunError> {
@@ -853,6 +904,23 @@ impl Provider for PluginProvider {
         provider::check_floor(self.tier(), floor)?;
         // A remote session holds one of the backend's sandboxes for its life.
         self.admit_remote()?;
+        if self.wall.is_none() && self.grant_way == wit::GrantWay::Relay {
+            // Its sandbox reaches the broker only through the host's relay,
+            // started at the open for a session that holds a grant.
+            let relay = match reach {
+                SessionReach::Nothing => None,
+                SessionReach::PerCall => return Err(no_grants(&self.name, "session calls").into()),
+                SessionReach::Held(g) => {
+                    let gate = self.http.as_ref().ok_or_else(|| no_grants(&self.name, "sessions"))?;
+                    let socket = BrokerSocket::open(g, &gate.handle()).map_err(|e| {
+                        Refusal::new(Reason::Environment, format!("the session's broker socket could not be made: {e}"))
+                    })?;
+                    let record = relay_grant(&socket, g);
+                    Some((socket, record))
+                }
+            };
+            return super::session::PluginSession::open(self, &self.pre, floor, super::session::Way::Relay(relay));
+        }
         if self.wall.is_none() {
             // Its sandbox reaches the broker only through the guard.
             let guard = match (reach, &self.guard) {
@@ -1003,6 +1071,34 @@ mod tests {
 
     fn refusal() -> wit::RunError {
         wit::RunError::Refused(t::Refusal { reason: t::RefusalReason::Unsupported, message: "no".into() })
+    }
+
+    #[test]
+    fn a_relayed_run_gets_the_sockets_variables_in_the_plugins_directory_and_its_token_is_redacted() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
+        let echo = Arc::new(super::super::socket::tests::Echo(std::sync::Mutex::default()));
+        let grant = Grant {
+            global: "host".into(),
+            routes: vec!["GET /items/*".into()],
+            preamble: "globalThis.sdk = 1;".into(),
+            api: echo,
+        };
+        let socket = BrokerSocket::open(&grant, rt.handle()).expect("opened");
+        let relayed = relay_grant(&socket, &grant);
+        assert_eq!(relayed.socket, "host-api.sock");
+        let files: Vec<&str> = relayed.client.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(files, ["host.js", "routes.js", "plimsoll_host.py", "preamble.js"]);
+        let env: std::collections::BTreeMap<_, _> = relayed.env.iter().cloned().collect();
+        assert_eq!(env["PLIMSOLL_HOST_API"], "{dir}/host-api.sock");
+        assert_eq!(env["NODE_OPTIONS"], "--require={dir}/host.js");
+        assert_eq!(env["PYTHONPATH"], "{dir}");
+        assert_eq!(env["PLIMSOLL_HOST_TOKEN"], socket.token());
+        assert_eq!(env["PLIMSOLL_HOST_ROUTES"], "GET /items/*");
+        let way = Way::Relay(socket, relayed);
+        let token = way.secret().expect("a relayed run's token");
+        assert_eq!(way.redact(format!("the relay said {token}")), "the relay said [redacted]");
+        assert!(matches!(way.grant(), Some(wit::Grant::Relay(_))));
+        assert!(way.socket().is_none(), "the socket is mounted nowhere");
     }
 
     #[test]

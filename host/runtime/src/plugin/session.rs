@@ -39,6 +39,7 @@ use super::provider::{
     PluginLimits, PluginProvider, SessionGuard, SessionSocket, after_run_floor, evidence_of, guard_grant,
     project_result, reason, snippet_result, wit_files,
 };
+use super::socket::BrokerSocket;
 use crate::engine::Engine;
 
 /// What the plugin's own code may take beyond a call's budget (the agent's start,
@@ -71,6 +72,10 @@ pub(super) enum Way {
     Socket(Option<SessionSocket>),
     /// A remote backend: the host's guard, if its calls may name grants.
     Guard(Option<SessionGuard>),
+    /// A remote backend the host relays into: the session's broker socket,
+    /// mounted nowhere, and the client the plugin installs, when the session
+    /// holds a grant from its open.
+    Relay(Option<(BrokerSocket, wit::RelayGrant)>),
 }
 
 /// A plugin's ending in plimsoll's words, without the credentials `state`'s
@@ -100,6 +105,8 @@ pub(super) struct PluginSession {
     socket: Option<SessionSocket>,
     /// A remote session's guard, when its calls may reach the broker.
     guard: Option<SessionGuard>,
+    /// The broker socket a relayed session's streams reach, for its life.
+    relayed: Option<BrokerSocket>,
 }
 
 fn trap(detail: String) -> Ending {
@@ -165,9 +172,10 @@ impl PluginSession {
         floor: Option<Floor>,
         way: Way,
     ) -> Result<Opened, RunError> {
-        let (socket, guard) = match way {
-            Way::Socket(s) => (s, None),
-            Way::Guard(g) => (None, g),
+        let (socket, guard, relay) = match way {
+            Way::Socket(s) => (s, None, None),
+            Way::Guard(g) => (None, g, None),
+            Way::Relay(r) => (None, None, r),
         };
         if provider.wall.is_none() && provider.remote_cap.is_none() {
             return Err(Refusal::new(Reason::Environment, "no container engine is configured on this host").into());
@@ -183,6 +191,11 @@ impl PluginSession {
         // The session's own guard credential, kept out of everything the plugin says.
         store.data_mut().secrets =
             guard.iter().filter_map(|g| g.held.as_ref()).map(|(t, _)| t.credential().to_string()).collect();
+        // A relayed session's streams, opened by the plugin's `open`, live with the store.
+        if let Some((socket, _)) = &relay {
+            store.data_mut().secrets.push(socket.token().to_string());
+            store.data_mut().relay_to = Some(socket.path());
+        }
         // Every container the open creates gets the session's socket and variables.
         store.data_mut().broker = socket.as_ref().map(|s| s.socket.mount());
         let plugin = pre.instantiate(&mut store).map_err(|e| {
@@ -190,8 +203,13 @@ impl PluginSession {
         })?;
         let limits = facts.limits.wit(facts.limits.default_timeout, facts.limits.session_disk_mb);
         let lifetime = u32::try_from((facts.limits.session_lifetime + LABEL_MARGIN).as_secs()).unwrap_or(u32::MAX);
-        let held = guard.as_ref().and_then(|g| g.held.as_ref()).map(|(_, record)| record);
-        let opened = plugin.plimsoll_provider_provider().session().call_open(&mut store, limits, lifetime, held);
+        let held = match (&guard, &relay) {
+            (_, Some((_, record))) => Some(wit::Grant::Relay(record.clone())),
+            (Some(g), None) => g.held.as_ref().map(|(_, record)| wit::Grant::Guard(record.clone())),
+            (None, None) => None,
+        };
+        let opened =
+            plugin.plimsoll_provider_provider().session().call_open(&mut store, limits, lifetime, held.as_ref());
         let used = std::mem::take(&mut store.data_mut().used);
         // A failed open leaves nothing: dropping the store removes what it created
         // (a remote sandbox left undeleted goes to the releaser).
@@ -253,6 +271,7 @@ impl PluginSession {
             broken: None,
             socket,
             guard,
+            relayed: relay.map(|(socket, _)| socket),
         };
         let evidence = session.evidence();
         if let Err(e) = after_run_floor(evidence.tier, floor) {
@@ -486,12 +505,16 @@ impl Session for PluginSession {
                 };
                 let limits = self.limits(s.timeout);
                 let language = s.language.as_str();
-                let record = ticket.as_ref().map(|(_, r)| r);
+                let record = ticket.as_ref().map(|(_, r)| wit::Grant::Guard(r.clone()));
                 let answer = self.dispatch(s.timeout, |store, plugin, h| {
-                    plugin
-                        .plimsoll_provider_provider()
-                        .session()
-                        .call_snippet(store, h, language, s.code, limits, record)
+                    plugin.plimsoll_provider_provider().session().call_snippet(
+                        store,
+                        h,
+                        language,
+                        s.code,
+                        limits,
+                        record.as_ref(),
+                    )
                 });
                 if let Some(armed) = armed {
                     self.disarm(armed)?;
@@ -550,6 +573,10 @@ impl Session for PluginSession {
             }
             let _ = handle.resource_drop(&mut self.store);
         }
+        // The sandbox is gone (or going to the releaser): its relay streams and
+        // the socket they reach end with it.
+        self.store.data_mut().relays = super::http::Relays::default();
+        self.relayed = None;
         // A remote sandbox the plugin's close did not delete goes to the releaser
         // when the store drops (the book holds its capacity meanwhile).
         let Some(wall) = self.facts.wall.clone() else { return };

@@ -29,6 +29,8 @@ pub(super) const PYTHON_CLIENT: &str = include_str!("../../../../runners/host-ap
 pub const MAX_CONNECTIONS: usize = 32;
 /// The largest envelope: a 1 MiB body, JSON-escaped, and its method and path.
 pub const MAX_ENVELOPE_BYTES: usize = (2 << 20) + (64 << 10);
+/// The socket's name in the run's directory.
+pub(super) const SOCKET: &str = "host-api.sock";
 /// How long a request body may take to arrive.
 const BODY_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -43,11 +45,17 @@ struct Envelope {
 }
 
 /// A run's socket; dropping it stops serving and removes the directory.
-#[derive(Debug)]
 pub struct BrokerSocket {
     dir: PathBuf,
     mount: BrokerMount,
+    token: Arc<str>,
     task: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for BrokerSocket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerSocket").field("dir", &self.dir).finish_non_exhaustive()
+    }
 }
 
 impl Drop for BrokerSocket {
@@ -185,7 +193,7 @@ impl BrokerSocket {
         if let Some(grant) = described.filter(|g| !g.preamble.is_empty()) {
             write_public(&dir, PREAMBLE, &grant.preamble)?;
         }
-        let path = dir.join("host-api.sock");
+        let path = dir.join(SOCKET);
         let std_listener = std::os::unix::net::UnixListener::bind(&path)?;
         // The guest's uid is not the host's: anyone inside may connect; the run token decides.
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))?;
@@ -219,7 +227,7 @@ impl BrokerSocket {
         });
         let target = |name: &str| format!("{BROKER_TARGET}/{name}");
         let mut env = vec![
-            ("PLIMSOLL_HOST_API".to_string(), target("host-api.sock")),
+            ("PLIMSOLL_HOST_API".to_string(), target(SOCKET)),
             ("PLIMSOLL_HOST_TOKEN".to_string(), token.to_string()),
             ("NODE_OPTIONS".to_string(), format!("--require={}", target("host.js"))),
             ("PYTHONPATH".to_string(), BROKER_TARGET.to_string()),
@@ -228,7 +236,7 @@ impl BrokerSocket {
             env.push(("PLIMSOLL_HOST_GLOBAL".to_string(), grant.global.clone()));
             env.push(("PLIMSOLL_HOST_ROUTES".to_string(), grant.routes.join("\n")));
         }
-        Ok(BrokerSocket { mount: BrokerMount { dir: dir.clone(), env }, dir, task })
+        Ok(BrokerSocket { mount: BrokerMount { dir: dir.clone(), env }, dir, token, task })
     }
 
     /// Describes `grant`'s client (its global, routes and preamble) to the
@@ -255,6 +263,16 @@ impl BrokerSocket {
     pub fn undescribe(&self) -> std::io::Result<()> {
         remove_if_there(&self.dir.join(DESCRIPTION))?;
         remove_if_there(&self.dir.join(PREAMBLE))
+    }
+
+    /// The socket's path on this host.
+    pub fn path(&self) -> PathBuf {
+        self.dir.join(SOCKET)
+    }
+
+    /// The run token the socket admits calls on.
+    pub fn token(&self) -> &str {
+        &self.token
     }
 
     /// The bind and variables a container of this run gets.

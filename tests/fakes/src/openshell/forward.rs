@@ -4,8 +4,9 @@
 //! the sandbox, a loopback TCP target and the token, then the connection's bytes
 //! both ways) is checked as the gateway checks it (the same order, codes and
 //! words) and bridged to the target from inside the sandbox, as the gateway's
-//! supervisor dials it: here a small program `docker exec`s in, connects to the
-//! target and pipes the bytes. A token carries at most 3 forwards at once, a
+//! supervisor dials it: here a small program `docker exec`s in as root (as the
+//! supervisor runs, so no guest process can signal it), connects to the target
+//! and pipes the bytes. A token carries at most 3 forwards at once, a
 //! sandbox 20.
 
 use std::sync::Arc;
@@ -225,6 +226,9 @@ impl Fake {
         if session.expires_at_ms > 0 && now_ms() > session.expires_at_ms {
             return Err(Status::unauthenticated("SSH session token expired"));
         }
+        if self.mode == Some(super::Mode::ForwardRefused) {
+            return Err(Status::new(Code::Unavailable, "supervisor relay failed: connection refused"));
+        }
         // The supervisor's SSH server is not part of this fake.
         let host = host.ok_or_else(|| {
             Status::new(Code::Unavailable, "supervisor relay failed: this fake serves TCP targets only")
@@ -279,6 +283,7 @@ impl Fake {
             cwd: docker::WORKSPACE.into(),
             input: Some(input),
             marker: Some(marker.clone()),
+            supervisor: true,
             ..Process::default()
         };
         let (tx, mut rx) = mpsc::channel(16);

@@ -501,6 +501,18 @@ mod forward {
         );
     }
 
+    #[tokio::test]
+    async fn in_mode_forward_refused_every_admitted_forward_is_unavailable() {
+        let f = fake(Some(Mode::ForwardRefused));
+        let id = stored(&f, "box", &[], Backend::Running);
+        let (_, token) = session(&f, &id).await;
+        assert_eq!(
+            refused(&f, &[init(&id, "127.0.0.1", 80, &token)]).await,
+            ("14".to_string(), "supervisor relay failed: connection refused".to_string())
+        );
+        assert_eq!(refused(&f, &[init(&id, "127.0.0.1", 80, "made-up")]).await.0, "16", "checks come first");
+    }
+
     /// The data frames of a forward's answer until `want` bytes came, then the
     /// rest of the stream and its status.
     async fn echoed(body: &mut Body, want: usize) -> Vec<u8> {

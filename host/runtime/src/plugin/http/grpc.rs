@@ -1,6 +1,7 @@
 //! What the host reads of a gRPC exchange to book a plugin's sandboxes itself:
-//! the status, and one string field of a message by its path of field numbers.
-//! Nothing else of a body is looked at.
+//! the status, and one string field of a message by its path of field numbers;
+//! and the framing of a relay stream's messages, each carrying a piece of a
+//! byte stream in one field. Nothing else of a body is looked at.
 
 /// How the host books the targets of an endpoint spoken in gRPC: a create
 /// method whose OK answer names what it made, and a delete method whose request
@@ -78,6 +79,70 @@ fn field(msg: &[u8], n: u32) -> Option<&[u8]> {
     (at == msg.len()).then_some(found).flatten()
 }
 
+/// `msg` as one gRPC message: uncompressed, its length before it.
+pub(super) fn framed(msg: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(msg.len() + 5);
+    out.push(0);
+    out.extend_from_slice(&u32::try_from(msg.len()).unwrap_or(u32::MAX).to_be_bytes());
+    out.extend_from_slice(msg);
+    out
+}
+
+/// Takes every whole message off the front of `buf`, leaving a part one.
+///
+/// # Errors
+///
+/// A compressed message, or one over `max` bytes: the stream is unusable.
+pub(super) fn take_messages(buf: &mut Vec<u8>, max: usize) -> Result<Vec<Vec<u8>>, String> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(head) = buf.get(at..at + 5) {
+        if head[0] != 0 {
+            return Err("a compressed message, which was not asked for".into());
+        }
+        let len = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        if len > max {
+            return Err(format!("a message of {len} bytes, over the {max} a relay takes"));
+        }
+        let Some(msg) = buf.get(at + 5..at + 5 + len) else { break };
+        out.push(msg.to_vec());
+        at += 5 + len;
+    }
+    buf.drain(..at);
+    Ok(out)
+}
+
+/// A message whose one field `n` holds `data`, length-delimited.
+pub(super) fn bytes_message(n: u32, data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len() + 12);
+    for mut v in [u64::from(n) << 3 | 2, data.len() as u64] {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    out.extend_from_slice(data);
+    out
+}
+
+/// The bytes of a message whose only field is `n`, length-delimited; empty for
+/// an empty message (proto3 leaves empty bytes out). None for any other field.
+pub(super) fn only_bytes(msg: &[u8], n: u32) -> Option<&[u8]> {
+    let mut at = 0;
+    let mut found: &[u8] = &[];
+    while at < msg.len() {
+        let key = varint(msg, &mut at)?;
+        if key != u64::from(n) << 3 | 2 {
+            return None;
+        }
+        let len = usize::try_from(varint(msg, &mut at)?).ok()?;
+        found = msg.get(at..at.checked_add(len)?)?;
+        at += len;
+    }
+    Some(found)
+}
+
 /// The string at `path` in `msg`.
 fn string_at(msg: &[u8], path: &[u32]) -> Option<String> {
     let mut here = msg;
@@ -124,13 +189,6 @@ mod tests {
         out
     }
 
-    fn framed(msg: &[u8]) -> Vec<u8> {
-        let mut out = vec![0];
-        out.extend_from_slice(&(msg.len() as u32).to_be_bytes());
-        out.extend_from_slice(msg);
-        out
-    }
-
     fn answer(body: Vec<u8>, code: &str) -> super::super::Answer {
         super::super::Answer {
             status: 200,
@@ -172,5 +230,27 @@ mod tests {
         assert_eq!(b.deleted("/s/Delete", &req, &answer(vec![], "0")), Some("plimsoll-1".into()));
         assert_eq!(b.deleted("/s/Delete", &req, &answer(vec![], "5")), Some("plimsoll-1".into()));
         assert_eq!(b.deleted("/s/Delete", &req, &answer(vec![], "13")), None, "a failed delete is still held");
+    }
+
+    #[test]
+    fn a_relay_message_carries_one_field_and_messages_are_taken_whole() {
+        let big = vec![7u8; 300];
+        let msg = bytes_message(2, &big);
+        assert_eq!(only_bytes(&msg, 2), Some(big.as_slice()));
+        assert_eq!(only_bytes(&[], 2), Some(&[][..]), "an empty message is an empty piece");
+        assert_eq!(only_bytes(&msg, 1), None, "another field is not the stream's bytes");
+        assert_eq!(only_bytes(&[msg.clone(), len_field(1, b"x")].concat(), 2), None);
+        assert_eq!(only_bytes(&msg[..msg.len() - 1], 2), None, "a cut message");
+        let mut buf = [framed(b"ab"), framed(&msg)].concat();
+        let tail = buf.split_off(buf.len() - 3);
+        assert_eq!(take_messages(&mut buf, 1024), Ok(vec![b"ab".to_vec()]));
+        buf.extend_from_slice(&tail);
+        assert_eq!(take_messages(&mut buf, 1024), Ok(vec![msg]));
+        assert!(buf.is_empty());
+        let mut huge = framed(&[0u8; 40]);
+        assert!(take_messages(&mut huge, 32).is_err_and(|e| e.contains("over the 32")));
+        let mut compressed = framed(b"z");
+        compressed[0] = 1;
+        assert!(take_messages(&mut compressed, 32).is_err());
     }
 }

@@ -34,7 +34,7 @@ fn gate(base: &str) -> HttpGate {
 }
 
 /// A gate whose call records land in the returned list.
-fn logged(endpoints: BTreeMap<String, Endpoint>) -> (HttpGate, Arc<Mutex<Vec<CallRecord>>>) {
+pub(super) fn logged(endpoints: BTreeMap<String, Endpoint>) -> (HttpGate, Arc<Mutex<Vec<CallRecord>>>) {
     let records = Arc::new(Mutex::new(Vec::new()));
     let sink = Arc::clone(&records);
     let gate = HttpGate::new(endpoints).expect("gate").logging(Arc::new(move |r: &CallRecord| {
@@ -43,7 +43,7 @@ fn logged(endpoints: BTreeMap<String, Endpoint>) -> (HttpGate, Arc<Mutex<Vec<Cal
     (gate, records)
 }
 
-fn allowed(endpoints: &[&str]) -> Allowed {
+pub(super) fn allowed(endpoints: &[&str]) -> Allowed {
     Allowed {
         endpoints: endpoints.iter().map(|e| (*e).to_string()).collect(),
         headers: vec!["content-type".into(), "x-run".into()],
@@ -295,13 +295,19 @@ fn a_grpc_create_books_what_its_answer_names_and_only_a_delete_that_succeeded_fo
     assert_eq!(e, "targets are booked from endpoint \"api\", which is not configured");
 }
 
-/// A hyper server (HTTP/1.1 and HTTP/2, over TLS when `tls` is given) that
-/// streams [`stream_body`] for each path and says on `/version` which protocol
-/// it spoke. Returns its port and a flag raised when a stream's client went away.
-fn stream_server(tls: Option<Arc<rustls::ServerConfig>>) -> (u16, Arc<std::sync::atomic::AtomicBool>) {
+/// Serves `answer` for each request on a loopback port (HTTP/1.1 and HTTP/2,
+/// over TLS when `tls` is given), on a thread of its own; returns the port.
+pub(super) fn serve<B>(
+    tls: Option<Arc<rustls::ServerConfig>>,
+    answer: impl Fn(http::Request<hyper::body::Incoming>) -> http::Response<B> + Send + Sync + 'static,
+) -> u16
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
     use hyper_util::rt::TokioIo;
-    let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = Arc::clone(&gone);
+    let answer = Arc::new(answer);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
@@ -310,32 +316,11 @@ fn stream_server(tls: Option<Arc<rustls::ServerConfig>>) -> (u16, Arc<std::sync:
             tx.send(listener.local_addr().expect("addr").port()).expect("port");
             loop {
                 let Ok((tcp, _)) = listener.accept().await else { continue };
-                let flag = Arc::clone(&flag);
-                let tls = tls.clone();
+                let (tls, answer) = (tls.clone(), Arc::clone(&answer));
                 tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
-                        let flag = Arc::clone(&flag);
-                        async move {
-                            let version = format!("{:?}", req.version());
-                            let (head, frames) = stream_body(req.uri().path());
-                            let (send, recv) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(1);
-                            tokio::spawn(async move {
-                                if frames.is_empty() {
-                                    let _ = send.send(Ok(Frame::data(Bytes::from(version)))).await;
-                                }
-                                for (wait, frame) in frames {
-                                    tokio::time::sleep(wait).await;
-                                    if send.send(Ok(frame)).await.is_err() {
-                                        flag.store(true, std::sync::atomic::Ordering::SeqCst);
-                                        return;
-                                    }
-                                }
-                            });
-                            let body = StreamBody::new(tokio_stream(recv));
-                            let mut resp = http::Response::new(body);
-                            *resp.headers_mut() = head;
-                            Ok::<_, std::convert::Infallible>(resp)
-                        }
+                    let service = hyper::service::service_fn(move |req| {
+                        let resp = answer(req);
+                        async move { Ok::<_, std::convert::Infallible>(resp) }
                     });
                     let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                     match tls {
@@ -351,7 +336,37 @@ fn stream_server(tls: Option<Arc<rustls::ServerConfig>>) -> (u16, Arc<std::sync:
             }
         });
     });
-    (rx.recv().expect("port"), gone)
+    rx.recv().expect("port")
+}
+
+/// A hyper server (HTTP/1.1 and HTTP/2, over TLS when `tls` is given) that
+/// streams [`stream_body`] for each path and says on `/version` which protocol
+/// it spoke. Returns its port and a flag raised when a stream's client went away.
+fn stream_server(tls: Option<Arc<rustls::ServerConfig>>) -> (u16, Arc<std::sync::atomic::AtomicBool>) {
+    let gone = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = Arc::clone(&gone);
+    let port = serve(tls, move |req| {
+        let flag = Arc::clone(&flag);
+        let version = format!("{:?}", req.version());
+        let (head, frames) = stream_body(req.uri().path());
+        let (send, recv) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::io::Error>>(1);
+        tokio::spawn(async move {
+            if frames.is_empty() {
+                let _ = send.send(Ok(Frame::data(Bytes::from(version)))).await;
+            }
+            for (wait, frame) in frames {
+                tokio::time::sleep(wait).await;
+                if send.send(Ok(frame)).await.is_err() {
+                    flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                    return;
+                }
+            }
+        });
+        let mut resp = http::Response::new(StreamBody::new(tokio_stream(recv)));
+        *resp.headers_mut() = head;
+        resp
+    });
+    (port, gone)
 }
 
 /// The receiving end of a channel as a stream of frames.
@@ -416,13 +431,13 @@ fn a_slow_stream_waits_no_longer_than_asked_and_ends_at_its_time_and_a_dropped_o
 }
 
 /// A CA, a server certificate for 127.0.0.1 and a client certificate, as PEM.
-struct Pki {
-    ca: String,
+pub(super) struct Pki {
+    pub(super) ca: String,
     server: (String, String),
-    client: (String, String),
+    pub(super) client: (String, String),
 }
 
-fn pki() -> Pki {
+pub(super) fn pki() -> Pki {
     use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
     let mut ca = CertificateParams::new(Vec::<String>::new()).expect("params");
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -436,7 +451,7 @@ fn pki() -> Pki {
 }
 
 /// A server configuration that demands a client certificate from `pki`'s CA.
-fn mtls_server(pki: &Pki) -> Arc<rustls::ServerConfig> {
+pub(super) fn mtls_server(pki: &Pki) -> Arc<rustls::ServerConfig> {
     use rustls::pki_types::PrivateKeyDer;
     use rustls::pki_types::pem::PemObject as _;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
