@@ -176,6 +176,35 @@ print("ok")
     assert_eq!(settle(&g.fake, 0), 0, "the session's sandbox was deleted");
 }
 
+/// A guard's rule that will not come off after a session call that named its
+/// grant (fake mode `sticky-rule`): the call's answer stands (its credential is
+/// closed already), the session ends `sandbox_changed`, and its sandbox is
+/// deleted.
+#[test]
+fn a_guard_rule_that_will_not_come_off_ends_the_session() {
+    let sessions = [("SANDBOX_MAX_SESSIONS", "2")];
+    let guard = (Some("E2B_GUARD_URL"), Some("sticky-rule"));
+    let Some(g) = super::fakes::guarded("e2b", guard, TOKEN, &sessions) else { return };
+    let out = g.as_alice(
+        r#"
+from plimsoll_client import SessionEndedError
+s = alice.open_session()
+r = s.run_javascript('host.get("/items/*", [3]).then((i) => console.log(i.name))', grant_profile="inventory-per-call")
+print(r.stdout.decode().strip())
+try:
+    s.run_javascript("console.log(1)")
+    raise AssertionError("the session lived on")
+except SessionEndedError as e:
+    print(type(e).__name__, e)
+"#,
+    );
+    assert!(out.starts_with("washer\n"), "the granted call's answer stands: {out}");
+    let want = "the guard's rule could not be taken off the session's e2b sandbox after a granted call";
+    assert!(out.contains("SessionEndedError") && out.contains("sandbox_changed") && out.contains(want), "{out}");
+    assert!(g.daemon.log().iter().all(|l| !l.contains("crg_")), "a credential was logged");
+    assert_eq!(settle(&g.fake, 0), 0, "the ended session's sandbox was deleted");
+}
+
 #[test]
 fn the_operators_cap_lowers_the_tier_and_a_floor_above_it_creates_nothing() {
     let Some(fake) = Fake::start("e2b", None) else { return };

@@ -18,7 +18,7 @@ use crate::server::{self, Body, Handler, Request};
 use crate::util::{multipart, now, random, rfc3339};
 
 /// Each way this fake can misbehave, and what it does.
-pub const MODES: [(&str, &str); 11] = [
+pub const MODES: [(&str, &str); 12] = [
     ("redirect", "every answer is a 307 redirect elsewhere"),
     ("weaker", "the read-back grants more than asked: internet access, egress to 0.0.0.0/0, 8 CPUs and 8 GiB"),
     ("open-policy", "the read-back's egress policy is not deny-all (denyOut empty)"),
@@ -30,6 +30,7 @@ pub const MODES: [(&str, &str); 11] = [
     ("undeletable", "deletes answer 500 and leave the sandbox running"),
     ("leaky", "a create answers 500 with the caller's API key echoed in its message"),
     ("drift", "a sandbox reads back as asked twice, then with internet access (a sandbox changed after its create)"),
+    ("sticky-rule", "a network update that would take every allowed host off answers 204 and changes nothing"),
 ];
 
 /// A misbehaviour.
@@ -46,6 +47,7 @@ pub enum Mode {
     Undeletable,
     Leaky,
     Drift,
+    StickyRule,
 }
 
 impl Mode {
@@ -63,6 +65,7 @@ impl Mode {
             "undeletable" => Mode::Undeletable,
             "leaky" => Mode::Leaky,
             "drift" => Mode::Drift,
+            "sticky-rule" => Mode::StickyRule,
             _ => return None,
         })
     }
@@ -427,6 +430,10 @@ impl Fake {
         let Some(s) = all.get_mut(id) else { return missing(id) };
         if s.paused {
             return error(409, &format!("Sandbox \"{id}\" is paused; resume it before updating its network"));
+        }
+        let closing = network.get("allowOut").and_then(Value::as_array).is_none_or(Vec::is_empty);
+        if self.mode == Some(Mode::StickyRule) && closing {
+            return server::whole(204, "", Bytes::new());
         }
         if let Some(way) = &s.way_out {
             way.set(rules);
