@@ -170,15 +170,10 @@ impl Sandbox {
         api::denies_all(&policy, wanted.allow).map_err(isolation)?;
         sandbox.mint().map_err(|e| env("minting the sandbox's endpoint credential", e))?;
         if let Some(g) = grant {
-            for f in &g.client {
-                let path = format!("{CLIENT_DIR}/{}", f.path);
-                Remote::upload(&sandbox, &path, &f.content)
-                    .map_err(|e| env(&format!("writing the grant's client {}", f.path), e))?;
-            }
-            let vars = g.env.iter().map(|(k, v)| (k.as_str(), v.replace("{dir}", CLIENT_DIR)));
-            let vars = vars.chain([(GUARD_TOKEN_VAR, g.credential.clone())]);
+            let client = g.client.iter().map(|f| (f.path.as_str(), f.content.as_slice()));
+            let vars = g.env.iter().cloned().chain([(GUARD_TOKEN_VAR.to_string(), g.credential.clone())]);
             sandbox.exports =
-                vars.map(|(k, v)| format!("export {k}={}; ", remote::shell_quote(&v))).collect::<String>();
+                sandbox.install_client(CLIENT_DIR, client, vars).map_err(|e| refused(RefusalReason::Environment, e))?;
         }
         Ok(sandbox)
     }
@@ -213,13 +208,7 @@ impl Remote for Sandbox {
     /// away at the door.
     fn run(&self, script: &str, cwd: &str, deadline: Instant, max_output: usize) -> Result<remote::Ran, String> {
         self.fresh_for(deadline.saturating_duration_since(Instant::now()))?;
-        let granted;
-        let script = if self.exports.is_empty() {
-            script
-        } else {
-            granted = format!("{}{script}", self.exports);
-            granted.as_str()
-        };
+        let script = &remote::exported(&self.exports, script);
         match endpoint::run(&self.uid, script, cwd, deadline, max_output) {
             Ok(ran) => Ok(ran),
             Err(Failed::Door(_)) => {

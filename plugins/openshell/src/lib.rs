@@ -364,10 +364,10 @@ impl Sandbox {
     /// a refusal.
     fn carry(&mut self, g: &RelayGrant) -> Result<(), Refusal> {
         let env = |what: &str, e: String| refused(RefusalReason::Environment, format!("{what}: {e}"));
-        for f in &g.client {
-            self.upload(&format!("{CLIENT_DIR}/{}", f.path), &f.content)
-                .map_err(|e| env(&format!("writing the grant's client {}", f.path), e))?;
-        }
+        let client = g.client.iter().map(|f| (f.path.as_str(), f.content.as_slice()));
+        let exports = self
+            .install_client(CLIENT_DIR, client, g.env.iter().cloned())
+            .map_err(|e| refused(RefusalReason::Environment, e))?;
         let socket = format!("{CLIENT_DIR}/{}", g.socket);
         let deadline = Instant::now() + Duration::from_secs(20);
         let done = self
@@ -381,11 +381,7 @@ impl Sandbox {
             )
         })?;
         self.open_forwards(port).map_err(|e| env("opening the grant's forwards", e))?;
-        self.exports = g
-            .env
-            .iter()
-            .map(|(k, v)| format!("export {k}={}; ", remote::shell_quote(&v.replace("{dir}", CLIENT_DIR))))
-            .collect();
+        self.exports = exports;
         Ok(())
     }
 
@@ -468,14 +464,8 @@ impl Remote for Sandbox {
     }
 
     fn run(&self, script: &str, cwd: &str, deadline: Instant, max_output: usize) -> Result<remote::Ran, String> {
-        let granted;
-        let script = if self.exports.is_empty() {
-            script
-        } else {
-            granted = format!("{}{script}", self.exports);
-            &granted
-        };
-        let wrapped = wrapper::wrap(script, cwd, deadline, max_output);
+        let script = remote::exported(&self.exports, script);
+        let wrapped = wrapper::wrap(&script, cwd, deadline, max_output);
         // The wrapper's own cap is one byte past the caller's; its trailer follows.
         let done = self.exec(wrapped.argv.clone(), &[], deadline + Duration::from_secs(3), max_output + 4096)?;
         match done.exit_code {

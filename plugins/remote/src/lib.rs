@@ -50,6 +50,27 @@ pub trait Remote {
     fn before_artifacts(&self) -> &'static str {
         ""
     }
+    /// Writes a grant's `client` (bare names and contents) into `dir`; returns
+    /// the shell line every command of the run exports first: `env`, `{dir}`
+    /// in a value replaced by `dir` (see [`exported`]). A failure names the
+    /// file it was writing.
+    fn install_client<'a>(
+        &self,
+        dir: &str,
+        client: impl IntoIterator<Item = (&'a str, &'a [u8])>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<String, String> {
+        for (name, content) in client {
+            self.upload(&format!("{dir}/{name}"), content)
+                .map_err(|e| format!("writing the grant's client {name}: {e}"))?;
+        }
+        Ok(env.into_iter().map(|(k, v)| format!("export {k}={}; ", shell_quote(&v.replace("{dir}", dir)))).collect())
+    }
+}
+
+/// `script` with `exports` (an [`Remote::install_client`] line) before it.
+pub fn exported<'a>(exports: &str, script: &'a str) -> std::borrow::Cow<'a, str> {
+    if exports.is_empty() { script.into() } else { format!("{exports}{script}").into() }
 }
 
 /// A shell line that SIGKILLs every process the guest may signal except the
