@@ -687,11 +687,7 @@ impl PluginProvider {
             );
         }
         if self.grant_way == wit::GrantWay::Relay {
-            let gate = self.http.as_ref().ok_or_else(|| no_grants(&self.name, kind))?;
-            let socket = BrokerSocket::open(grant, &gate.handle()).map_err(|e| {
-                Refusal::new(Reason::Environment, format!("the run's broker socket could not be made: {e}"))
-            })?;
-            let record = relay_grant(&socket, grant);
+            let (socket, record) = self.relayed(grant, ("run", kind))?;
             return Ok(Some(Way::Relay(socket, record)));
         }
         let access = self.guard.as_ref().ok_or_else(|| no_grants(&self.name, kind))?;
@@ -700,6 +696,20 @@ impl PluginProvider {
         })?;
         let record = guard_grant(access, &ticket, grant);
         Ok(Some(Way::Guard(ticket, record)))
+    }
+}
+
+impl PluginProvider {
+    /// A relayed `whose` (run or session) broker socket, served on the gate's
+    /// runtime and mounted nowhere, and the client the plugin installs for
+    /// `grant`; refused as no grant for `kind` without a gate.
+    fn relayed(&self, grant: &Grant, (whose, kind): (&str, &str)) -> Result<(BrokerSocket, wit::RelayGrant), Refusal> {
+        let gate = self.http.as_ref().ok_or_else(|| no_grants(&self.name, kind))?;
+        let socket = BrokerSocket::open(grant, &gate.handle()).map_err(|e| {
+            Refusal::new(Reason::Environment, format!("the {whose}'s broker socket could not be made: {e}"))
+        })?;
+        let record = relay_grant(&socket, grant);
+        Ok((socket, record))
     }
 }
 
@@ -910,14 +920,7 @@ impl Provider for PluginProvider {
             let relay = match reach {
                 SessionReach::Nothing => None,
                 SessionReach::PerCall => return Err(no_grants(&self.name, "session calls").into()),
-                SessionReach::Held(g) => {
-                    let gate = self.http.as_ref().ok_or_else(|| no_grants(&self.name, "sessions"))?;
-                    let socket = BrokerSocket::open(g, &gate.handle()).map_err(|e| {
-                        Refusal::new(Reason::Environment, format!("the session's broker socket could not be made: {e}"))
-                    })?;
-                    let record = relay_grant(&socket, g);
-                    Some((socket, record))
-                }
+                SessionReach::Held(g) => Some(self.relayed(g, ("session", "sessions"))?),
             };
             return super::session::PluginSession::open(self, &self.pre, floor, super::session::Way::Relay(relay));
         }
