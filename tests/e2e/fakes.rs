@@ -198,7 +198,10 @@ pub(super) fn guarded(
     let route = format!("{guard}=127.0.0.1:{port}");
     let routes = if url_var.is_some() { vec!["--route", route.as_str()] } else { vec![] };
     let fake = Fake::start_with(vendor, mode, &routes)?;
-    let dir = super::scratch(&format!("{vendor}-guarded-grants-{}", mode.unwrap_or("faithful")));
+    // Tests of one vendor and mode run at once: each daemon gets a directory of its own.
+    static DAEMONS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = DAEMONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = super::scratch(&format!("{vendor}-guarded-grants-{}-{n}", mode.unwrap_or("faithful")));
     let (guard_addr, url) = (format!("127.0.0.1:{port}"), format!("https://{guard}/v1/guard"));
     let mut settings = extra.to_vec();
     if let Some(var) = url_var {
