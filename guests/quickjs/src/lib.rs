@@ -7,6 +7,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
+use std::ffi::{CStr, c_char, c_int};
 use std::rc::Rc;
 
 use rquickjs::context::EvalOptions;
@@ -378,4 +379,83 @@ impl GuestInterpreter for Interpreter {
             }
         })
     }
+}
+
+/// QuickJS's scratch space for `js_atod` (dtoa.h's `JSATODTempMem`).
+#[repr(C)]
+pub struct AtodMem([u64; 27]);
+
+/// QuickJS's scratch space for `js_dtoa` (dtoa.h's `JSDTOATempMem`).
+#[repr(C)]
+pub struct DtoaMem([u64; 37]);
+
+/// `js_dtoa`'s free format with the exponent when due: flags 0.
+const DTOA_FREE_AUTO: c_int = 0;
+
+unsafe extern "C" {
+    /// QuickJS's own parser (`--wrap` renames it).
+    fn __real_js_atod(s: *const c_char, next: *mut *const c_char, radix: c_int, flags: c_int, mem: *mut AtodMem)
+    -> f64;
+    /// QuickJS's own printer (`--wrap` renames it).
+    fn __real_js_dtoa(buf: *mut c_char, d: f64, radix: c_int, digits: c_int, flags: c_int, mem: *mut DtoaMem) -> c_int;
+}
+
+/// QuickJS's `js_atod`, with [`plimsoll_jsnum::parse_decimal`] in front for a plain
+/// decimal (see `build.rs`): the same value, without multi-precision arithmetic.
+///
+/// # Safety
+///
+/// QuickJS's contract: `s` is NUL-terminated, `mem` points at its scratch space.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __wrap_js_atod(
+    s: *const c_char,
+    next: *mut *const c_char,
+    radix: c_int,
+    flags: c_int,
+    mem: *mut AtodMem,
+) -> f64 {
+    // Only JS_ATOD_INT_ONLY (1) may be set: the other flags widen the syntax, and
+    // a caller asking where the number ended wants QuickJS's scan.
+    if radix == 10 && next.is_null() && flags & !1 == 0 {
+        // SAFETY: QuickJS passes a NUL-terminated string (its own `js_atof` buffer).
+        let text = unsafe { CStr::from_ptr(s) }.to_bytes();
+        if let Some(d) = plimsoll_jsnum::parse_decimal(text) {
+            return d;
+        }
+    }
+    // SAFETY: the caller's arguments, unchanged, to the function they were meant for.
+    unsafe { __real_js_atod(s, next, radix, flags, mem) }
+}
+
+/// QuickJS's `js_dtoa`, with [`plimsoll_jsnum::write`] in front for free format in
+/// radix 10 (`String(x)`; see `build.rs`): QuickJS's text, except just above some
+/// powers of two, where it is node's shortest one, as ECMAScript asks.
+///
+/// # Safety
+///
+/// QuickJS's contract: `buf` holds `js_dtoa_max_len` bytes and a NUL, `mem` points
+/// at its scratch space.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn __wrap_js_dtoa(
+    buf: *mut c_char,
+    d: f64,
+    radix: c_int,
+    digits: c_int,
+    flags: c_int,
+    mem: *mut DtoaMem,
+) -> c_int {
+    if radix == 10 && flags == DTOA_FREE_AUTO {
+        let mut text = [0u8; plimsoll_jsnum::MAX];
+        let len = plimsoll_jsnum::write(d, &mut text);
+        // SAFETY: QuickJS sizes `buf` as js_dtoa_max_len + 1 bytes, 26 for radix 10
+        // in free format, and `write` writes at most 25 (a sign, `0.`, five zeros and
+        // 17 digits), so the number and its NUL fit; `text` is ours.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), buf.cast::<u8>(), len);
+            *buf.add(len) = 0;
+        }
+        return len as c_int;
+    }
+    // SAFETY: the caller's arguments, unchanged, to the function they were meant for.
+    unsafe { __real_js_dtoa(buf, d, radix, digits, flags, mem) }
 }

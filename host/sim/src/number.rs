@@ -3,68 +3,15 @@
 //! is read as `Number(token)` would. A controller written for node therefore sees
 //! the same text here as under the original judge.
 
-use std::fmt::Write as _;
-
 /// Appends `x` as JavaScript's `Number.prototype.toString()` writes it: the
-/// shortest digits that read back to the same double, positional for exponents
-/// from -7 to 20 and `1.5e-7` / `1e+21` style outside that range.
+/// shortest digits that read back to the same double (the nearest, ties to even),
+/// positional for exponents from -7 to 20 and `1.5e-7` / `1e+21` style outside
+/// that range. `plimsoll-jsnum` does it, the code the QuickJS guest prints with.
 pub fn push_js(out: &mut String, x: f64) {
-    if x.is_nan() {
-        out.push_str("NaN");
-        return;
-    }
-    if x == 0.0 {
-        // Both zeros print as 0.
-        out.push('0');
-        return;
-    }
-    if x.is_infinite() {
-        out.push_str(if x < 0.0 { "-Infinity" } else { "Infinity" });
-        return;
-    }
-    if x < 0.0 {
-        out.push('-');
-    }
-    // Rust's `{:e}` gives the shortest round-trip digits, closest to the value:
-    // the digits ECMAScript's Number::toString asks for. Written into a buffer on
-    // the stack (at most 17 digits, a point and a 4-character exponent), as the
-    // judge writes thousands of numbers per run.
-    let mut buf = [0u8; 32];
-    let mut cursor = std::io::Cursor::new(&mut buf[..]);
-    let _ = std::io::Write::write_fmt(&mut cursor, format_args!("{:e}", x.abs()));
-    let len = cursor.position() as usize;
-    let sci = std::str::from_utf8(&buf[..len]).unwrap_or("0e0");
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci, "0"));
-    let mut digit_buf = [0u8; 24];
-    let mut k = 0usize;
-    for b in mantissa.bytes().filter(u8::is_ascii_digit).take(digit_buf.len()) {
-        digit_buf[k] = b;
-        k += 1;
-    }
-    let digits = std::str::from_utf8(&digit_buf[..k]).unwrap_or("0");
-    let k = k as i32;
-    // n: the position of the decimal point relative to the digits.
-    let n = exp.parse::<i32>().unwrap_or(0) + 1;
-    if k <= n && n <= 21 {
-        out.push_str(digits);
-        out.extend(std::iter::repeat_n('0', (n - k) as usize));
-    } else if 0 < n && n <= 21 {
-        out.push_str(&digits[..n as usize]);
-        out.push('.');
-        out.push_str(&digits[n as usize..]);
-    } else if -6 < n && n <= 0 {
-        out.push_str("0.");
-        out.extend(std::iter::repeat_n('0', (-n) as usize));
-        out.push_str(digits);
-    } else {
-        out.push_str(&digits[..1]);
-        if k > 1 {
-            out.push('.');
-            out.push_str(&digits[1..]);
-        }
-        let e = n - 1;
-        let _ = write!(out, "e{}{}", if e < 0 { '-' } else { '+' }, e.abs());
-    }
+    let mut text = [0u8; plimsoll_jsnum::MAX];
+    let len = plimsoll_jsnum::write(x, &mut text);
+    // jsnum writes ASCII only.
+    out.push_str(std::str::from_utf8(&text[..len]).unwrap_or("NaN"));
 }
 
 /// `x` as JavaScript's `String(x)` writes it.
@@ -179,6 +126,8 @@ mod tests {
             (1.7976931348623157e308, "1.7976931348623157e+308"),
             (2.0f64.powi(53), "9007199254740992"),
             (-2.5e-10, "-2.5e-10"),
+            // 1394865425023536.25, halfway between two 17-digit strings: node takes the even one.
+            (f64::from_bits(0x4313_d27d_a8ac_08c1), "1394865425023536.2"),
             (f64::NAN, "NaN"),
             (f64::INFINITY, "Infinity"),
             (f64::NEG_INFINITY, "-Infinity"),
