@@ -54,7 +54,7 @@ step "guest source unit tests (host-runnable modules)"
 rustc --edition 2024 --test guests/quickjs/src/redeclare.rs -o target/guest-redeclare-tests
 target/guest-redeclare-tests -q
 
-step "the simulation guests' own tests, on the host (libm against wasi-libc's vectors, the plants, the models' published checksums)"
+step "the guest crates' own tests, on the host (libm against wasi-libc's vectors, the plants, the models' published checksums, jsnum against QuickJS's dtoa.c)"
 cargo test --locked --manifest-path guests/Cargo.toml --workspace --exclude plimsoll-quickjs
 
 step "the docker session interpreters' own tests (node --test)"
