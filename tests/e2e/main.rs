@@ -18,6 +18,7 @@ mod jail;
 mod mcp;
 mod mcp_tour;
 mod openshell;
+mod place;
 mod pr_receipt;
 mod probes;
 mod python;

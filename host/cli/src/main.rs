@@ -12,6 +12,7 @@ mod attest;
 mod bench;
 mod callers;
 mod html;
+mod place;
 mod plugin;
 mod record;
 mod run;
@@ -53,6 +54,8 @@ enum Command {
     /// Manage the callers in a clients file.
     #[command(subcommand)]
     Callers(callers::Command),
+    /// Run one snippet on the first of several daemons that fits it and does not refuse it.
+    Place(place::Args),
     /// Run-record tools.
     #[command(subcommand)]
     Record(record::Command),
@@ -94,6 +97,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::main(args),
         Command::Serve(args) => serve::main(args),
         Command::Callers(cmd) => callers::main(cmd),
+        Command::Place(args) => place::main(args),
         Command::Record(cmd) => record::main(cmd),
         Command::Plugin(cmd) => plugin::main(cmd),
         Command::Attest(cmd) => attest::main(cmd),

@@ -54,8 +54,10 @@ pub struct Args {
     file: Option<PathBuf>,
 }
 
-fn read_code(args: &Args) -> anyhow::Result<Result<String, Refusal>> {
-    let bytes = match (&args.code, &args.file) {
+/// The code `-c CODE`, a FILE or `-` (standard input) gives, checked as the protocol
+/// checks code.
+pub(crate) fn read_code(code: &Option<String>, file: &Option<PathBuf>) -> anyhow::Result<Result<String, Refusal>> {
+    let bytes = match (code, file) {
         (Some(code), _) => code.clone().into_bytes(),
         (None, Some(path)) if path.as_os_str() == "-" => {
             let mut b = Vec::new();
@@ -140,7 +142,7 @@ fn request(
 const PYTHON_MAIN: &str = "main.py";
 
 /// `req` carrying `code`: a JavaScript snippet, or a Python project of one step.
-fn payload(language: Language, code: String, req: RunRequest) -> RunRequest {
+pub(crate) fn payload(language: Language, code: String, req: RunRequest) -> RunRequest {
     match language {
         Language::Python => RunRequest {
             project: Some(ProjectRun {
@@ -217,7 +219,7 @@ fn print_lines(resp: &RunResponse) -> anyhow::Result<ExitCode> {
 /// Runs `plimsoll-host run`.
 pub fn main(args: Args) -> anyhow::Result<ExitCode> {
     // Cheap checks first: bad code, a bad language or floor refuses before any engine starts.
-    let checked = read_code(&args)?.and_then(|code| {
+    let checked = read_code(&args.code, &args.file)?.and_then(|code| {
         let language = Language::parse(&args.language)?;
         validate::floor(args.min_isolation.as_deref().unwrap_or(""))?;
         Ok((code, language))
@@ -245,18 +247,18 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
         Ok(r) => r,
         Err(r) => return Ok(refused(args.json, &r)),
     };
-    show(&args, send_embedded(&wasm, req))
+    show(args.json, send_embedded(&wasm, req))
 }
 
 /// Prints how a run ended, as lines or as the response's JSON.
-fn show(args: &Args, sent: Sent) -> anyhow::Result<ExitCode> {
+pub(crate) fn show(json: bool, sent: Sent) -> anyhow::Result<ExitCode> {
     match sent {
-        Sent::Answered(resp) if args.json => {
+        Sent::Answered(resp) if json => {
             println!("{}", serde_json::to_string(&resp)?);
             Ok(ExitCode::from(shown(&resp).map(|j| j.exit_code.clamp(0, 255) as u8).unwrap_or(0)))
         }
         Sent::Answered(resp) => print_lines(&resp),
-        Sent::Refused(r) => Ok(refused(args.json, &r)),
+        Sent::Refused(r) => Ok(refused(json, &r)),
         Sent::MayHaveRun(detail) => {
             eprintln!("failed, may have run: {detail}");
             Ok(ExitCode::from(EXIT_MAY_HAVE_RUN))
@@ -296,24 +298,31 @@ pub(crate) fn send_embedded(wasm: &WasmProvider, req: RunRequest) -> Sent {
 ///
 /// The client could not be built (a bad URL or CA file).
 pub(crate) fn send_remote(url: &str, tls_ca: Option<PathBuf>, req: RunRequest) -> anyhow::Result<Sent> {
-    use plimsoll_client::{Client, Error, Settings};
+    use plimsoll_client::{Client, Settings};
     let token = std::env::var("PLIMSOLL_CALLER_TOKEN").ok().filter(|t| !t.is_empty());
     let settings = Settings { ca_file: tls_ca, ..Settings::default() };
     let client = Client::with_settings(url, token, settings).map_err(|e| anyhow::anyhow!(e.to_string()))?;
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
-    Ok(match rt.block_on(client.run(req)) {
-        Ok(resp) => Sent::Answered(Box::new(resp)),
-        Err(e) => match e.not_dispatched() {
-            Some(reason) => {
-                let message = match &e {
-                    Error::NotDispatched { message, .. } => message.clone(),
-                    other => other.to_string(),
-                };
-                Sent::Refused(Refusal::new(reason, message))
-            }
-            None => Sent::MayHaveRun(e.to_string()),
-        },
-    })
+    Ok(Sent::from_client(rt.block_on(client.run(req))))
+}
+
+impl Sent {
+    /// How the checking client's call ended.
+    pub(crate) fn from_client(result: Result<RunResponse, plimsoll_client::Error>) -> Sent {
+        match result {
+            Ok(resp) => Sent::Answered(Box::new(resp)),
+            Err(e) => match e.not_dispatched() {
+                Some(reason) => {
+                    let message = match &e {
+                        plimsoll_client::Error::NotDispatched { message, .. } => message.clone(),
+                        other => other.to_string(),
+                    };
+                    Sent::Refused(Refusal::new(reason, message))
+                }
+                None => Sent::MayHaveRun(e.to_string()),
+            },
+        }
+    }
 }
 
 /// `run --daemon URL`: the same run through the checked client.
@@ -338,7 +347,7 @@ fn remote(args: &Args, code: String, language: Language, url: &str) -> anyhow::R
             ..RunRequest::default()
         },
     );
-    show(args, send_remote(url, args.tls_ca.clone(), req)?)
+    show(args.json, send_remote(url, args.tls_ca.clone(), req)?)
 }
 
 #[cfg(test)]

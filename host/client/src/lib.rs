@@ -42,6 +42,7 @@ use plimsoll_core::wire::{
     SoftwareRule, from_json,
 };
 
+pub mod place;
 mod session;
 
 use plimsoll_core::{Floor, Reason, Refusal, Tier, validate};

@@ -1,0 +1,448 @@
+//! Placement: one caller, several daemons, each with its own credential.
+//!
+//! A [`Placer`] holds the daemons in the caller's order of preference and what each
+//! one's `Describe` last stated. A run goes to the first daemon whose description
+//! fits it ([`fit`]: the payload kind, grant support, the tier against the floor,
+//! the environment's identity) and, when that daemon refuses it without running
+//! anything for a reason another daemon may not share (unsupported, isolation,
+//! capacity, environment: [`retry_elsewhere`]), to the next. Anything that may have
+//! run ends placement there: the same request is never sent twice where it could run
+//! twice. A daemon that cannot be reached before a byte is sent counts as an
+//! environment refusal.
+//!
+//! Placement is advice for one client, not a wall: every daemon still checks
+//! everything, and every answer is checked by the [`Client`] that received it.
+//! A session is placed once, on a daemon that states sessions; its calls then go to
+//! that daemon only.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use plimsoll_core::wire::{DescribeResponse, Kind, PayloadEnvironment, RunRequest, RunResponse};
+use plimsoll_core::{Floor, Reason, Tier};
+
+use crate::{Client, Error, Session, SessionOptions};
+
+/// How long a description is believed before it is asked for again.
+pub const DESCRIPTION_TTL: Duration = Duration::from_secs(60);
+
+/// One daemon of a placement set: a name for reports and its own client.
+#[derive(Clone, Debug)]
+pub struct Backend {
+    /// Unique within the set; reports and errors name the daemon by it.
+    pub name: String,
+    /// The daemon's client, with its URL and credential.
+    pub client: Client,
+}
+
+/// What a run needs beyond its request.
+#[derive(Clone, Debug, Default)]
+pub struct Need {
+    /// A floor of the caller's own; the stronger of it and the request's applies.
+    pub floor: Option<Floor>,
+    /// The identity the daemon must state for the payload's environment
+    /// (`quickjs-wasm:sha256:…`, an image ID). A daemon that states none never
+    /// matches it.
+    pub environment: Option<String>,
+    /// Only daemons of this provider (`wasm`, `docker`, …).
+    pub provider: Option<String>,
+}
+
+/// Why one daemon did not run a request: filtered out by its description, or
+/// refused by it with the not-dispatched mark.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Passed {
+    /// The daemon's name.
+    pub backend: String,
+    /// The reason, as a refusal would carry it.
+    pub reason: Reason,
+    /// What did not fit, or the daemon's words.
+    pub message: String,
+}
+
+/// A placed call: the daemon that answered, what it answered, and every daemon
+/// passed over before it, in order.
+#[derive(Debug)]
+pub struct Placed<T> {
+    /// The daemon that answered.
+    pub backend: String,
+    /// Its checked answer.
+    pub value: T,
+    /// The daemons passed over, filtered or refused, in the order they were met.
+    pub passed: Vec<Passed>,
+}
+
+/// A call that was not placed: the error, which daemon gave it (none when no daemon
+/// fitted), and the daemons passed over before it.
+#[derive(Debug, thiserror::Error)]
+#[error("{}{error}{}", backend.as_ref().map(|b| format!("{b}: ")).unwrap_or_default(), passed_suffix(passed))]
+pub struct Unplaced {
+    /// The daemon whose answer ended placement; `None` when none was asked.
+    pub backend: Option<String>,
+    /// The error. [`Error::may_have_run`] says whether the code may have run there.
+    pub error: Error,
+    /// The daemons passed over before it.
+    pub passed: Vec<Passed>,
+}
+
+fn passed_suffix(passed: &[Passed]) -> String {
+    if passed.is_empty() {
+        return String::new();
+    }
+    let each: Vec<String> = passed.iter().map(|p| format!("{} ({}: {})", p.backend, p.reason, p.message)).collect();
+    format!(" [passed over: {}]", each.join("; "))
+}
+
+/// Whether a failed call may be sent to the next daemon: only when nothing ran and
+/// the reason is one another daemon may not share. A malformed request, a missing
+/// permission or a protocol mismatch would fail the same way everywhere.
+pub fn retry_elsewhere(error: &Error) -> bool {
+    matches!(
+        error.not_dispatched(),
+        Some(Reason::Unsupported | Reason::Isolation | Reason::Capacity | Reason::Environment)
+    )
+}
+
+/// Whether a daemon described as `desc` can take a payload of `kind` (with a grant
+/// when `grant`) under `floor` and `need`; `Err` says why not, with the reason its
+/// own refusal would carry.
+///
+/// # Errors
+///
+/// A [`Passed`] without the backend's name (the caller fills it in).
+pub fn fit(desc: &DescribeResponse, kind: Kind, grant: bool, floor: Option<Floor>, need: &Need) -> Result<(), Passed> {
+    let refuse = |reason, message: String| Err(Passed { backend: String::new(), reason, message });
+    if let Some(provider) = &need.provider
+        && desc.sandbox != *provider
+    {
+        return refuse(Reason::Unsupported, format!("its provider is {}, not {provider}", desc.sandbox));
+    }
+    let (supported, grants, environment) = match kind {
+        Kind::JavaScript => (true, desc.supports_javascript_grants, &desc.javascript_environment),
+        Kind::Project => (desc.supports_project, desc.supports_project_grants, &desc.project_environment),
+        Kind::Module => (desc.supports_module, false, &desc.module_environment),
+        Kind::Cell => (desc.supports_sessions, false, &desc.session_environment),
+    };
+    if !supported {
+        let what = if kind == Kind::Cell { "sessions".to_string() } else { format!("{} runs", kind.as_str()) };
+        return refuse(Reason::Unsupported, format!("it states no support for {what}"));
+    }
+    if grant && !grants {
+        return refuse(Reason::Unsupported, format!("it states no grants for {} runs", kind.as_str()));
+    }
+    let tier = Tier::from_wire(&desc.isolation);
+    if let Some(floor) = floor
+        && !tier.meets(floor)
+    {
+        return refuse(Reason::Isolation, format!("it states tier {tier}, below the floor {floor}"));
+    }
+    if let Some(want) = &need.environment {
+        let stated = environment.as_ref().map(|e: &PayloadEnvironment| e.identity.as_str()).unwrap_or_default();
+        if stated.is_empty() || stated != want {
+            let stated = if stated.is_empty() { "none" } else { stated };
+            return refuse(Reason::Environment, format!("its {} environment is {stated}, not {want}", kind.as_str()));
+        }
+    }
+    Ok(())
+}
+
+/// A description and when it was taken.
+type Described = Option<(Instant, DescribeResponse)>;
+
+/// Daemons in the caller's order of preference, and what each last described.
+#[derive(Debug)]
+pub struct Placer {
+    backends: Vec<Backend>,
+    described: Mutex<Vec<Described>>,
+    ttl: Duration,
+}
+
+impl Placer {
+    /// A placement set over `backends`, in order of preference, believing each
+    /// description for `ttl`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Config`] for an empty set or a name used twice.
+    pub fn new(backends: Vec<Backend>, ttl: Duration) -> Result<Placer, Error> {
+        if backends.is_empty() {
+            return Err(Error::Config("a placement set needs at least one daemon".into()));
+        }
+        for (i, b) in backends.iter().enumerate() {
+            if b.name.is_empty() {
+                return Err(Error::Config(format!("daemon {} of the placement set has no name", i + 1)));
+            }
+            if backends[..i].iter().any(|a| a.name == b.name) {
+                return Err(Error::Config(format!("two daemons of the placement set are named {:?}", b.name)));
+            }
+        }
+        let described = Mutex::new(vec![None; backends.len()]);
+        Ok(Placer { backends, described, ttl })
+    }
+
+    /// The daemons, in order of preference.
+    pub fn backends(&self) -> &[Backend] {
+        &self.backends
+    }
+
+    /// Asks every daemon for its description now, all at once. A daemon that does
+    /// not answer keeps no description (and is passed over until it answers).
+    pub async fn refresh(&self) -> Vec<Result<DescribeResponse, Error>> {
+        let asked = self.backends.iter().map(|b| b.client.describe());
+        let answers = futures_util::future::join_all(asked).await;
+        let now = Instant::now();
+        let mut described = self.lock();
+        for (slot, answer) in described.iter_mut().zip(&answers) {
+            *slot = answer.as_ref().ok().map(|d| (now, d.clone()));
+        }
+        answers
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Described>> {
+        // A panic while holding the lock leaves descriptions that are still whole.
+        self.described.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Daemon `i`'s description: the one held while fresh, else asked for again.
+    async fn describe(&self, i: usize) -> Result<DescribeResponse, Error> {
+        if let Some((at, d)) = &self.lock()[i]
+            && at.elapsed() < self.ttl
+        {
+            return Ok(d.clone());
+        }
+        let answer = self.backends[i].client.describe().await;
+        self.lock()[i] = answer.as_ref().ok().map(|d| (Instant::now(), d.clone()));
+        answer
+    }
+
+    /// Runs `req` on the first daemon that fits it and does not refuse it, with the
+    /// stronger of `need.floor` and the request's own floor stamped on the request.
+    ///
+    /// # Errors
+    ///
+    /// [`Unplaced`]: no daemon fitted (a not-dispatched error whose reason is the
+    /// one every daemon shared, else `unsupported`), or the error that ended
+    /// placement, naming the daemon that gave it.
+    pub async fn run(&self, mut req: RunRequest, need: &Need) -> Result<Placed<RunResponse>, Unplaced> {
+        let unplaced = |error: Error| Unplaced { backend: None, error, passed: Vec::new() };
+        let own = Floor::parse_optional(&req.minimum_isolation).map_err(|e| {
+            unplaced(Error::NotDispatched { reason: Reason::Request, code: None, message: e.to_string() })
+        })?;
+        let floor = Floor::stronger(own, need.floor);
+        req.minimum_isolation = floor.map(|f| f.as_str().to_string()).unwrap_or_default();
+        let payload = req.payload().map_err(|e| {
+            unplaced(Error::NotDispatched { reason: Reason::Request, code: None, message: e.to_string() })
+        })?;
+        let kind = payload.kind();
+        let grant = match (&req.javascript, &req.project) {
+            (Some(js), _) => !js.grant_profile.is_empty(),
+            (_, Some(p)) => !p.grant_profile.is_empty(),
+            _ => false,
+        };
+        let mut passed = Vec::new();
+        for (i, backend) in self.backends.iter().enumerate() {
+            let fits = match self.describe(i).await {
+                Ok(desc) => fit(&desc, kind, grant, floor, need),
+                Err(e) => Err(Passed {
+                    backend: String::new(),
+                    reason: Reason::Environment,
+                    message: format!("it does not describe itself: {e}"),
+                }),
+            };
+            if let Err(why) = fits {
+                passed.push(Passed { backend: backend.name.clone(), ..why });
+                continue;
+            }
+            match backend.client.run(req.clone()).await {
+                Ok(value) => return Ok(Placed { backend: backend.name.clone(), value, passed }),
+                Err(error) if retry_elsewhere(&error) => passed.push(refused(&backend.name, &error)),
+                Err(error) => return Err(Unplaced { backend: Some(backend.name.clone()), error, passed }),
+            }
+        }
+        Err(nowhere(passed))
+    }
+
+    /// Opens a session on the first daemon that states sessions (and, when `need`
+    /// names one, the session environment's identity) and does not refuse the open.
+    /// The session is bound to that daemon for its life.
+    ///
+    /// # Errors
+    ///
+    /// [`Unplaced`], as for [`Placer::run`].
+    pub async fn open_session(&self, opts: &SessionOptions, need: &Need) -> Result<Placed<Session>, Unplaced> {
+        let floor = Floor::stronger(opts.floor, need.floor);
+        let opts = SessionOptions { floor, ..opts.clone() };
+        let mut passed = Vec::new();
+        for (i, backend) in self.backends.iter().enumerate() {
+            let fits = match self.describe(i).await {
+                Ok(desc) => fit(&desc, Kind::Cell, false, floor, need),
+                Err(e) => Err(Passed {
+                    backend: String::new(),
+                    reason: Reason::Environment,
+                    message: format!("it does not describe itself: {e}"),
+                }),
+            };
+            if let Err(why) = fits {
+                passed.push(Passed { backend: backend.name.clone(), ..why });
+                continue;
+            }
+            match backend.client.open_session(&opts).await {
+                Ok(value) => return Ok(Placed { backend: backend.name.clone(), value, passed }),
+                Err(error) if retry_elsewhere(&error) => passed.push(refused(&backend.name, &error)),
+                Err(error) => return Err(Unplaced { backend: Some(backend.name.clone()), error, passed }),
+            }
+        }
+        Err(nowhere(passed))
+    }
+}
+
+fn refused(backend: &str, error: &Error) -> Passed {
+    Passed {
+        backend: backend.to_string(),
+        reason: error.not_dispatched().unwrap_or(Reason::Unsupported),
+        message: error.to_string(),
+    }
+}
+
+/// No daemon took the call: refused with the reason they all shared, else
+/// `unsupported`, listing each.
+fn nowhere(passed: Vec<Passed>) -> Unplaced {
+    let reason = match passed.first() {
+        Some(first) if passed.iter().all(|p| p.reason == first.reason) => first.reason,
+        _ => Reason::Unsupported,
+    };
+    let error = Error::NotDispatched {
+        reason,
+        code: None,
+        message: format!("no daemon of the placement set took it ({} passed over); nothing ran", passed.len()),
+    };
+    Unplaced { backend: None, error, passed }
+}
+
+#[cfg(test)]
+mod tests {
+    use plimsoll_core::wire::connect::Code;
+
+    use super::*;
+
+    fn wasm() -> DescribeResponse {
+        DescribeResponse {
+            sandbox: "wasm".into(),
+            isolation: "process".into(),
+            supports_project: true,
+            supports_javascript_grants: true,
+            supports_sessions: true,
+            javascript_environment: Some(PayloadEnvironment {
+                identity: "quickjs-wasm:sha256:ab".into(),
+                ..PayloadEnvironment::default()
+            }),
+            ..DescribeResponse::default()
+        }
+    }
+
+    fn why(r: Result<(), Passed>) -> (Reason, String) {
+        let p = r.expect_err("a misfit");
+        (p.reason, p.message)
+    }
+
+    #[test]
+    fn a_description_fits_or_says_which_refusal_it_would_meet() {
+        let d = wasm();
+        let none = Need::default();
+        assert!(fit(&d, Kind::JavaScript, true, Some(Floor::Process), &none).is_ok());
+        assert_eq!(
+            why(fit(&d, Kind::JavaScript, false, Some(Floor::Kernel), &none)),
+            (Reason::Isolation, "it states tier process, below the floor kernel".into())
+        );
+        assert_eq!(
+            why(fit(&d, Kind::Module, false, None, &none)),
+            (Reason::Unsupported, "it states no support for module runs".into())
+        );
+        assert_eq!(
+            why(fit(&d, Kind::Project, true, None, &none)),
+            (Reason::Unsupported, "it states no grants for project runs".into())
+        );
+        let docker = Need { provider: Some("docker".into()), ..Need::default() };
+        assert_eq!(
+            why(fit(&d, Kind::JavaScript, false, None, &docker)),
+            (Reason::Unsupported, "its provider is wasm, not docker".into())
+        );
+        let pinned = Need { environment: Some("quickjs-wasm:sha256:ab".into()), ..Need::default() };
+        assert!(fit(&d, Kind::JavaScript, false, None, &pinned).is_ok());
+        // A kind whose environment states no identity never matches a pinned one.
+        assert_eq!(
+            why(fit(&d, Kind::Project, false, None, &pinned)),
+            (Reason::Environment, "its project environment is none, not quickjs-wasm:sha256:ab".into())
+        );
+        let other = Need { environment: Some("sha256:cd".into()), ..Need::default() };
+        assert_eq!(
+            why(fit(&d, Kind::JavaScript, false, None, &other)),
+            (Reason::Environment, "its javascript environment is quickjs-wasm:sha256:ab, not sha256:cd".into())
+        );
+        let no_sessions = DescribeResponse { supports_sessions: false, ..wasm() };
+        assert_eq!(
+            why(fit(&no_sessions, Kind::Cell, false, None, &none)),
+            (Reason::Unsupported, "it states no support for sessions".into())
+        );
+        // A daemon stating no tier (or `none`) meets no floor.
+        let unknown = DescribeResponse { isolation: String::new(), ..wasm() };
+        assert_eq!(why(fit(&unknown, Kind::JavaScript, false, Some(Floor::Process), &none)).0, Reason::Isolation);
+    }
+
+    #[test]
+    fn only_a_refusal_another_daemon_may_not_share_goes_elsewhere() {
+        let refusal =
+            |reason| Error::NotDispatched { reason, code: Some(Code::FailedPrecondition), message: String::new() };
+        for reason in [Reason::Unsupported, Reason::Isolation, Reason::Capacity, Reason::Environment] {
+            assert!(retry_elsewhere(&refusal(reason)), "{reason}");
+        }
+        for reason in [Reason::Request, Reason::Permission, Reason::Protocol] {
+            assert!(!retry_elsewhere(&refusal(reason)), "{reason}");
+        }
+        // Unreachable before a byte left: nothing ran, so the next daemon is tried.
+        assert!(retry_elsewhere(&Error::Transport { sent: false, message: "connection refused".into() }));
+        // Anything that may have run stays where it is.
+        for e in [
+            Error::Transport { sent: true, message: "reset".into() },
+            Error::Failed { code: Code::Internal, message: "boom".into() },
+            Error::AnswerNotBound { status: 200 },
+            Error::DataLoss { kind: crate::Mismatch::Record, message: String::new(), response: None },
+        ] {
+            assert!(e.may_have_run() && !retry_elsewhere(&e), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_set_needs_daemons_with_distinct_names() {
+        let client = || Client::new("http://127.0.0.1:1", None).expect("client");
+        let b = |name: &str| Backend { name: name.into(), client: client() };
+        let msg = |r: Result<Placer, Error>| r.expect_err("refused").to_string();
+        assert_eq!(
+            msg(Placer::new(vec![], DESCRIPTION_TTL)),
+            "client configuration: a placement set needs at least one daemon"
+        );
+        assert_eq!(
+            msg(Placer::new(vec![b("a"), b("a")], DESCRIPTION_TTL)),
+            "client configuration: two daemons of the placement set are named \"a\""
+        );
+        assert_eq!(
+            msg(Placer::new(vec![b("a"), b("")], DESCRIPTION_TTL)),
+            "client configuration: daemon 2 of the placement set has no name"
+        );
+        assert!(Placer::new(vec![b("a"), b("b")], DESCRIPTION_TTL).is_ok());
+    }
+
+    #[test]
+    fn with_nothing_taken_the_shared_reason_is_kept() {
+        let p = |backend: &str, reason| Passed { backend: backend.into(), reason, message: "m".into() };
+        let u = nowhere(vec![p("a", Reason::Isolation), p("b", Reason::Isolation)]);
+        assert_eq!(u.error.not_dispatched(), Some(Reason::Isolation));
+        assert_eq!(
+            u.to_string(),
+            "not dispatched (isolation): no daemon of the placement set took it (2 passed over); nothing ran \
+             [passed over: a (isolation: m); b (isolation: m)]"
+        );
+        let u = nowhere(vec![p("a", Reason::Isolation), p("b", Reason::Capacity)]);
+        assert_eq!(u.error.not_dispatched(), Some(Reason::Unsupported));
+    }
+}
