@@ -16,6 +16,7 @@
 //! that daemon only.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use plimsoll_core::wire::{DescribeResponse, Kind, PayloadEnvironment, RunRequest, RunResponse};
@@ -149,12 +150,25 @@ pub fn fit(desc: &DescribeResponse, kind: Kind, grant: bool, floor: Option<Floor
 /// A description and when it was taken.
 type Described = Option<(Instant, DescribeResponse)>;
 
+/// Which daemon a call tries first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Order {
+    /// The first in the caller's order, every time: a preference.
+    #[default]
+    Given,
+    /// The next one along at each call, wrapping: spreads calls evenly over daemons
+    /// that are alike; a refused call still moves on to the one after.
+    RoundRobin,
+}
+
 /// Daemons in the caller's order of preference, and what each last described.
 #[derive(Debug)]
 pub struct Placer {
     backends: Vec<Backend>,
     described: Mutex<Vec<Described>>,
     ttl: Duration,
+    order: Order,
+    turn: AtomicUsize,
 }
 
 impl Placer {
@@ -177,7 +191,22 @@ impl Placer {
             }
         }
         let described = Mutex::new(vec![None; backends.len()]);
-        Ok(Placer { backends, described, ttl })
+        Ok(Placer { backends, described, ttl, order: Order::Given, turn: AtomicUsize::new(0) })
+    }
+
+    /// The same set, trying daemons in `order`.
+    pub fn with_order(self, order: Order) -> Placer {
+        Placer { order, ..self }
+    }
+
+    /// The daemons' indices in the order this call tries them.
+    fn turns(&self) -> impl Iterator<Item = usize> + use<> {
+        let n = self.backends.len();
+        let start = match self.order {
+            Order::Given => 0,
+            Order::RoundRobin => self.turn.fetch_add(1, Ordering::Relaxed) % n,
+        };
+        (0..n).map(move |k| (start + k) % n)
     }
 
     /// The daemons, in order of preference.
@@ -240,7 +269,8 @@ impl Placer {
             _ => false,
         };
         let mut passed = Vec::new();
-        for (i, backend) in self.backends.iter().enumerate() {
+        for i in self.turns() {
+            let backend = &self.backends[i];
             let fits = match self.describe(i).await {
                 Ok(desc) => fit(&desc, kind, grant, floor, need),
                 Err(e) => Err(Passed {
@@ -273,7 +303,8 @@ impl Placer {
         let floor = Floor::stronger(opts.floor, need.floor);
         let opts = SessionOptions { floor, ..opts.clone() };
         let mut passed = Vec::new();
-        for (i, backend) in self.backends.iter().enumerate() {
+        for i in self.turns() {
+            let backend = &self.backends[i];
             let fits = match self.describe(i).await {
                 Ok(desc) => fit(&desc, Kind::Cell, false, floor, need),
                 Err(e) => Err(Passed {
@@ -430,6 +461,20 @@ mod tests {
             "client configuration: daemon 2 of the placement set has no name"
         );
         assert!(Placer::new(vec![b("a"), b("b")], DESCRIPTION_TTL).is_ok());
+    }
+
+    #[test]
+    fn round_robin_starts_one_further_along_at_each_call() {
+        let b = |name: &str| Backend {
+            name: name.into(),
+            client: Client::new("http://127.0.0.1:1", None).expect("client"),
+        };
+        let placer = Placer::new(vec![b("a"), b("b"), b("c")], DESCRIPTION_TTL).expect("placer");
+        assert_eq!(placer.turns().collect::<Vec<_>>(), [0, 1, 2]);
+        assert_eq!(placer.turns().collect::<Vec<_>>(), [0, 1, 2]);
+        let placer = placer.with_order(Order::RoundRobin);
+        let calls: Vec<Vec<usize>> = (0..4).map(|_| placer.turns().collect()).collect();
+        assert_eq!(calls, [vec![0, 1, 2], vec![1, 2, 0], vec![2, 0, 1], vec![0, 1, 2]]);
     }
 
     #[test]

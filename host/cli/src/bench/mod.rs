@@ -13,7 +13,9 @@
 //!   image with the same locks;
 //! - `sim`: a simulation run judged in process (JavaScript and C controllers) and a
 //!   module table; peer: the original's node judge with a child node controller
-//!   (see `sim.rs`).
+//!   (see `sim.rs`);
+//! - `place`: runs placed over 1, 2 and 4 wasm daemons by one client, the load
+//!   growing with the set; the one-daemon series is the reference (see `place.rs`).
 //!
 //! It prints numbers and asserts nothing about them. Peers: `PLIMSOLL_BENCH_PEERS`
 //! (default `target/bench-peers`) holds `node_modules/quickjs-emscripten`;
@@ -26,6 +28,7 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod place;
 mod session;
 mod sim;
 
@@ -46,6 +49,8 @@ pub enum Target {
     Docker,
     /// Simulation runs in process, against the original's node judge.
     Sim,
+    /// Runs placed over 1, 2 and 4 daemons by one client (`--concurrency` per daemon, default 2).
+    Place,
 }
 
 /// Arguments of `bench`.
@@ -57,9 +62,9 @@ pub struct Args {
     /// Measured runs per series (warm-up runs come first and are not counted).
     #[arg(long)]
     runs: Option<usize>,
-    /// Runs in flight at once.
-    #[arg(long, default_value_t = 1)]
-    concurrency: usize,
+    /// Runs in flight at once (default 1; for `place`, per daemon, default 2).
+    #[arg(long)]
+    concurrency: Option<usize>,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -679,24 +684,27 @@ fn container_snippets(pace: Option<Arc<Served>>) -> impl Fn(Client, usize) -> Ti
 
 /// Runs `bench`.
 pub fn main(args: Args) -> anyhow::Result<ExitCode> {
-    if args.concurrency == 0 {
+    let concurrency = args.concurrency.unwrap_or(if args.target == Target::Place { 2 } else { 1 });
+    if concurrency == 0 {
         bail!("--concurrency must be 1 or more");
     }
     let runs = args.runs.unwrap_or(match args.target {
         Target::Wasm | Target::Daemon => 1000,
         Target::Session => 300,
         Target::Docker | Target::Sim => 30,
+        Target::Place => 400,
     });
     if runs == 0 {
         bail!("--runs must be 1 or more");
     }
     let mut report = Report::default();
     match args.target {
-        Target::Wasm => wasm(runs, args.concurrency, &mut report)?,
-        Target::Daemon => daemon(runs, args.concurrency, &mut report)?,
-        Target::Session => session::session(runs, args.concurrency, &mut report)?,
-        Target::Docker => docker(runs, args.concurrency, &mut report)?,
+        Target::Wasm => wasm(runs, concurrency, &mut report)?,
+        Target::Daemon => daemon(runs, concurrency, &mut report)?,
+        Target::Session => session::session(runs, concurrency, &mut report)?,
+        Target::Docker => docker(runs, concurrency, &mut report)?,
         Target::Sim => sim::sim(runs, &mut report)?,
+        Target::Place => place::place(runs, concurrency, &mut report)?,
     }
     if args.json {
         println!("{}", report.json(args.target));
