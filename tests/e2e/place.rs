@@ -124,6 +124,13 @@ fn a_refusal_another_daemon_may_not_share_moves_on_and_any_other_ends_placement(
     assert_eq!((first.backend.as_str(), first.passed.len()), ("wasm", 0));
     let second = rt.block_on(placer.run(snippet("console.log(2)", ""), &Need::default())).expect("second");
     assert_eq!((second.backend.as_str(), passed(&second.passed)), ("runc", vec![("wasm", Reason::Capacity)]));
+    // With one send allowed, the shed run is not sent on: nothing ran, reason capacity.
+    let once = s.placer(&["wasm", "runc"]).with_max_tries(1);
+    let unplaced = rt.block_on(once.run(snippet("console.log(3)", ""), &Need::default())).expect_err("budget");
+    assert_eq!(
+        (unplaced.error.not_dispatched(), passed(&unplaced.passed)),
+        (Some(Reason::Capacity), vec![("wasm", Reason::Capacity)])
+    );
 
     // A malformed request is refused the same everywhere: placement ends at the first.
     let placer = s.placer(&["runc", "runsc"]);

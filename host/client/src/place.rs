@@ -27,6 +27,11 @@ use crate::{Client, Error, Session, SessionOptions};
 /// How long a description is believed before it is asked for again.
 pub const DESCRIPTION_TTL: Duration = Duration::from_secs(60);
 
+/// The most daemons one call is sent to: in a large set that is saturated, a call
+/// that walked every daemon would add a refused round trip to each of them.
+/// Daemons passed over by their description do not count.
+pub const MAX_TRIES: usize = 8;
+
 /// One daemon of a placement set: a name for reports and its own client.
 #[derive(Clone, Debug)]
 pub struct Backend {
@@ -169,6 +174,7 @@ pub struct Placer {
     ttl: Duration,
     order: Order,
     turn: AtomicUsize,
+    max_tries: usize,
 }
 
 impl Placer {
@@ -191,12 +197,18 @@ impl Placer {
             }
         }
         let described = Mutex::new(vec![None; backends.len()]);
-        Ok(Placer { backends, described, ttl, order: Order::Given, turn: AtomicUsize::new(0) })
+        Ok(Placer { backends, described, ttl, order: Order::Given, turn: AtomicUsize::new(0), max_tries: MAX_TRIES })
     }
 
     /// The same set, trying daemons in `order`.
     pub fn with_order(self, order: Order) -> Placer {
         Placer { order, ..self }
+    }
+
+    /// The same set, sending one call to at most `tries` daemons (at least one;
+    /// [`MAX_TRIES`] by default).
+    pub fn with_max_tries(self, tries: usize) -> Placer {
+        Placer { max_tries: tries.max(1), ..self }
     }
 
     /// The daemons' indices in the order this call tries them.
@@ -268,7 +280,7 @@ impl Placer {
             (_, Some(p)) => !p.grant_profile.is_empty(),
             _ => false,
         };
-        let mut passed = Vec::new();
+        let (mut passed, mut sent) = (Vec::new(), 0);
         for i in self.turns() {
             let backend = &self.backends[i];
             let fits = match self.describe(i).await {
@@ -283,13 +295,17 @@ impl Placer {
                 passed.push(Passed { backend: backend.name.clone(), ..why });
                 continue;
             }
+            if sent == self.max_tries {
+                return Err(nowhere(passed, Some(self.max_tries)));
+            }
+            sent += 1;
             match backend.client.run(req.clone()).await {
                 Ok(value) => return Ok(Placed { backend: backend.name.clone(), value, passed }),
                 Err(error) if retry_elsewhere(&error) => passed.push(refused(&backend.name, &error)),
                 Err(error) => return Err(Unplaced { backend: Some(backend.name.clone()), error, passed }),
             }
         }
-        Err(nowhere(passed))
+        Err(nowhere(passed, None))
     }
 
     /// Opens a session on the first daemon that states sessions (and, when `need`
@@ -302,7 +318,7 @@ impl Placer {
     pub async fn open_session(&self, opts: &SessionOptions, need: &Need) -> Result<Placed<Session>, Unplaced> {
         let floor = Floor::stronger(opts.floor, need.floor);
         let opts = SessionOptions { floor, ..opts.clone() };
-        let mut passed = Vec::new();
+        let (mut passed, mut sent) = (Vec::new(), 0);
         for i in self.turns() {
             let backend = &self.backends[i];
             let fits = match self.describe(i).await {
@@ -317,13 +333,17 @@ impl Placer {
                 passed.push(Passed { backend: backend.name.clone(), ..why });
                 continue;
             }
+            if sent == self.max_tries {
+                return Err(nowhere(passed, Some(self.max_tries)));
+            }
+            sent += 1;
             match backend.client.open_session(&opts).await {
                 Ok(value) => return Ok(Placed { backend: backend.name.clone(), value, passed }),
                 Err(error) if retry_elsewhere(&error) => passed.push(refused(&backend.name, &error)),
                 Err(error) => return Err(Unplaced { backend: Some(backend.name.clone()), error, passed }),
             }
         }
-        Err(nowhere(passed))
+        Err(nowhere(passed, None))
     }
 }
 
@@ -335,17 +355,21 @@ fn refused(backend: &str, error: &Error) -> Passed {
     }
 }
 
-/// No daemon took the call: refused with the reason they all shared, else
-/// `unsupported`, listing each.
-fn nowhere(passed: Vec<Passed>) -> Unplaced {
+/// No daemon took the call (or `budget` sends were refused first): refused with
+/// the reason they all shared, else `unsupported`, listing each.
+fn nowhere(passed: Vec<Passed>, budget: Option<usize>) -> Unplaced {
     let reason = match passed.first() {
         Some(first) if passed.iter().all(|p| p.reason == first.reason) => first.reason,
         _ => Reason::Unsupported,
     };
+    let tried = match budget {
+        Some(n) => format!(" before the budget of {n} daemon{} to send to ran out", if n == 1 { "" } else { "s" }),
+        None => String::new(),
+    };
     let error = Error::NotDispatched {
         reason,
         code: None,
-        message: format!("no daemon of the placement set took it ({} passed over); nothing ran", passed.len()),
+        message: format!("no daemon of the placement set took it ({} passed over{tried}); nothing ran", passed.len()),
     };
     Unplaced { backend: None, error, passed }
 }
@@ -480,14 +504,20 @@ mod tests {
     #[test]
     fn with_nothing_taken_the_shared_reason_is_kept() {
         let p = |backend: &str, reason| Passed { backend: backend.into(), reason, message: "m".into() };
-        let u = nowhere(vec![p("a", Reason::Isolation), p("b", Reason::Isolation)]);
+        let u = nowhere(vec![p("a", Reason::Isolation), p("b", Reason::Isolation)], None);
         assert_eq!(u.error.not_dispatched(), Some(Reason::Isolation));
         assert_eq!(
             u.to_string(),
             "not dispatched (isolation): no daemon of the placement set took it (2 passed over); nothing ran \
              [passed over: a (isolation: m); b (isolation: m)]"
         );
-        let u = nowhere(vec![p("a", Reason::Isolation), p("b", Reason::Capacity)]);
+        let u = nowhere(vec![p("a", Reason::Isolation), p("b", Reason::Capacity)], None);
         assert_eq!(u.error.not_dispatched(), Some(Reason::Unsupported));
+        let u = nowhere(vec![p("a", Reason::Capacity)], Some(1));
+        assert_eq!(
+            u.error.to_string(),
+            "not dispatched (capacity): no daemon of the placement set took it (1 passed over before the budget \
+             of 1 daemon to send to ran out); nothing ran"
+        );
     }
 }
