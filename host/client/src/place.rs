@@ -152,8 +152,26 @@ pub fn fit(desc: &DescribeResponse, kind: Kind, grant: bool, floor: Option<Floor
     Ok(())
 }
 
-/// A description and when it was taken.
-type Described = Option<(Instant, DescribeResponse)>;
+/// How long a daemon may take to answer `Describe` before it is passed over: one
+/// that accepts connections and never answers must not hold every call for the
+/// client's whole timeout.
+pub const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long a daemon that did not describe itself is passed over without asking it
+/// again: in a large set some daemon is always down, and each call would otherwise
+/// pay for finding that out.
+pub const DOWN_FOR: Duration = Duration::from_secs(5);
+
+/// What the placer knows of one daemon.
+#[derive(Clone, Debug)]
+enum Described {
+    /// Nothing yet.
+    Unknown,
+    /// Its description, and when it was taken.
+    Answered(Instant, Box<DescribeResponse>),
+    /// It did not describe itself at that time: why.
+    Down(Instant, String),
+}
 
 /// Which daemon a call tries first.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -196,8 +214,12 @@ impl Placer {
                 return Err(Error::Config(format!("two daemons of the placement set are named {:?}", b.name)));
             }
         }
-        let described = Mutex::new(vec![None; backends.len()]);
-        Ok(Placer { backends, described, ttl, order: Order::Given, turn: AtomicUsize::new(0), max_tries: MAX_TRIES })
+        let described = Mutex::new(vec![Described::Unknown; backends.len()]);
+        // Clients that start together should not all begin their rounds at the same daemon.
+        let mut seed = [0u8; 8];
+        let turn = getrandom::fill(&mut seed).map(|()| u64::from_le_bytes(seed) as usize).unwrap_or(0);
+        let turn = AtomicUsize::new(turn);
+        Ok(Placer { backends, described, ttl, order: Order::Given, turn, max_tries: MAX_TRIES })
     }
 
     /// The same set, trying daemons in `order`.
@@ -226,17 +248,11 @@ impl Placer {
         &self.backends
     }
 
-    /// Asks every daemon for its description now, all at once. A daemon that does
-    /// not answer keeps no description (and is passed over until it answers).
-    pub async fn refresh(&self) -> Vec<Result<DescribeResponse, Error>> {
-        let asked = self.backends.iter().map(|b| b.client.describe());
-        let answers = futures_util::future::join_all(asked).await;
-        let now = Instant::now();
-        let mut described = self.lock();
-        for (slot, answer) in described.iter_mut().zip(&answers) {
-            *slot = answer.as_ref().ok().map(|d| (now, d.clone()));
-        }
-        answers
+    /// Asks every daemon for its description now, all at once, each within
+    /// [`DESCRIBE_TIMEOUT`]. A daemon that does not answer is passed over for
+    /// [`DOWN_FOR`].
+    pub async fn refresh(&self) -> Vec<Result<DescribeResponse, String>> {
+        futures_util::future::join_all((0..self.backends.len()).map(|i| self.ask(i))).await
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Described>> {
@@ -244,15 +260,28 @@ impl Placer {
         self.described.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Daemon `i`'s description: the one held while fresh, else asked for again.
-    async fn describe(&self, i: usize) -> Result<DescribeResponse, Error> {
-        if let Some((at, d)) = &self.lock()[i]
-            && at.elapsed() < self.ttl
-        {
-            return Ok(d.clone());
+    /// Daemon `i`'s description: the one held while fresh; `Err` while it is noted
+    /// down; else asked for again.
+    async fn describe(&self, i: usize) -> Result<DescribeResponse, String> {
+        match &self.lock()[i] {
+            Described::Answered(at, d) if at.elapsed() < self.ttl => return Ok((**d).clone()),
+            Described::Down(at, why) if at.elapsed() < DOWN_FOR => return Err(why.clone()),
+            _ => {}
         }
-        let answer = self.backends[i].client.describe().await;
-        self.lock()[i] = answer.as_ref().ok().map(|d| (Instant::now(), d.clone()));
+        self.ask(i).await
+    }
+
+    /// Asks daemon `i` for its description and notes the answer, or that there was none.
+    async fn ask(&self, i: usize) -> Result<DescribeResponse, String> {
+        let answer = match tokio::time::timeout(DESCRIBE_TIMEOUT, self.backends[i].client.describe()).await {
+            Ok(Ok(d)) => Ok(d),
+            Ok(Err(e)) => Err(format!("it does not describe itself: {e}")),
+            Err(_) => Err(format!("it did not describe itself within {} s", DESCRIBE_TIMEOUT.as_secs())),
+        };
+        self.lock()[i] = match &answer {
+            Ok(d) => Described::Answered(Instant::now(), Box::new(d.clone())),
+            Err(why) => Described::Down(Instant::now(), why.clone()),
+        };
         answer
     }
 
@@ -285,11 +314,7 @@ impl Placer {
             let backend = &self.backends[i];
             let fits = match self.describe(i).await {
                 Ok(desc) => fit(&desc, kind, grant, floor, need),
-                Err(e) => Err(Passed {
-                    backend: String::new(),
-                    reason: Reason::Environment,
-                    message: format!("it does not describe itself: {e}"),
-                }),
+                Err(message) => Err(Passed { backend: String::new(), reason: Reason::Environment, message }),
             };
             if let Err(why) = fits {
                 passed.push(Passed { backend: backend.name.clone(), ..why });
@@ -323,11 +348,7 @@ impl Placer {
             let backend = &self.backends[i];
             let fits = match self.describe(i).await {
                 Ok(desc) => fit(&desc, Kind::Cell, false, floor, need),
-                Err(e) => Err(Passed {
-                    backend: String::new(),
-                    reason: Reason::Environment,
-                    message: format!("it does not describe itself: {e}"),
-                }),
+                Err(message) => Err(Passed { backend: String::new(), reason: Reason::Environment, message }),
             };
             if let Err(why) = fits {
                 passed.push(Passed { backend: backend.name.clone(), ..why });
@@ -497,8 +518,44 @@ mod tests {
         assert_eq!(placer.turns().collect::<Vec<_>>(), [0, 1, 2]);
         assert_eq!(placer.turns().collect::<Vec<_>>(), [0, 1, 2]);
         let placer = placer.with_order(Order::RoundRobin);
+        // The first call starts anywhere (each placer draws its start); each next
+        // call one further along, and every call still tries them all.
         let calls: Vec<Vec<usize>> = (0..4).map(|_| placer.turns().collect()).collect();
-        assert_eq!(calls, [vec![0, 1, 2], vec![1, 2, 0], vec![2, 0, 1], vec![0, 1, 2]]);
+        let first = calls[0][0];
+        for (k, call) in calls.iter().enumerate() {
+            let start = (first + k) % 3;
+            assert_eq!(*call, [start, (start + 1) % 3, (start + 2) % 3], "{calls:?}");
+        }
+    }
+
+    #[test]
+    fn a_daemon_that_never_answers_is_passed_over_in_time_and_then_left_alone() {
+        // Accepts connections and never answers.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let accepted = std::sync::Arc::new(AtomicUsize::new(0));
+        let count = std::sync::Arc::clone(&accepted);
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for conn in listener.incoming() {
+                count.fetch_add(1, Ordering::SeqCst);
+                held.push(conn);
+            }
+        });
+        let silent = Backend { name: "silent".into(), client: Client::new(&url, None).expect("client") };
+        let placer = Placer::new(vec![silent], DESCRIPTION_TTL).expect("placer");
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let req = RunRequest {
+            javascript: Some(plimsoll_core::wire::JavaScriptRun { code: "1".into(), grant_profile: String::new() }),
+            ..RunRequest::default()
+        };
+        for _ in 0..3 {
+            let u = rt.block_on(placer.run(req.clone(), &Need::default())).expect_err("nothing answers");
+            assert_eq!(u.error.not_dispatched(), Some(Reason::Environment));
+            assert_eq!(u.passed[0].message, "it did not describe itself within 2 s");
+        }
+        // Asked once; noted down for the calls after.
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
     }
 
     #[test]
