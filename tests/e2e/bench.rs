@@ -81,6 +81,27 @@ fn bench_daemon_and_session_run_against_a_real_daemon_and_jupyter() {
 }
 
 #[test]
+fn bench_place_drives_one_two_and_four_daemons_through_one_placer() {
+    let v = bench(&["place", "--runs", "24"], &[]);
+    assert_eq!(
+        names(&v),
+        ["placement over 1 daemon", "one daemon, no placement", "placement over 2 daemons", "placement over 4 daemons"],
+        "{v}"
+    );
+    let series = v["series"].as_array().expect("series");
+    let in_flight: Vec<_> = series.iter().map(|s| (s["runs"].as_u64(), s["concurrency"].as_u64())).collect();
+    assert_eq!(in_flight, [(Some(24), Some(2)), (Some(24), Some(2)), (Some(24), Some(4)), (Some(24), Some(8))]);
+    assert!(series.iter().all(|s| s["per_s"].as_f64().is_some_and(|t| t > 0.0) && s["p99_ms"].as_f64().is_some()));
+    let notes: Vec<&str> = v["notes"].as_array().expect("notes").iter().filter_map(|n| n.as_str()).collect();
+    assert!(
+        notes
+            .contains(&"placement over 4 daemons: 24 of 24 runs answered, 0 shed by every daemon, 0 refusals moved on"),
+        "{notes:?}"
+    );
+    assert_eq!(v["ratios"].as_array().map(Vec::len), Some(3), "{v}");
+}
+
+#[test]
 fn bench_docker_compares_fresh_containers_with_docker_run() {
     let Some(fx) = super::docker::fixture("runc") else { return };
     let dir = super::scratch("bench-docker");

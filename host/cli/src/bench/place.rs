@@ -9,12 +9,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use plimsoll_client::Client;
 use plimsoll_client::place::{Backend, DESCRIPTION_TTL, Need, Order, Placer};
+use plimsoll_client::{Client, Options};
 use plimsoll_core::protocol;
 use plimsoll_core::wire::{JavaScriptRun, RunRequest};
 
-use super::{Report, Series, Served, rt, serve_admitting, share_of};
+use super::{Report, Series, Served, rounds, rt, serve_admitting, share_of};
 
 /// Runs each daemon admits at once: the daemon's default.
 const ADMITTED: usize = 8;
@@ -92,6 +92,27 @@ pub(super) fn place(runs: usize, per_daemon: usize, r: &mut Report) -> anyhow::R
             wall,
             concurrency,
         });
+        if n == 1 {
+            // The same load sent straight to the same daemon: what placement adds.
+            let (times, wall) = rounds(&daemons[0], runs, concurrency, move |client, share| async move {
+                let opts = Options::default();
+                let mut times = Vec::with_capacity(share);
+                for _ in 0..share {
+                    let at = Instant::now();
+                    client.run_javascript(CODE, &opts).await?;
+                    times.push(at.elapsed());
+                }
+                Ok(times)
+            })?;
+            r.series.push(Series {
+                name: DIRECT.into(),
+                what: format!("the same snippet sent straight to the same daemon, {concurrency} in flight"),
+                times,
+                wall,
+                concurrency,
+            });
+            r.ratios.push(("placement over 1 daemon".into(), DIRECT.into()));
+        }
         drop(daemons);
     }
     for n in &SETS[1..] {
@@ -99,3 +120,6 @@ pub(super) fn place(runs: usize, per_daemon: usize, r: &mut Report) -> anyhow::R
     }
     Ok(())
 }
+
+/// The series without placement.
+const DIRECT: &str = "one daemon, no placement";
