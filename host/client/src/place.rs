@@ -309,28 +309,8 @@ impl Placer {
             (_, Some(p)) => !p.grant_profile.is_empty(),
             _ => false,
         };
-        let (mut passed, mut sent) = (Vec::new(), 0);
-        for i in self.turns() {
-            let backend = &self.backends[i];
-            let fits = match self.describe(i).await {
-                Ok(desc) => fit(&desc, kind, grant, floor, need),
-                Err(message) => Err(Passed { backend: String::new(), reason: Reason::Environment, message }),
-            };
-            if let Err(why) = fits {
-                passed.push(Passed { backend: backend.name.clone(), ..why });
-                continue;
-            }
-            if sent == self.max_tries {
-                return Err(nowhere(passed, Some(self.max_tries)));
-            }
-            sent += 1;
-            match backend.client.run(req.clone()).await {
-                Ok(value) => return Ok(Placed { backend: backend.name.clone(), value, passed }),
-                Err(error) if retry_elsewhere(&error) => passed.push(refused(&backend.name, &error)),
-                Err(error) => return Err(Unplaced { backend: Some(backend.name.clone()), error, passed }),
-            }
-        }
-        Err(nowhere(passed, None))
+        let wanted = Wanted { kind, grant, floor, need };
+        self.place(&wanted, |client| client.run(req.clone())).await
     }
 
     /// Opens a session on the first daemon that states sessions (and, when `need`
@@ -343,11 +323,23 @@ impl Placer {
     pub async fn open_session(&self, opts: &SessionOptions, need: &Need) -> Result<Placed<Session>, Unplaced> {
         let floor = Floor::stronger(opts.floor, need.floor);
         let opts = SessionOptions { floor, ..opts.clone() };
+        let wanted = Wanted { kind: Kind::Cell, grant: false, floor, need };
+        self.place(&wanted, |client| client.open_session(&opts)).await
+    }
+
+    /// Sends a call with `send` to the first daemon, in this call's turn, whose
+    /// description fits `wanted`, moving on after a refusal another daemon may not
+    /// share, to at most `max_tries` daemons.
+    async fn place<'a, T, F, Fut>(&'a self, wanted: &Wanted<'_>, send: F) -> Result<Placed<T>, Unplaced>
+    where
+        F: Fn(&'a Client) -> Fut,
+        Fut: std::future::Future<Output = Result<T, Error>>,
+    {
         let (mut passed, mut sent) = (Vec::new(), 0);
         for i in self.turns() {
             let backend = &self.backends[i];
             let fits = match self.describe(i).await {
-                Ok(desc) => fit(&desc, Kind::Cell, false, floor, need),
+                Ok(desc) => fit(&desc, wanted.kind, wanted.grant, wanted.floor, wanted.need),
                 Err(message) => Err(Passed { backend: String::new(), reason: Reason::Environment, message }),
             };
             if let Err(why) = fits {
@@ -358,7 +350,7 @@ impl Placer {
                 return Err(nowhere(passed, Some(self.max_tries)));
             }
             sent += 1;
-            match backend.client.open_session(&opts).await {
+            match send(&backend.client).await {
                 Ok(value) => return Ok(Placed { backend: backend.name.clone(), value, passed }),
                 Err(error) if retry_elsewhere(&error) => passed.push(refused(&backend.name, &error)),
                 Err(error) => return Err(Unplaced { backend: Some(backend.name.clone()), error, passed }),
@@ -366,6 +358,14 @@ impl Placer {
         }
         Err(nowhere(passed, None))
     }
+}
+
+/// What a call asks of a daemon's description.
+struct Wanted<'a> {
+    kind: Kind,
+    grant: bool,
+    floor: Option<Floor>,
+    need: &'a Need,
 }
 
 fn refused(backend: &str, error: &Error) -> Passed {
