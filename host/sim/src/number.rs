@@ -58,44 +58,11 @@ pub fn parse_js(token: &str) -> f64 {
     if unsigned == "Infinity" {
         return sign * f64::INFINITY;
     }
-    if !decimal_literal(unsigned) {
+    // One sign only; the rest is a plain decimal, read as the QuickJS guest reads it.
+    if unsigned.starts_with('-') {
         return f64::NAN;
     }
-    unsigned.parse::<f64>().map(|v| sign * v).unwrap_or(f64::NAN)
-}
-
-/// `StrUnsignedDecimalLiteral`: digits with an optional point (at least one digit
-/// on either side) and an optional exponent with an optional sign.
-fn decimal_literal(s: &str) -> bool {
-    let b = s.as_bytes();
-    let mut i = 0;
-    let int = count_digits(&b[i..]);
-    i += int;
-    let mut frac = 0;
-    if b.get(i) == Some(&b'.') {
-        i += 1;
-        frac = count_digits(&b[i..]);
-        i += frac;
-    }
-    if int + frac == 0 {
-        return false;
-    }
-    if matches!(b.get(i), Some(b'e' | b'E')) {
-        i += 1;
-        if matches!(b.get(i), Some(b'+' | b'-')) {
-            i += 1;
-        }
-        let e = count_digits(&b[i..]);
-        if e == 0 {
-            return false;
-        }
-        i += e;
-    }
-    i == b.len()
-}
-
-fn count_digits(b: &[u8]) -> usize {
-    b.iter().take_while(|c| c.is_ascii_digit()).count()
+    plimsoll_jsnum::parse_decimal(unsigned.as_bytes()).map_or(f64::NAN, |v| sign * v)
 }
 
 #[cfg(test)]
@@ -170,7 +137,9 @@ mod tests {
         for (t, want) in cases {
             assert_eq!(parse_js(t), *want, "{t}");
         }
-        for nan in ["abc", "1.2.3", "e5", "1e", ".", "-0x10", "inf", "nan", "infinity", "1_0", "0x", "--1", "1,5"] {
+        for nan in
+            ["abc", "1.2.3", "e5", "1e", ".", "-0x10", "inf", "nan", "infinity", "1_0", "0x", "--1", "+-1", "1,5"]
+        {
             assert!(parse_js(nan).is_nan(), "{nan} should be NaN");
         }
     }
