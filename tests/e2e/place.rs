@@ -213,6 +213,10 @@ fn the_operator_command_places_a_run_and_prints_what_it_passed_over() {
             "invalid request: client configuration: two daemons of the placement set are named \"a\"",
         ),
         (vec!["--daemon", "a=ftp://x"], "invalid request: daemon a: client configuration: "),
+        (
+            vec!["--daemon", "a=http://127.0.0.1:1", "--timeout-ms", "0"],
+            "invalid request: a timeout of 0 ms allows nothing to run; use 1 or more",
+        ),
     ] {
         let out = host().args(["place", "-c", "1"]).args(&args).output().expect("place");
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -12,7 +12,7 @@ use plimsoll_core::validate::{self, Language};
 use plimsoll_core::wire::RunRequest;
 use plimsoll_core::{Refusal, protocol};
 
-use crate::run::{Sent, payload, read_code, refused, show};
+use crate::run::{Sent, payload, read_code, refused, sent_timeout_ms, show};
 
 /// Arguments of `place`.
 #[derive(Debug, clap::Args)]
@@ -38,7 +38,7 @@ pub struct Args {
     language: String,
     /// The run's budget in milliseconds (0 or unset: each daemon's default).
     #[arg(long = "timeout-ms", value_name = "N")]
-    timeout_ms: Option<u32>,
+    timeout_ms: Option<u64>,
     /// A PEM CA certificate to trust for https daemons.
     #[arg(long = "tls-ca", value_name = "PATH")]
     tls_ca: Option<PathBuf>,
@@ -88,12 +88,9 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
     let checked = read_code(&args.code, &args.file)?.and_then(|code| {
         let language = Language::parse(&args.language)?;
         let floor = validate::floor(args.min_isolation.as_deref().unwrap_or(""))?;
-        if args.timeout_ms == Some(0) {
-            return Err(Refusal::request("invalid request: a timeout of 0 ms allows nothing to run; use 1 or more"));
-        }
-        Ok((code, language, floor))
+        Ok((code, language, floor, sent_timeout_ms(args.timeout_ms)?))
     });
-    let (code, language, floor) = match checked {
+    let (code, language, floor, timeout_ms) = match checked {
         Ok(checked) => checked,
         Err(r) => return Ok(refused(args.json, &r)),
     };
@@ -103,15 +100,7 @@ pub fn main(args: Args) -> anyhow::Result<ExitCode> {
         Ok(p) => p,
         Err(r) => return Ok(refused(args.json, &r)),
     };
-    let req = payload(
-        language,
-        code,
-        RunRequest {
-            protocol: protocol::NUMBER,
-            timeout_ms: args.timeout_ms.map(|ms| i32::try_from(ms).unwrap_or(i32::MAX)).unwrap_or(0),
-            ..RunRequest::default()
-        },
-    );
+    let req = payload(language, code, RunRequest { protocol: protocol::NUMBER, timeout_ms, ..RunRequest::default() });
     let need = Need { floor, environment: args.environment.clone(), provider: args.provider.clone() };
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let outcome = rt.block_on(placer.run(req, &need));

@@ -325,17 +325,21 @@ impl Sent {
     }
 }
 
+/// The request's `timeout_ms` for `--timeout-ms` when a daemon will apply its own
+/// ceiling: unset is 0 (the daemon's default); 0 itself allows nothing to run.
+pub(crate) fn sent_timeout_ms(ms: Option<u64>) -> Result<i32, Refusal> {
+    match ms {
+        None => Ok(0),
+        Some(0) => Err(Refusal::request("invalid request: a timeout of 0 ms allows nothing to run; use 1 or more")),
+        Some(ms) => Ok(i32::try_from(ms).unwrap_or(i32::MAX)),
+    }
+}
+
 /// `run --daemon URL`: the same run through the checked client.
 fn remote(args: &Args, code: String, language: Language, url: &str) -> anyhow::Result<ExitCode> {
-    let timeout_ms = match args.timeout_ms {
-        None => 0,
-        Some(0) => {
-            return Ok(refused(
-                args.json,
-                &Refusal::request("invalid request: a timeout of 0 ms allows nothing to run; use 1 or more"),
-            ));
-        }
-        Some(ms) => i32::try_from(ms).unwrap_or(i32::MAX),
+    let timeout_ms = match sent_timeout_ms(args.timeout_ms) {
+        Ok(ms) => ms,
+        Err(r) => return Ok(refused(args.json, &r)),
     };
     let req = payload(
         language,
@@ -353,6 +357,15 @@ fn remote(args: &Args, code: String, language: Language, url: &str) -> anyhow::R
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_timeout_sent_to_a_daemon_is_unset_positive_or_refused() {
+        assert_eq!(sent_timeout_ms(None), Ok(0));
+        assert_eq!(sent_timeout_ms(Some(1500)), Ok(1500));
+        assert_eq!(sent_timeout_ms(Some(u64::MAX)), Ok(i32::MAX));
+        let r = sent_timeout_ms(Some(0)).expect_err("0 ms");
+        assert_eq!(r.message, "invalid request: a timeout of 0 ms allows nothing to run; use 1 or more");
+    }
 
     #[test]
     fn memory_setting_is_strict() {
