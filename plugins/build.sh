@@ -11,7 +11,7 @@ target=${PLUGINS_TARGET_DIR:-$here/target}
 rustup target list --installed 2>/dev/null | grep -qx wasm32-wasip2 || {
   echo "plugins/build.sh: the wasm32-wasip2 target is missing (rustup target add wasm32-wasip2)" >&2; exit 1; }
 cargo build --release --locked --target wasm32-wasip2 --manifest-path "$here/Cargo.toml" --target-dir "$target" >&2
-for name in docker dockercloud e2b inventory-broker kms-signer openshell; do
+for name in agentsandbox docker dockercloud e2b inventory-broker kms-signer openshell; do
   mkdir -p "$out/$name"
   install -m 0644 "$here/$name/plugin.toml" "$out/$name/plugin.toml"
   install -m 0644 "$target/wasm32-wasip2/release/plimsoll_plugin_${name//-/_}.wasm" "$out/$name/$name.wasm"

@@ -108,10 +108,14 @@ pub fn build(config: &Config, log: Log) -> Result<Built, BuildError> {
             let docker = config.docker.as_ref().ok_or_else(|| docker_err("no docker settings".into()))?;
             Arc::new(docker_provider(config, docker, log)?)
         }
-        kind @ (ProviderKind::E2b | ProviderKind::DockerCloud | ProviderKind::OpenShell) => {
+        kind @ (ProviderKind::E2b
+        | ProviderKind::DockerCloud
+        | ProviderKind::OpenShell
+        | ProviderKind::AgentSandbox) => {
             let wiring = match kind {
                 ProviderKind::E2b => e2b_wiring(),
                 ProviderKind::DockerCloud => dockercloud_wiring(),
+                ProviderKind::AgentSandbox => agentsandbox_wiring(),
                 _ => openshell_wiring(),
             };
             let name = kind.as_str();
@@ -243,6 +247,14 @@ fn openshell_wiring() -> Wiring {
     }
 }
 
+/// The API server holds no per-pod secret (the host's credential opens every
+/// call, sandboxd's token is the operator's); a claim's create answers the
+/// claim, named at `metadata.name`, booked until a read or delete of it
+/// answers 404 (a foreground delete keeps it until its pod is gone).
+fn agentsandbox_wiring() -> Wiring {
+    Wiring { held: vec![], booking: Booking::Collection("api", "/sandboxclaims", "/metadata/name") }
+}
+
 /// How the host treats one remote backend's answers: the per-target secrets it
 /// keeps from the plugin, and how it books the sandboxes a create makes.
 struct Wiring {
@@ -258,6 +270,8 @@ enum Booking {
     Json(&'static str, &'static str),
     /// A gRPC create and delete, at an endpoint.
     Grpc(&'static str, GrpcBooking),
+    /// A Kubernetes collection at an endpoint, and where an answer names the object.
+    Collection(&'static str, &'static str, &'static str),
 }
 
 /// Verifies and loads a remote backend's plugin, gives it the gate to its
@@ -296,6 +310,9 @@ fn remote_provider(
         Booking::None => gate,
         Booking::Json(endpoint, field) => gate.booking(endpoint, field).map_err(fail)?,
         Booking::Grpc(endpoint, booking) => gate.booking_grpc(endpoint, booking).map_err(fail)?,
+        Booking::Collection(endpoint, collection, name_at) => {
+            gate.booking_collection(endpoint, collection, name_at).map_err(fail)?
+        }
     };
     let r = &config.resources;
     let limits = PluginLimits {

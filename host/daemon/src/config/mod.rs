@@ -9,6 +9,7 @@ use std::time::Duration;
 use plimsoll_core::Floor;
 use serde::Deserialize;
 
+mod agentsandbox;
 mod docker;
 mod dockercloud;
 mod e2b;
@@ -21,6 +22,7 @@ mod remote;
 mod variables;
 mod wasm;
 
+use agentsandbox::{AgentSandboxTable, agentsandbox_config};
 pub use docker::DockerConfig;
 use docker::{DockerTable, docker_config};
 use dockercloud::{DockerCloudTable, dockercloud_config};
@@ -124,6 +126,8 @@ struct File {
     #[serde(default)]
     openshell: OpenShellTable,
     #[serde(default)]
+    agentsandbox: AgentSandboxTable,
+    #[serde(default)]
     plugins: std::collections::BTreeMap<String, PluginTable>,
     #[serde(default)]
     grants: GrantsTable,
@@ -146,6 +150,9 @@ pub enum ProviderKind {
     /// An OpenShell gateway's docker sandboxes through the openshell plugin, over
     /// the host's outbound HTTP/2 with mutual TLS.
     OpenShell,
+    /// Pods claimed from a Kubernetes agent-sandbox warm pool through the
+    /// agentsandbox plugin, over the host's outbound HTTPS to the API server.
+    AgentSandbox,
 }
 
 impl ProviderKind {
@@ -158,6 +165,7 @@ impl ProviderKind {
             ProviderKind::E2b => "e2b",
             ProviderKind::DockerCloud => "dockercloud",
             ProviderKind::OpenShell => "openshell",
+            ProviderKind::AgentSandbox => "agentsandbox",
         }
     }
 }
@@ -345,6 +353,7 @@ impl Config {
             e2b: e2b_table,
             dockercloud: dockercloud_table,
             openshell: openshell_table,
+            agentsandbox: agentsandbox_table,
             mut plugins,
             grants: grants_table,
         } = file;
@@ -424,14 +433,10 @@ impl Config {
             Some("e2b") => ProviderKind::E2b,
             Some("dockercloud") => ProviderKind::DockerCloud,
             Some("openshell") => ProviderKind::OpenShell,
-            Some(p @ "agentsandbox") => {
-                return Err(ConfigError::Value(format!(
-                    "SANDBOX_PROVIDER={p:?}: that provider is not built into this version yet; this build runs wasm, docker, e2b, dockercloud and openshell"
-                )));
-            }
+            Some("agentsandbox") => ProviderKind::AgentSandbox,
             Some(other) => {
                 return Err(ConfigError::Value(format!(
-                    "SANDBOX_PROVIDER={other:?} is not a provider; use wasm, docker, e2b, dockercloud or openshell (or leave it unset)"
+                    "SANDBOX_PROVIDER={other:?} is not a provider; use wasm, docker, e2b, dockercloud, openshell or agentsandbox (or leave it unset)"
                 )));
             }
         };
@@ -446,10 +451,12 @@ impl Config {
         let dockercloud =
             dockercloud_config(&mut pick, env, provider, dockercloud_table, plugins.remove("dockercloud"), guard_addr)?;
         let openshell = openshell_config(&mut pick, provider, openshell_table, plugins.remove("openshell"))?;
-        let mut remote = e2b.or(dockercloud).or(openshell);
+        let agentsandbox =
+            agentsandbox_config(&mut pick, env, provider, agentsandbox_table, plugins.remove("agentsandbox"))?;
+        let mut remote = e2b.or(dockercloud).or(openshell).or(agentsandbox);
         if let Some(name) = plugins.keys().next() {
             return Err(ConfigError::Value(format!(
-                "[plugins.{name}]: this build loads provider plugins docker, e2b, dockercloud and openshell only"
+                "[plugins.{name}]: this build loads provider plugins docker, e2b, dockercloud, openshell and agentsandbox only"
             )));
         }
         let min_isolation = match pick.string("SANDBOX_MIN_ISOLATION", s.min_isolation) {
@@ -505,6 +512,20 @@ impl Config {
             if let Some(r) = remote.as_mut() {
                 r.settings.insert("cpus".into(), cpus.to_string());
                 r.settings.insert("memory-mib".into(), memory.to_string());
+            }
+        }
+        if provider == ProviderKind::AgentSandbox {
+            let set = [
+                ("SANDBOX_CPUS", cpus != 0.0),
+                ("SANDBOX_MEMORY_MB", memory_mb != 0),
+                ("SANDBOX_PIDS", pids != 0),
+                ("SANDBOX_DISK_MB", disk_mb != 0),
+            ];
+            if let Some((name, _)) = set.iter().find(|(_, set)| *set) {
+                return Err(ConfigError::Value(format!(
+                    "{name} is set, but agentsandbox pods are sized by their template (its container's resources \
+                     and its emptyDir's sizeLimit), which the read-back holds them to; unset it"
+                )));
             }
         }
         if provider == ProviderKind::OpenShell {

@@ -43,7 +43,7 @@ pub(super) struct OpenShellTable {
 
 /// Whether `v` may be a label value on the gateway (Kubernetes' rules): at most
 /// 63 of letters, digits, `-`, `_` and `.`, a letter or digit at each end.
-fn label_value(v: &str) -> bool {
+pub(super) fn label_value(v: &str) -> bool {
     let ends = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
     v.len() <= 63
         && ends(v.chars().next())

@@ -88,7 +88,7 @@ fn malformed_values_name_the_variable() {
         ),
         (
             &[("SANDBOX_PROVIDER", "dokcer")],
-            "SANDBOX_PROVIDER=\"dokcer\" is not a provider; use wasm, docker, e2b, dockercloud or openshell (or leave it unset)",
+            "SANDBOX_PROVIDER=\"dokcer\" is not a provider; use wasm, docker, e2b, dockercloud, openshell or agentsandbox (or leave it unset)",
         ),
         (
             &[("PLIMSOLL_TOKEN", "short")],
@@ -516,6 +516,96 @@ fn openshell_settings_are_required_for_openshell_checked_and_refused_elsewhere()
         (
             vec![("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_OPENSHELL_GATEWAY_URL", "https://gw.test")],
             "SANDBOX_OPENSHELL_GATEWAY_URL is set, but SANDBOX_PROVIDER is wasm; set SANDBOX_PROVIDER=openshell or unset it",
+        ),
+    ];
+    for (pairs, want) in cases {
+        assert_eq!(load(&pairs).expect_err(want).to_string(), want);
+    }
+}
+
+#[test]
+fn agentsandbox_settings_are_required_for_agentsandbox_checked_and_refused_elsewhere() {
+    let sandboxd = "0123456789abcdef0123456789abcdef";
+    let full: [(&str, &str); 8] = [
+        ("SANDBOX_PROVIDER", "agentsandbox"),
+        ("SANDBOX_AGENTSANDBOX_API_URL", "https://k8s.example:6443"),
+        ("SANDBOX_AGENTSANDBOX_TOKEN", "eyJhbGciOiJSUzI1NiJ9.sa-token"),
+        ("SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN", sandboxd),
+        ("SANDBOX_AGENTSANDBOX_NAMESPACE", "plimsoll"),
+        ("SANDBOX_AGENTSANDBOX_WARM_POOL", "python"),
+        ("SANDBOX_AGENTSANDBOX_PLUGIN", "/opt/plimsoll/agentsandbox"),
+        ("SANDBOX_AGENTSANDBOX_PLUGIN_KEYS", "/etc/plimsoll/vendor.pub"),
+    ];
+    let c = load(&full).expect("loads");
+    let r = c.remote.as_ref().expect("agentsandbox settings");
+    assert_eq!((r.provider, r.max_tier), ("agentsandbox", plimsoll_core::Tier::Vm));
+    // Both endpoints are the API server; the pod proxy also carries sandboxd's token.
+    assert_eq!(
+        (r.endpoints["api"].url.as_str(), r.endpoints["pods"].url.as_str()),
+        ("https://k8s.example:6443", "https://k8s.example:6443")
+    );
+    let header =
+        |e: &str, h: &str| r.endpoints[e].headers.iter().find(|(k, _)| k == h).map(|(_, v)| v.expose().to_string());
+    assert_eq!(header("api", "authorization").as_deref(), Some("Bearer eyJhbGciOiJSUzI1NiJ9.sa-token"));
+    assert_eq!(header("api", "x-plimsoll-sandboxd-token"), None);
+    assert_eq!(header("pods", "x-plimsoll-sandboxd-token").as_deref(), Some(sandboxd));
+    assert!(!format!("{c:?}").contains("sa-token") && !format!("{c:?}").contains(sandboxd));
+    let setting = |k: &str| r.settings.get(k).map(String::as_str);
+    assert_eq!(
+        (setting("namespace"), setting("warm-pool"), setting("sandboxd-port")),
+        (Some("plimsoll"), Some("python"), Some("8787"))
+    );
+    // `printf %s 0123456789abcdef0123456789abcdef | sha256sum`
+    assert_eq!(
+        setting("sandboxd-token-sha256"),
+        Some("3eb1bd439947eb762998e566ccc2e099c791118b2f40579cc4f7da2b5061b7f9")
+    );
+    let without = |name: &str| full.iter().copied().filter(|(k, _)| *k != name).collect::<Vec<_>>();
+    let with = |pair: (&'static str, &'static str)| {
+        let mut v = full.to_vec();
+        v.push(pair);
+        v
+    };
+    let cases: [(Vec<(&str, &str)>, &str); 10] = [
+        (
+            without("SANDBOX_AGENTSANDBOX_API_URL"),
+            "SANDBOX_PROVIDER=agentsandbox needs SANDBOX_AGENTSANDBOX_API_URL: the Kubernetes API server's https URL (a kubeconfig's cluster.server)",
+        ),
+        (
+            without("SANDBOX_AGENTSANDBOX_TOKEN"),
+            "SANDBOX_PROVIDER=agentsandbox needs SANDBOX_AGENTSANDBOX_TOKEN (or agentsandbox.token-file), or SANDBOX_AGENTSANDBOX_CERT_FILE and _KEY_FILE: the service account's credential the host presents to the API server; the plugin never sees it",
+        ),
+        (
+            with(("SANDBOX_AGENTSANDBOX_CERT_FILE", "/etc/k8s/client.pem")),
+            "SANDBOX_AGENTSANDBOX_CERT_FILE and SANDBOX_AGENTSANDBOX_KEY_FILE go together: set both or neither",
+        ),
+        (
+            without("SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN"),
+            "SANDBOX_PROVIDER=agentsandbox needs SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN (or agentsandbox.sandboxd-token-file): the token sandboxd in each pod answers to; the pod's template carries only its SHA-256 (--token-sha256)",
+        ),
+        (
+            with(("SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN", "short")),
+            "SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN must be at least 32 visible ASCII characters (openssl rand -hex 32 makes one)",
+        ),
+        (
+            with(("SANDBOX_AGENTSANDBOX_NAMESPACE", "Plimsoll")),
+            "SANDBOX_AGENTSANDBOX_NAMESPACE=\"Plimsoll\" is not a Kubernetes name: 1 to 63 lowercase letters, digits and -, a letter or digit at each end",
+        ),
+        (
+            with(("SANDBOX_AGENTSANDBOX_API_URL", "http://k8s.example:6443")),
+            "SANDBOX_AGENTSANDBOX_API_URL=\"http://k8s.example:6443\" must be https (http only to loopback)",
+        ),
+        (
+            with(("SANDBOX_AGENTSANDBOX_SANDBOXD_PORT", "0")),
+            "SANDBOX_AGENTSANDBOX_SANDBOXD_PORT=\"0\" is not a port (1 to 65535)",
+        ),
+        (
+            with(("SANDBOX_MEMORY_MB", "1024")),
+            "SANDBOX_MEMORY_MB is set, but agentsandbox pods are sized by their template (its container's resources and its emptyDir's sizeLimit), which the read-back holds them to; unset it",
+        ),
+        (
+            vec![("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_AGENTSANDBOX_NAMESPACE", "plimsoll")],
+            "SANDBOX_AGENTSANDBOX_NAMESPACE is set, but SANDBOX_PROVIDER is wasm; set SANDBOX_PROVIDER=agentsandbox or unset it",
         ),
     ];
     for (pairs, want) in cases {

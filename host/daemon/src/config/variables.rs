@@ -5,7 +5,7 @@ pub const BROKER_AUTH_PREFIX: &str = "PLIMSOLL_BROKER_AUTH_";
 
 /// Every variable the daemon reads, with the file key it overrides and what it does.
 /// `serve --help` prints this table, so the usage text and the code cannot drift.
-pub const VARIABLES: [(&str, &str, &str); 80] = [
+pub const VARIABLES: [(&str, &str, &str); 95] = [
     ("PLIMSOLL_CONFIG", "", "path of plimsoll.toml"),
     ("PLIMSOLL_ADDR", "daemon.addr", "RPC listener, default :8746"),
     ("PLIMSOLL_METRICS_ADDR", "daemon.metrics-addr", "metrics listener, default 127.0.0.1:9464; off"),
@@ -164,6 +164,53 @@ pub const VARIABLES: [(&str, &str, &str); 80] = [
     (
         "SANDBOX_OPENSHELL_PLUGIN_APPROVE",
         "plugins.openshell.approve",
+        "capabilities approved, comma-separated (http,log)",
+    ),
+    (
+        "SANDBOX_AGENTSANDBOX_API_URL",
+        "agentsandbox.api-url",
+        "agentsandbox: the Kubernetes API server's https URL (a kubeconfig's cluster.server)",
+    ),
+    ("SANDBOX_AGENTSANDBOX_CA_FILE", "agentsandbox.ca-file", "agentsandbox: the cluster's CA (PEM)"),
+    (
+        "SANDBOX_AGENTSANDBOX_TOKEN",
+        "agentsandbox.token-file",
+        "agentsandbox: the service account's bearer token; the host attaches it, the plugin never sees it",
+    ),
+    (
+        "SANDBOX_AGENTSANDBOX_CERT_FILE",
+        "agentsandbox.cert-file",
+        "agentsandbox: a client certificate (PEM) the host presents instead of a token",
+    ),
+    ("SANDBOX_AGENTSANDBOX_KEY_FILE", "agentsandbox.key-file", "agentsandbox: the client certificate's key (PEM)"),
+    (
+        "SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN",
+        "agentsandbox.sandboxd-token-file",
+        "agentsandbox: the token sandboxd answers to (32+ characters); the template carries its SHA-256",
+    ),
+    ("SANDBOX_AGENTSANDBOX_SANDBOXD_PORT", "agentsandbox.sandboxd-port", "agentsandbox: sandboxd's port, default 8787"),
+    ("SANDBOX_AGENTSANDBOX_NAMESPACE", "agentsandbox.namespace", "agentsandbox: the namespace of the pool and claims"),
+    ("SANDBOX_AGENTSANDBOX_WARM_POOL", "agentsandbox.warm-pool", "agentsandbox: the SandboxWarmPool runs claim from"),
+    ("SANDBOX_AGENTSANDBOX_CONNECT_TO", "agentsandbox.connect-to", "agentsandbox: an IP every connection goes to"),
+    (
+        "SANDBOX_AGENTSANDBOX_MAX_TIER",
+        "agentsandbox.max-tier",
+        "agentsandbox: the strongest tier credited, default vm (the tier itself is the runtime class's handler)",
+    ),
+    (
+        "SANDBOX_AGENTSANDBOX_INSTANCE",
+        "agentsandbox.instance",
+        "agentsandbox: this daemon's label on its claims, default plimsoll.<hostname>",
+    ),
+    ("SANDBOX_AGENTSANDBOX_PLUGIN", "plugins.agentsandbox.path", "the agentsandbox plugin's directory"),
+    (
+        "SANDBOX_AGENTSANDBOX_PLUGIN_KEYS",
+        "plugins.agentsandbox.trusted-keys",
+        "trusted public keys (PEM files), comma-separated",
+    ),
+    (
+        "SANDBOX_AGENTSANDBOX_PLUGIN_APPROVE",
+        "plugins.agentsandbox.approve",
         "capabilities approved, comma-separated (http,log)",
     ),
 ];

@@ -56,6 +56,11 @@ enum Maker {
     Json(String),
     /// A gRPC create and delete.
     Grpc(GrpcBooking),
+    /// A Kubernetes collection (a path ending in it): a `POST` to it answered
+    /// 2xx makes the object its answer names at the JSON pointer; the object is
+    /// gone only when a `GET` or `DELETE` of `<collection>/<name>` answers 404,
+    /// since a foreground delete keeps it until its dependents are gone.
+    Collection { collection: String, name_at: String },
 }
 
 /// Where a per-target endpoint's URL takes its target.
@@ -591,6 +596,22 @@ impl HttpGate {
         Ok(self)
     }
 
+    /// The gate, booking the objects a `POST` to `collection` (a path suffix, as
+    /// `/sandboxclaims`) at `endpoint` makes, named in the answer at the JSON
+    /// pointer `name_at`, until a read or delete of one answers 404.
+    ///
+    /// # Errors
+    ///
+    /// `endpoint` is not configured.
+    pub fn booking_collection(mut self, endpoint: &str, collection: &str, name_at: &str) -> Result<HttpGate, String> {
+        if !self.routes.contains_key(endpoint) {
+            return Err(format!("targets are booked from endpoint {endpoint:?}, which is not configured"));
+        }
+        let maker = Maker::Collection { collection: collection.to_string(), name_at: name_at.to_string() };
+        self.makers.insert(endpoint.to_string(), maker);
+        Ok(self)
+    }
+
     /// The gate, booking the targets that `booking`'s create makes at `endpoint`
     /// (spoken in gRPC) and forgetting those its delete removes.
     ///
@@ -658,6 +679,15 @@ impl HttpGate {
                 v.get(field).and_then(|t| t.as_str()).map(str::to_string)
             }
             Maker::Grpc(g) => g.made(&ask.path, &answer.headers, answer),
+            Maker::Collection { collection, name_at } => {
+                let path = ask.path.split('?').next().unwrap_or_default();
+                if ask.method != "POST" || !path.ends_with(collection.as_str()) || !(200..300).contains(&answer.status)
+                {
+                    return None;
+                }
+                let v: serde_json::Value = serde_json::from_slice(&answer.body).ok()?;
+                v.pointer(name_at).and_then(|t| t.as_str()).map(str::to_string)
+            }
         };
         made.filter(|t| is_target(t))
     }
@@ -669,6 +699,7 @@ impl HttpGate {
         match self.makers.get(&ask.endpoint) {
             None => false,
             Some(Maker::Json(_)) => !matches!(ask.method.as_str(), "GET" | "HEAD"),
+            Some(Maker::Collection { .. }) => matches!(ask.method.as_str(), "POST" | "DELETE"),
             Some(Maker::Grpc(g)) => {
                 let path = ask.path.split('?').next().unwrap_or_default();
                 path == g.create || path == g.delete
@@ -681,6 +712,15 @@ impl HttpGate {
     fn deleted(&self, ask: &Ask, answer: &Answer) -> Option<String> {
         let target = match self.makers.get(&ask.endpoint) {
             Some(Maker::Grpc(g)) => g.deleted(&ask.path, &ask.body, answer)?,
+            Some(Maker::Collection { collection, .. }) => {
+                let path = ask.path.split('?').next().unwrap_or_default();
+                let (parent, name) = path.rsplit_once('/')?;
+                let read_or_delete = matches!(ask.method.as_str(), "GET" | "DELETE");
+                if !read_or_delete || answer.status != 404 || !parent.ends_with(collection.as_str()) {
+                    return None;
+                }
+                name.to_string()
+            }
             _ if self.vault.scans(&ask.endpoint) || self.makers.contains_key(&ask.endpoint) => {
                 if ask.method != "DELETE" || !((200..300).contains(&answer.status) || answer.status == 404) {
                     return None;

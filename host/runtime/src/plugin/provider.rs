@@ -125,6 +125,9 @@ pub struct PluginProvider {
     proven: std::sync::OnceLock<Tier>,
     /// What `plimsoll:host/config` answers.
     settings: Arc<std::collections::BTreeMap<String, String>>,
+    /// `settings` with what a remote plugin's smoke test proved and pinned (its
+    /// evidence's claims named `pin:…`), which every later call is held to.
+    pinned: std::sync::OnceLock<Arc<std::collections::BTreeMap<String, String>>>,
     /// A remote plugin's sandboxes as the host saw them made.
     book: Arc<super::book::Book>,
     /// The host's guard, through which a remote plugin's granted runs reach the broker.
@@ -323,6 +326,7 @@ impl PluginProvider {
             remote_cap: None,
             proven: std::sync::OnceLock::new(),
             settings: Arc::default(),
+            pinned: std::sync::OnceLock::new(),
             book: Arc::default(),
             guard: None,
             grant_way: wit::GrantWay::None,
@@ -439,7 +443,7 @@ impl PluginProvider {
             http: self.http.clone(),
             allowed: self.allowed.clone(),
             broker: None,
-            settings: Arc::clone(&self.settings),
+            settings: Arc::clone(self.pinned.get().unwrap_or(&self.settings)),
             book: None,
             secrets: Vec::new(),
             relay_to: None,
@@ -638,6 +642,10 @@ impl PluginProvider {
                 let evidence = self.evidence(&used, &e);
                 if self.remote_cap.is_some() {
                     let _ = self.proven.set(evidence.tier);
+                    let pins = e.claims.iter().filter(|(k, _)| k.starts_with(PIN));
+                    let mut settings = (*self.settings).clone();
+                    settings.extend(pins.map(|(k, v)| (k.clone(), v.clone())));
+                    let _ = self.pinned.set(Arc::new(settings));
                 }
                 Ok(evidence)
             }
@@ -645,6 +653,11 @@ impl PluginProvider {
         }
     }
 }
+
+/// The prefix of a smoke test's evidence claims the host pins: handed back to
+/// every later call as settings of the same names, so a plugin can refuse a
+/// backend that changed since it was proved.
+pub const PIN: &str = "pin:";
 
 /// The refusal for a grant a plugin's runs cannot carry (a remote backend: the
 /// host's socket cannot reach it); a grant is never dropped silently.

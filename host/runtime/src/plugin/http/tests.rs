@@ -697,6 +697,37 @@ fn a_scoped_bearer_named_by_a_resource_name_is_attached_with_its_scheme_and_crea
 }
 
 #[test]
+fn a_kubernetes_collection_books_what_a_post_makes_until_a_read_says_it_is_gone() {
+    let api = route_server(|(method, path, _)| match (method.as_str(), path.as_str()) {
+        ("POST", "/ns/p/sandboxclaims") => (201, r#"{"metadata":{"name":"plimsoll-abc"}}"#.into()),
+        ("POST", _) => (201, r#"{"metadata":{"name":"elsewhere"}}"#.into()),
+        // A foreground delete answers the object, still there with its deletionTimestamp.
+        ("DELETE", "/ns/p/sandboxclaims/plimsoll-abc") => (200, r#"{"metadata":{"name":"plimsoll-abc"}}"#.into()),
+        ("GET", "/ns/p/sandboxclaims/plimsoll-abc?x=1") => (404, "{}".into()),
+        _ => (404, "{}".into()),
+    });
+    let endpoints = [("api".to_string(), Endpoint { base: format!("http://127.0.0.1:{api}"), ..Endpoint::default() })];
+    let g = HttpGate::new(endpoints.into())
+        .expect("gate")
+        .booking_collection("api", "/sandboxclaims", "/metadata/name")
+        .expect("booking");
+    let a = allowed(&["api"]);
+    let call = |method: &str, path: &str| Ask { endpoint: "api".into(), method: method.into(), ..ask(path) };
+    let made = g.send(&a, call("POST", "/ns/p/sandboxclaims")).expect("created");
+    assert_eq!((made.captured, g.holds("plimsoll-abc")), (vec!["plimsoll-abc".to_string()], true));
+    // A POST elsewhere makes nothing booked; a 404 elsewhere forgets nothing.
+    g.send(&a, call("POST", "/ns/p/pods/x:1/proxy/v1/exec")).expect("exec");
+    assert!(!g.holds("elsewhere"));
+    g.send(&a, call("GET", "/ns/p/pods/plimsoll-abc")).expect("pod read");
+    assert!(g.holds("plimsoll-abc"));
+    // The foreground delete's 200 is not yet gone; the read's 404 is.
+    g.send(&a, call("DELETE", "/ns/p/sandboxclaims/plimsoll-abc")).expect("deleted");
+    assert!(g.holds("plimsoll-abc"));
+    g.send(&a, call("GET", "/ns/p/sandboxclaims/plimsoll-abc?x=1")).expect("gone");
+    assert!(!g.holds("plimsoll-abc"));
+}
+
+#[test]
 fn every_credential_the_gate_attaches_is_redacted_from_text_a_plugin_passes_on() {
     let api = route_server(|_| (201, r#"{"sandboxID":"abc123","envdAccessToken":"tok-s3cret-0123"}"#.into()));
     let mut e = endpoint(&format!("http://127.0.0.1:{api}"));
