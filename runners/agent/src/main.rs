@@ -28,14 +28,26 @@
 //! host's broker where the sandbox has no way out (see [`broker`]): it binds
 //! the clients' socket and a loopback port, says the port on stdout, and goes
 //! into the background.
+//!
+//! `plimsoll-agent sandboxd --listen ADDR:PORT --token-sha256 HEX64 [--guest-uid
+//! UID]` is an agent-sandbox pod's main process (see [`sandboxd`]): started as
+//! root, it serves `GET /v1/health` and token-checked `POST /v1/exec` over
+//! HTTP, running each exec as the guest uid (61000 unless told) in a process
+//! group of its own, killed at its timeout and when its main process ends.
+//!
+//! `plimsoll-agent dial HOST:PORT` carries stdin to a TCP connection and the
+//! connection to stdout (see [`dial`]): the way into a pod with no network,
+//! through `docker exec -i`.
 
 mod broker;
+mod dial;
 mod files;
 mod interp;
 mod listen;
 mod pipes;
 mod procs;
 mod run;
+mod sandboxd;
 mod wire;
 
 use std::collections::{HashMap, HashSet};
@@ -319,8 +331,10 @@ fn main() -> ExitCode {
         [verb, socket] if verb == "listen" && !socket.is_empty() => listen(Path::new(socket)),
         [verb, socket] if verb == "relay" && !socket.is_empty() => listen::relay(Path::new(socket)),
         [verb, socket] if verb == "broker-relay" && !socket.is_empty() => broker_relay(Path::new(socket)),
+        [verb, rest @ ..] if verb == "sandboxd" => sandboxd::main(rest),
+        [verb, addr] if verb == "dial" && !addr.is_empty() => return dial::main(addr),
         _ => Err(
-            "usage: plimsoll-agent serve WORD | plimsoll-agent attach WORD | plimsoll-agent listen SOCKET | plimsoll-agent relay SOCKET | plimsoll-agent broker-relay SOCKET"
+            "usage: plimsoll-agent serve WORD | plimsoll-agent attach WORD | plimsoll-agent listen SOCKET | plimsoll-agent relay SOCKET | plimsoll-agent broker-relay SOCKET | plimsoll-agent sandboxd --listen ADDR:PORT --token-sha256 HEX64 [--guest-uid UID] | plimsoll-agent dial HOST:PORT"
                 .into(),
         ),
     };
