@@ -31,6 +31,11 @@ pub fn default_image() -> Option<String> {
 #[derive(Debug)]
 pub struct Backing {
     image: String,
+    /// Held shared while a container is being made and taken whole by
+    /// [`Backing::remove_all`], which sets it: a container whose `docker run`
+    /// was under way at shutdown is waited for and removed, not left behind,
+    /// and none is made after.
+    closed: tokio::sync::RwLock<bool>,
 }
 
 /// What a sandbox's container gets.
@@ -91,6 +96,90 @@ impl Tmpfs {
         opts.extend(self.options.iter().cloned());
         format!("{}:{}", self.target, opts.join(","))
     }
+}
+
+/// A container shaped by a pod's spec rather than by a sandbox's [`Shape`]:
+/// its own command and user, the runtime its RuntimeClass names, the
+/// capabilities it asks, its volumes; no guest home.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PodContainer {
+    /// docker's `--runtime` (`runc`, `runsc`).
+    pub runtime: String,
+    /// Its host name (a pod's is its name).
+    pub hostname: String,
+    /// The root file system read-only.
+    pub read_only: bool,
+    /// Who its main process runs as (`0`).
+    pub user: String,
+    /// Every capability dropped before `cap_add` adds some back.
+    pub cap_drop_all: bool,
+    /// Capabilities added, without `CAP_`.
+    pub cap_add: Vec<String>,
+    /// `no-new-privileges` (the spec's `allowPrivilegeEscalation: false`).
+    pub no_new_privileges: bool,
+    /// Its memory (and memory with swap), in bytes.
+    pub memory_bytes: u64,
+    /// Its CPUs, as docker's `--cpus` takes them (`None`: no limit).
+    pub cpus: Option<String>,
+    /// Tmpfs mounts (memory-backed volumes).
+    pub tmpfs: Vec<Tmpfs>,
+    /// Host directories mounted read-only: (host path, container path).
+    pub binds: Vec<(std::path::PathBuf, String)>,
+    /// The command and its arguments.
+    pub argv: Vec<String>,
+}
+
+impl PodContainer {
+    /// `docker run`'s arguments for it, named `name`, labelled `label`, of `image`.
+    fn args(&self, name: &str, label: &str, image: &str) -> Vec<String> {
+        let mut a: Vec<String> = ["run", "-d", "--name", name, "--label", label, "--network", "none", "--runtime"]
+            .into_iter()
+            .map(String::from)
+            .collect();
+        a.push(self.runtime.clone());
+        if !self.hostname.is_empty() {
+            a.extend(["--hostname".into(), self.hostname.clone()]);
+        }
+        if self.read_only {
+            a.push("--read-only".into());
+        }
+        for t in &self.tmpfs {
+            a.extend(["--tmpfs".into(), t.docker()]);
+        }
+        a.extend(["--user".into(), self.user.clone()]);
+        if self.cap_drop_all {
+            a.extend(["--cap-drop".into(), "ALL".into()]);
+        }
+        for c in &self.cap_add {
+            a.extend(["--cap-add".into(), c.clone()]);
+        }
+        if self.no_new_privileges {
+            a.extend(["--security-opt".into(), "no-new-privileges".into()]);
+        }
+        let memory = format!("{}b", self.memory_bytes);
+        a.extend(["--memory".into(), memory.clone(), "--memory-swap".into(), memory]);
+        if let Some(cpus) = &self.cpus {
+            a.extend(["--cpus".into(), cpus.clone()]);
+        }
+        a.extend(["--pids-limit".into(), PIDS.to_string()]);
+        for (host, inside) in &self.binds {
+            a.extend(["--volume".into(), format!("{}:{inside}:ro", host.display())]);
+        }
+        a.push(image.to_string());
+        a.extend(self.argv.iter().cloned());
+        a
+    }
+}
+
+/// Where a container is, as `docker inspect` says.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerState {
+    /// Its process runs.
+    pub running: bool,
+    /// Its exit status once ended.
+    pub exit_code: i64,
+    /// docker's own error starting it, if any.
+    pub error: String,
 }
 
 /// A process to run as the guest, and how.
@@ -158,7 +247,7 @@ async fn docker(args: &[&str], stdin: Option<&[u8]>) -> Result<Vec<u8>, String> 
 impl Backing {
     /// Containers of `image`.
     pub fn new(image: String) -> Backing {
-        Backing { image }
+        Backing { image, closed: tokio::sync::RwLock::new(false) }
     }
 
     /// The image every sandbox runs.
@@ -171,6 +260,10 @@ impl Backing {
     /// mounts (a small `/tmp` unless one is asked), so nothing the guest writes
     /// lands on the host's disk.
     pub async fn create(&self, id: &str, shape: &Shape) -> Result<(), String> {
+        let gate = self.closed.read().await;
+        if *gate {
+            return Err("the fake is shutting down".into());
+        }
         let label = format!("{LABEL}={}", std::process::id());
         let memory = format!("{}b", shape.memory_bytes);
         let name = format!("plimsoll-fake-{id}");
@@ -214,6 +307,7 @@ impl Backing {
         args.extend([self.image.clone(), "sleep".into(), "infinity".into()]);
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         docker(&args, None).await?;
+        drop(gate);
         if shape.egress.is_some()
             && let Err(e) = self.start_forwarder(&name).await
         {
@@ -222,6 +316,79 @@ impl Backing {
             return Err(e);
         }
         Ok(())
+    }
+
+    /// Starts a container for `id` shaped by a pod's spec; its docker ID.
+    pub async fn create_pod(&self, id: &str, shape: &PodContainer) -> Result<String, String> {
+        let gate = self.closed.read().await;
+        if *gate {
+            return Err("the fake is shutting down".into());
+        }
+        let label = format!("{LABEL}={}", std::process::id());
+        let args = shape.args(&format!("plimsoll-fake-{id}"), &label, &self.image);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let out = docker(&args, None).await?;
+        Ok(String::from_utf8_lossy(&out).trim().to_string())
+    }
+
+    /// Whether `id`'s container runs, and how it ended if not.
+    pub async fn state(&self, id: &str) -> Result<ContainerState, String> {
+        let format = "{{.State.Running}} {{.State.ExitCode}} {{.State.Error}}";
+        let out = docker(&["inspect", "--format", format, &format!("plimsoll-fake-{id}")], None).await?;
+        let out = String::from_utf8_lossy(&out);
+        let mut words = out.trim().splitn(3, ' ');
+        Ok(ContainerState {
+            running: words.next() == Some("true"),
+            exit_code: words.next().and_then(|c| c.parse().ok()).unwrap_or(-1),
+            error: words.next().unwrap_or_default().to_string(),
+        })
+    }
+
+    /// The last `lines` lines `id`'s container wrote, stdout and stderr.
+    pub async fn logs(&self, id: &str, lines: u32) -> String {
+        let name = format!("plimsoll-fake-{id}");
+        let out = Command::new("docker")
+            .args(["logs", "--tail", &lines.to_string(), &name])
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .output()
+            .await;
+        match out {
+            Ok(o) => format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)),
+            Err(e) => format!("docker logs: {e}"),
+        }
+    }
+
+    /// Runs `argv` in `id`'s container as its own user with `input` as its
+    /// whole standard input; its standard output. Fails when it cannot run,
+    /// exits other than 0, or outlasts `deadline` (then it is killed).
+    pub async fn pipe(&self, id: &str, argv: &[&str], input: Bytes, deadline: Duration) -> Result<Vec<u8>, String> {
+        let name = format!("plimsoll-fake-{id}");
+        let mut child = Command::new("docker")
+            .args(["exec", "-i", &name])
+            .args(argv)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("docker exec: {e}"))?;
+        if let Some(mut pipe) = child.stdin.take() {
+            // Written alongside the read: a large request must not wait on a
+            // full output pipe.
+            tokio::spawn(async move {
+                let _ = pipe.write_all(&input).await;
+            });
+        }
+        let out = tokio::time::timeout(deadline, child.wait_with_output())
+            .await
+            .map_err(|_| format!("no answer within {} s", deadline.as_secs()))?
+            .map_err(|e| format!("docker exec: {e}"))?;
+        if out.status.success() {
+            Ok(out.stdout)
+        } else {
+            Err(format!("exited {}: {}", out.status.code().unwrap_or(-1), String::from_utf8_lossy(&out.stderr).trim()))
+        }
     }
 
     /// Freezes every process of sandbox `id` (`docker pause`): memory and files kept.
@@ -266,14 +433,22 @@ impl Backing {
         }
     }
 
+    /// The image's content ID (`sha256:` and hex), which also checks it is here.
+    pub async fn image_id(&self) -> Result<String, String> {
+        let out = docker(&["image", "inspect", "--format", "{{.Id}}", &self.image], None).await?;
+        Ok(String::from_utf8_lossy(&out).trim().to_string())
+    }
+
     /// The docker daemon's version.
     pub async fn docker_version(&self) -> Result<String, String> {
         let out = docker(&["version", "--format", "{{.Server.Version}}"], None).await?;
         Ok(String::from_utf8_lossy(&out).trim().to_string())
     }
 
-    /// Removes every container this fake made.
+    /// Removes every container this fake made, once any being made is up,
+    /// and refuses to make more.
     pub async fn remove_all(&self) {
+        *self.closed.write().await = true;
         let filter = format!("label={LABEL}={}", std::process::id());
         if let Ok(out) = docker(&["ps", "-aq", "--filter", &filter], None).await {
             for id in String::from_utf8_lossy(&out).split_whitespace() {
@@ -438,5 +613,47 @@ impl Backing {
         let name = format!("plimsoll-fake-{id}");
         let uid = format!("{GUEST_UID}:{GUEST_UID}");
         let _ = docker(&["exec", "-u", &uid, &name, "sh", "-c", "kill -9 -1"], None).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pods_container_is_run_as_its_spec_says() {
+        let pod = PodContainer {
+            runtime: "runsc".into(),
+            hostname: "p".into(),
+            read_only: true,
+            user: "0".into(),
+            cap_drop_all: true,
+            cap_add: vec!["SETUID".into(), "SETGID".into()],
+            no_new_privileges: true,
+            memory_bytes: 512 << 20,
+            cpus: Some("1".into()),
+            tmpfs: vec![Tmpfs {
+                target: "/tmp".into(),
+                size_bytes: Some(64 << 20),
+                mode: Some(0o1777),
+                options: vec!["exec".into(), "nosuid".into(), "nodev".into()],
+            }],
+            binds: vec![],
+            argv: vec!["/opt/plimsoll/plimsoll-agent".into(), "sandboxd".into()],
+        };
+        let args = pod.args("plimsoll-fake-k8s-1-p", "dev.plimsoll.fake=1", "sha256:ab");
+        let expected = "run -d --name plimsoll-fake-k8s-1-p --label dev.plimsoll.fake=1 --network none --runtime runsc \
+             --hostname p --read-only --tmpfs /tmp:rw,size=67108864,mode=1777,exec,nosuid,nodev --user 0 --cap-drop ALL \
+             --cap-add SETUID --cap-add SETGID --security-opt no-new-privileges --memory 536870912b \
+             --memory-swap 536870912b --cpus 1 --pids-limit 256 sha256:ab /opt/plimsoll/plimsoll-agent sandboxd";
+        assert_eq!(args.join(" "), expected);
+        let loose = PodContainer {
+            read_only: false,
+            binds: vec![("/d".into(), "/var/run/secrets/kubernetes.io/serviceaccount".into())],
+            ..pod
+        };
+        let args = loose.args("n", "l", "i").join(" ");
+        assert!(!args.contains("--read-only"));
+        assert!(args.contains("--volume /d:/var/run/secrets/kubernetes.io/serviceaccount:ro i "), "{args}");
     }
 }

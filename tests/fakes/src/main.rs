@@ -6,6 +6,7 @@
 //!
 //! ```text
 //! plimsoll-fake <e2b|dockercloud|openshell> --listen 127.0.0.1:PORT [--misbehave MODE] [--image ID] [--route NAME=ADDR]...
+//! plimsoll-fake kubernetes --listen 127.0.0.1:PORT --runtime-class HANDLER [--pool-size N] [--misbehave MODE] [--image ID]
 //! plimsoll-fake forward ADDR SOCKET   (inside a sandbox's container: its way out)
 //! ```
 
@@ -13,6 +14,7 @@ mod backing;
 mod dockercloud;
 mod e2b;
 mod egress;
+mod kubernetes;
 mod openshell;
 mod pki;
 mod server;
@@ -23,6 +25,8 @@ use std::sync::Arc;
 const USAGE: &str =
     "usage: plimsoll-fake <e2b|dockercloud|openshell> --listen 127.0.0.1:PORT [--misbehave MODE] [--image ID] [--dir DIR]
                      [--route NAME=ADDR]...
+       plimsoll-fake kubernetes --listen 127.0.0.1:PORT --runtime-class HANDLER [--pool-size N]
+                     [--misbehave MODE] [--image ID] [--dir DIR]
 
   --listen ADDR     where to serve HTTPS (loopback only; openshell: gRPC, mutual TLS)
   --misbehave MODE  answer wrongly in one way (modes below); default: behave
@@ -31,9 +35,14 @@ const USAGE: &str =
                     and key (default: a new temporary directory)
   --route NAME=ADDR e2b: where a sandbox whose network rules allow NAME reaches it (plain
                     HTTP to a loopback ADDR stands in for HTTPS to NAME); repeatable
+  --runtime-class HANDLER
+                    kubernetes (required): the RuntimeClass's handler; runsc runs pods
+                    under gVisor, anything else (runc, kata, ...) under runc
+  --pool-size N     kubernetes: the warm pool's replicas (default 2)
 
-Once ready it prints the daemon's settings as KEY=VALUE lines, then serves until
-it is sent SIGTERM or SIGINT, and removes every container it made.";
+Once ready (kubernetes: the warm pool full and every pod's sandboxd answering) it
+prints the daemon's settings as KEY=VALUE lines, then serves until it is sent
+SIGTERM or SIGINT, and removes every container it made.";
 
 fn fail(message: &str) -> ! {
     eprintln!("plimsoll-fake: {message}");
@@ -68,6 +77,10 @@ fn main() {
         for (mode, what) in openshell::MODES {
             println!("  {mode:<18} {what}");
         }
+        println!("\nkubernetes modes:");
+        for (mode, what) in kubernetes::MODES {
+            println!("  {mode:<18} {what}");
+        }
         return;
     }
     if args[0] == "forward" {
@@ -80,6 +93,8 @@ fn main() {
     let mut mode = None;
     let mut image = None;
     let mut dir = None;
+    let mut runtime_class = None;
+    let mut pool_size = None;
     let mut rest = args[1..].iter();
     while let Some(flag) = rest.next() {
         let value = rest.next().cloned().unwrap_or_else(|| fail(&format!("{flag} needs a value\n{USAGE}")));
@@ -89,8 +104,23 @@ fn main() {
             "--image" => image = Some(value),
             "--dir" => dir = Some(std::path::PathBuf::from(value)),
             "--route" => routes.add(&value).unwrap_or_else(|e| fail(&e)),
+            "--runtime-class" => runtime_class = Some(value),
+            "--pool-size" => {
+                pool_size = Some(value.parse::<u32>().unwrap_or_else(|_| fail("--pool-size must be a whole number")))
+            }
             other => fail(&format!("unknown flag {other}\n{USAGE}")),
         }
+    }
+    if vendor == "kubernetes" {
+        match &runtime_class {
+            None => fail("kubernetes needs --runtime-class HANDLER (runsc, runc, kata, ...)"),
+            Some(h) if !kubernetes::valid_handler(h) => {
+                fail("--runtime-class must be a DNS label (runsc, runc, kata, ...)")
+            }
+            Some(_) => {}
+        }
+    } else if runtime_class.is_some() || pool_size.is_some() {
+        fail("--runtime-class and --pool-size are for the kubernetes fake only");
     }
     let listen: std::net::SocketAddr = listen
         .unwrap_or_else(|| fail("--listen is required"))
@@ -109,10 +139,13 @@ fn main() {
         let names: &[&str] = match vendor.as_str() {
             "dockercloud" => &["hub.dockercloud.test", "api.dockercloud.test", "*.sandboxes.dockercloud.test"],
             "openshell" => &[openshell::HOST],
+            "kubernetes" => &[kubernetes::HOST],
             _ => &["api.e2b.test", "*.e2b.test"],
         };
         let pki = Arc::new(pki::Pki::generate(&dir, names).unwrap_or_else(|e| fail(&e)));
         let backing = Arc::new(backing::Backing::new(image));
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .unwrap_or_else(|e| fail(&e.to_string()));
         let handler: Arc<dyn server::Handler> = match vendor.as_str() {
             "e2b" => {
                 let mode = mode.as_deref().map(|m| {
@@ -139,7 +172,36 @@ fn main() {
                 });
                 Arc::new(openshell::Fake::new(Arc::clone(&backing), mode))
             }
-            other => fail(&format!("no fake for {other:?}; this build fakes e2b, dockercloud and openshell")),
+            "kubernetes" => {
+                let mode = mode.as_deref().map(|m| {
+                    kubernetes::Mode::parse(m).unwrap_or_else(|| {
+                        fail(&format!("kubernetes has no mode {m:?}; plimsoll-fake --help lists them"))
+                    })
+                });
+                let options = kubernetes::Options {
+                    mode,
+                    handler: runtime_class.clone().unwrap_or_default(),
+                    pool_size: pool_size.unwrap_or(2),
+                    dir: dir.clone(),
+                };
+                // The warm pool fills before anything is printed; a signal
+                // meanwhile still removes what was made.
+                let started = tokio::select! {
+                    started = kubernetes::Fake::start(Arc::clone(&backing), &pki, options) => started,
+                    _ = term.recv() => Err("stopped by SIGTERM while starting".into()),
+                    _ = tokio::signal::ctrl_c() => Err("stopped by SIGINT while starting".into()),
+                };
+                match started {
+                    Ok(fake) => fake,
+                    Err(e) => {
+                        backing.remove_all().await;
+                        fail(&format!("kubernetes: {e}"));
+                    }
+                }
+            }
+            other => {
+                fail(&format!("no fake for {other:?}; this build fakes e2b, dockercloud, openshell and kubernetes"))
+            }
         };
         // The gateway takes only callers with a certificate from its CA.
         let tls = if vendor == "openshell" { pki.mtls_server_config() } else { pki.server_config() };
@@ -150,8 +212,6 @@ fn main() {
         }
         println!("READY=1");
         let served = tokio::spawn(server::serve(listener, tls, Arc::clone(&handler)));
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .unwrap_or_else(|e| fail(&e.to_string()));
         tokio::select! {
             _ = term.recv() => {}
             _ = tokio::signal::ctrl_c() => {}
