@@ -2,6 +2,7 @@
 //! client, by raw HTTP, and by the published Python client `plimsoll-client`.
 
 mod agent_attach;
+mod agentsandbox;
 mod attest;
 mod bench;
 mod config;

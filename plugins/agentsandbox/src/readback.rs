@@ -404,8 +404,7 @@ pub fn denies_egress(items: &[Value], labels: &Map<String, Value>) -> Result<Str
 
 /// The tier markers a run's first command reads as the guest: the boot ID, the
 /// seccomp mode, and the kernel log's first line.
-pub const MARKERS: &str = "cat /proc/sys/kernel/random/boot_id; sed -n 's/^Seccomp:[[:space:]]*//p' /proc/self/status; \
-                           dmesg 2>/dev/null | head -n 1; true";
+pub const MARKERS: &str = r#"b=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null); s=$(sed -n 's/^Seccomp:[[:space:]]*//p' /proc/self/status 2>/dev/null); k=$(dmesg 2>/dev/null | head -n 1); printf '%s\n%s\n%s\n' "$b" "$s" "$k""#;
 
 /// Judges what [`MARKERS`] printed against the tier `handler` stands for:
 /// gVisor's kernel log under runsc, seccomp filtering under runc, a boot ID

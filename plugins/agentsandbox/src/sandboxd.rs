@@ -17,6 +17,8 @@ use plimsoll_plugin_remote::wrapper;
 
 /// How long a file transfer may take.
 const FILE_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often an exec answered 429 is sent in all.
+const THROTTLED_TRIES: u32 = 5;
 /// What sandboxd keeps of each stream: a download's whole file fits.
 const SANDBOXD_CAP: usize = 16 << 20;
 
@@ -45,7 +47,7 @@ impl Pod<'_> {
         if let Some(bytes) = stdin {
             body["stdin"] = Value::from(STANDARD.encode(bytes));
         }
-        let r = http::send(&Request {
+        let request = Request {
             endpoint: "pods".into(),
             target: None,
             method: "POST".into(),
@@ -54,7 +56,24 @@ impl Pod<'_> {
             body: body.to_string().into_bytes(),
             // The host's own limit, a little past sandboxd's.
             timeout_ms: timeout_ms.saturating_add(15_000),
-        })?;
+        };
+        // A 429 (the API server's throttle, or sandboxd's own "busy") ran
+        // nothing, so it is sent again; a 5xx may have come after the command
+        // ran, so it is not.
+        let mut r = http::send(&request)?;
+        for _ in 1..THROTTLED_TRIES {
+            if r.status != 429 {
+                break;
+            }
+            let wait = r
+                .headers
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case("retry-after"))
+                .and_then(|(_, v)| v.trim().parse::<u64>().ok())
+                .map_or(Duration::from_millis(500), |s| Duration::from_secs(s.min(5)));
+            std::thread::sleep(wait);
+            r = http::send(&request)?;
+        }
         if r.status != 200 {
             return Err(crate::kube::refusal("sandboxd's exec", r.status, &r.body));
         }
