@@ -1,0 +1,291 @@
+use super::*;
+
+const PUBLIC: &str = "https://localhost:8443";
+const CALLBACK: &str = "http://127.0.0.1:33418/callback";
+/// RFC 7636 Appendix B.
+const VERIFIER: &str = "dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk";
+const CHALLENGE: &str = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
+
+fn server() -> AuthServer {
+    AuthServer::new(Urls::new(PUBLIC).expect("urls"))
+}
+
+fn register(s: &mut AuthServer, now: Instant) -> String {
+    let body = json!({"client_name": "Claude Code", "redirect_uris": [CALLBACK]}).to_string();
+    let v = s.register(body.as_bytes(), now).expect("registered");
+    v["client_id"].as_str().expect("client_id").to_string()
+}
+
+fn query(client: &str) -> BTreeMap<String, String> {
+    [
+        ("response_type", "code"),
+        ("client_id", client),
+        ("redirect_uri", CALLBACK),
+        ("state", "s t&ate"),
+        ("code_challenge", CHALLENGE),
+        ("code_challenge_method", "S256"),
+        ("resource", "https://localhost:8443/mcp"),
+        ("scope", SCOPE),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .into()
+}
+
+fn param(url: &str, name: &str) -> Option<String> {
+    let q = url.split_once('?')?.1;
+    form(q).expect("query").remove(name)
+}
+
+/// Registers, authorizes, approves: the approval and the code.
+fn approved(s: &mut AuthServer, now: Instant) -> (String, String, String) {
+    let client = register(s, now);
+    let held = s.authorize(&query(&client), now).expect("held");
+    let (back, approval) = s.decide(&held.id, true, now, SystemTime::now()).expect("decided");
+    assert!(back.starts_with(&format!("{CALLBACK}?code=")), "{back}");
+    (client, approval.expect("approval").id, param(&back, "code").expect("code"))
+}
+
+fn exchange(client: &str, code: &str, verifier: &str) -> BTreeMap<String, String> {
+    [
+        ("grant_type", "authorization_code"),
+        ("client_id", client),
+        ("code", code),
+        ("redirect_uri", CALLBACK),
+        ("code_verifier", verifier),
+        ("resource", "https://localhost:8443/mcp"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .into()
+}
+
+#[test]
+fn s256_is_rfc_7636s() {
+    assert_eq!(s256(VERIFIER), CHALLENGE);
+    assert!(verifier_shape(VERIFIER));
+    assert!(!verifier_shape("short") && !verifier_shape(&"a".repeat(129)) && !verifier_shape(&"a b".repeat(20)));
+}
+
+#[test]
+fn the_documents_and_the_challenge_name_one_issuer_and_resource() {
+    let u = Urls::new("https://localhost:8443/").expect("urls");
+    assert_eq!(u.resource(), "https://localhost:8443/mcp");
+    assert_eq!(u.resource_document()["authorization_servers"], json!(["https://localhost:8443"]));
+    assert_eq!(u.resource_document()["resource"], json!("https://localhost:8443/mcp"));
+    let d = u.server_document();
+    assert_eq!(d["issuer"], json!("https://localhost:8443"));
+    assert_eq!(d["code_challenge_methods_supported"], json!(["S256"]));
+    assert_eq!(d["token_endpoint"], json!("https://localhost:8443/token"));
+    assert_eq!(
+        u.challenge(false),
+        "Bearer resource_metadata=\"https://localhost:8443/.well-known/oauth-protected-resource/mcp\", scope=\"mcp:tools\""
+    );
+    assert!(u.challenge(true).starts_with("Bearer error=\"invalid_token\", resource_metadata="));
+    for bad in ["http://localhost:8443", "https://localhost:8443/mcp", "https://", "https://a@b"] {
+        assert!(Urls::new(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn redirect_uris_are_https_or_loopback_http_with_no_fragment() {
+    assert_eq!(redirect_host("https://app.example/cb").as_deref(), Some("app.example"));
+    assert_eq!(redirect_host("http://127.0.0.1:9/cb").as_deref(), Some("127.0.0.1"));
+    assert_eq!(redirect_host("http://[::1]:9/cb").as_deref(), Some("[::1]"));
+    assert_eq!(redirect_host("http://localhost/cb").as_deref(), Some("localhost"));
+    for bad in [
+        "http://evil.example/cb",
+        "https://a.example/cb#x",
+        "https://u@a.example/",
+        "javascript:alert(1)",
+        "https:///x",
+    ] {
+        assert_eq!(redirect_host(bad), None, "{bad}");
+    }
+}
+
+#[test]
+fn registration_takes_public_clients_and_refuses_the_rest_by_name() {
+    let mut s = server();
+    let now = Instant::now();
+    let v = s.register(json!({"redirect_uris": [CALLBACK]}).to_string().as_bytes(), now).expect("minimal");
+    assert_eq!(
+        (v["token_endpoint_auth_method"].as_str(), v["client_name"].as_str()),
+        (Some("none"), Some("an unnamed client"))
+    );
+    assert!(v.get("client_secret").is_none());
+    let refused = |s: &mut AuthServer, body: Value| s.register(body.to_string().as_bytes(), now).expect_err("refused");
+    let e = refused(&mut s, json!({"redirect_uris": ["http://evil.example/cb"]}));
+    assert_eq!(e.error, "invalid_redirect_uri");
+    assert!(e.description.starts_with("\"http://evil.example/cb\" is not a redirect URI this server takes"), "{e:?}");
+    assert_eq!(refused(&mut s, json!({})).error, "invalid_redirect_uri");
+    let e = refused(&mut s, json!({"redirect_uris": [CALLBACK], "token_endpoint_auth_method": "client_secret_basic"}));
+    assert_eq!(e.error, "invalid_client_metadata");
+    let e = refused(&mut s, json!({"redirect_uris": [CALLBACK], "grant_types": ["implicit"]}));
+    assert_eq!(e.description, "grant type \"implicit\" is not offered: authorization_code and refresh_token are");
+    assert_eq!(s.register(b"[1,2", now).expect_err("not json").error, "invalid_client_metadata");
+}
+
+#[test]
+fn unapproved_registrations_are_capped_oldest_first_and_expire() {
+    let mut s = server();
+    let start = Instant::now();
+    let first = register(&mut s, start);
+    for i in 1..=MAX_UNAPPROVED_CLIENTS {
+        register(&mut s, start + Duration::from_millis(i as u64));
+    }
+    assert_eq!(s.clients.len(), MAX_UNAPPROVED_CLIENTS);
+    assert!(!s.clients.contains_key(&first), "the oldest went first");
+    let later = start + CLIENT_LIFE + Duration::from_secs(1);
+    register(&mut s, later);
+    assert_eq!(s.clients.len(), 1);
+}
+
+#[test]
+fn an_unknown_client_or_redirect_uri_gets_a_page_never_a_redirect() {
+    let mut s = server();
+    let now = Instant::now();
+    let client = register(&mut s, now);
+    let mut q = query("nobody");
+    assert!(
+        matches!(s.authorize(&q, now), Err(AuthorizeRefusal::Page(p)) if p.contains("a client this server does not know"))
+    );
+    q = query(&client);
+    q.insert("redirect_uri".into(), "https://evil.example/cb".into());
+    assert!(
+        matches!(s.authorize(&q, now), Err(AuthorizeRefusal::Page(p)) if p.contains("not one its client registered"))
+    );
+}
+
+#[test]
+fn other_faults_go_back_to_the_client_with_state_and_issuer() {
+    let mut s = server();
+    let now = Instant::now();
+    let client = register(&mut s, now);
+    let cases = [
+        ("code_challenge_method", Some("plain"), "invalid_request"),
+        ("code_challenge", None, "invalid_request"),
+        ("response_type", Some("token"), "unsupported_response_type"),
+        ("resource", Some("https://elsewhere.example/mcp"), "invalid_target"),
+        ("resource", None, "invalid_target"),
+        ("scope", Some("mcp:tools admin"), "invalid_scope"),
+    ];
+    for (key, value, error) in cases {
+        let mut q = query(&client);
+        match value {
+            Some(v) => q.insert(key.into(), v.into()),
+            None => q.remove(key),
+        };
+        let Err(AuthorizeRefusal::Redirect(url)) = s.authorize(&q, now) else { panic!("{key}: not redirected") };
+        assert!(url.starts_with(CALLBACK), "{url}");
+        assert_eq!(param(&url, "error").as_deref(), Some(error), "{key}");
+        assert_eq!(param(&url, "state").as_deref(), Some("s t&ate"));
+        assert_eq!(param(&url, "iss").as_deref(), Some(PUBLIC));
+    }
+    assert!(s.pending.is_empty());
+}
+
+#[test]
+fn a_denied_request_goes_back_access_denied_and_holds_nothing() {
+    let mut s = server();
+    let now = Instant::now();
+    let client = register(&mut s, now);
+    let held = s.authorize(&query(&client), now).expect("held");
+    assert_eq!((held.client_name.as_str(), held.redirect_host.as_str()), ("Claude Code", "127.0.0.1"));
+    assert_eq!(s.held(&held.id, now), Some(held.clone()));
+    let (back, approval) = s.decide(&held.id, false, now, SystemTime::now()).expect("decided");
+    assert_eq!((param(&back, "error").as_deref(), approval), (Some("access_denied"), None));
+    assert!(s.approvals().is_empty());
+    assert!(matches!(s.decide(&held.id, true, now, SystemTime::now()), Err(AuthorizeRefusal::Page(_))));
+    // A request the owner never decides expires.
+    let held = s.authorize(&query(&client), now).expect("held");
+    assert_eq!(s.held(&held.id, now + PENDING_LIFE), None);
+}
+
+#[test]
+fn a_code_is_exchanged_once_with_its_verifier_for_tokens_that_open_the_endpoint() {
+    let mut s = server();
+    let now = Instant::now();
+    let wall = SystemTime::now();
+    let (client, approval, code) = approved(&mut s, now);
+    // A wrong verifier is refused, and the code is then dead.
+    let wrong = "x".repeat(43);
+    let e = s.token(&exchange(&client, &code, &wrong), now).expect_err("mismatch");
+    assert_eq!(
+        (e.error, e.description.as_str()),
+        ("invalid_grant", "the code_verifier does not match the code_challenge")
+    );
+    let e = s.token(&exchange(&client, &code, VERIFIER), now).expect_err("spent");
+    assert_eq!(e.error, "invalid_grant");
+    // A fresh code, the right verifier.
+    let (client, approval2, code) = approved(&mut s, now);
+    assert_ne!(approval, approval2);
+    let mut other_redirect = exchange(&client, &code, VERIFIER);
+    other_redirect.insert("redirect_uri".into(), "http://127.0.0.1:1/other".into());
+    assert_eq!(s.token(&other_redirect, now).expect_err("redirect").error, "invalid_grant");
+    let (client, approval, code) = approved(&mut s, now);
+    let mut wrong_target = exchange(&client, &code, VERIFIER);
+    wrong_target.insert("resource".into(), "https://elsewhere.example/mcp".into());
+    assert_eq!(s.token(&wrong_target, now).expect_err("target").error, "invalid_target");
+    let (client, approval3, code) = approved(&mut s, now);
+    let t = s.token(&exchange(&client, &code, VERIFIER), now).expect("tokens");
+    let access = t["access_token"].as_str().expect("access").to_string();
+    assert_eq!(s.check(Some(&format!("Bearer {access}")), now, wall), Ok(approval3.clone()));
+    assert_eq!(s.check(None, now, wall), Err(Bearer::Missing));
+    assert_eq!(s.check(Some("Bearer forged"), now, wall), Err(Bearer::Invalid));
+    let refresh = t["refresh_token"].as_str().expect("refresh").to_string();
+    assert_eq!(
+        s.check(Some(&format!("Bearer {refresh}")), now, wall),
+        Err(Bearer::Invalid),
+        "a refresh token opens nothing"
+    );
+    assert_eq!(s.check(Some(&format!("Bearer {access}")), now + ACCESS_LIFE, wall), Err(Bearer::Invalid));
+    // The code presented again withdraws the tokens it got.
+    let e = s.token(&exchange(&client, &code, VERIFIER), now).expect_err("replayed");
+    assert_eq!(e.description, "the code was used already; the tokens it got are revoked");
+    assert_eq!(s.check(Some(&format!("Bearer {access}")), now, wall), Err(Bearer::Invalid));
+    let _ = approval;
+}
+
+#[test]
+fn refresh_tokens_rotate_and_revocation_ends_everything_at_once() {
+    let mut s = server();
+    let now = Instant::now();
+    let wall = SystemTime::now();
+    let (client, approval, code) = approved(&mut s, now);
+    let t = s.token(&exchange(&client, &code, VERIFIER), now).expect("tokens");
+    let refresh = t["refresh_token"].as_str().expect("refresh").to_string();
+    let form = |token: &str| -> BTreeMap<String, String> {
+        [("grant_type", "refresh_token"), ("client_id", client.as_str()), ("refresh_token", token)]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into()
+    };
+    let later = now + ACCESS_LIFE + Duration::from_secs(1);
+    let t2 = s.token(&form(&refresh), later).expect("refreshed");
+    assert_eq!(s.token(&form(&refresh), later).expect_err("rotated").error, "invalid_grant");
+    let access = t2["access_token"].as_str().expect("access").to_string();
+    assert_eq!(s.check(Some(&format!("Bearer {access}")), later, wall), Ok(approval.clone()));
+    assert!(s.approvals()[0].last_used.is_some());
+    assert!(s.revoke(&approval));
+    assert!(!s.revoke(&approval));
+    assert_eq!(s.check(Some(&format!("Bearer {access}")), later, wall), Err(Bearer::Invalid));
+    let refresh2 = t2["refresh_token"].as_str().expect("refresh").to_string();
+    assert_eq!(s.token(&form(&refresh2), later).expect_err("revoked").error, "invalid_grant");
+    assert!(s.approvals().is_empty());
+}
+
+#[test]
+fn the_token_endpoint_names_a_missing_or_unknown_grant() {
+    let mut s = server();
+    let now = Instant::now();
+    assert_eq!(s.token(&BTreeMap::new(), now).expect_err("none").error, "invalid_request");
+    let f: BTreeMap<String, String> = [("grant_type".to_string(), "password".to_string())].into();
+    assert_eq!(s.token(&f, now).expect_err("password").error, "unsupported_grant_type");
+}
+
+#[test]
+fn forms_decode_and_refuse_a_repeated_parameter() {
+    let f = form("a=1&b=x+y%21&c=").expect("form");
+    assert_eq!((f["a"].as_str(), f["b"].as_str(), f["c"].as_str()), ("1", "x y!", ""));
+    assert_eq!(form("a=1&a=2").expect_err("repeated"), "the parameter \"a\" is given more than once");
+    assert!(form("a=%zz").is_err() && form("a=%ff").is_err());
+    assert_eq!(with_query("https://a/cb?x=1", &[("s", "a b&c")]), "https://a/cb?x=1&s=a%20b%26c");
+}
