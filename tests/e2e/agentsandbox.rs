@@ -251,6 +251,25 @@ fn a_template_changed_after_startup_refuses_runs_until_the_daemon_proves_it_agai
 }
 
 #[test]
+fn sessions_and_module_tables_are_refused_before_anything_is_claimed() {
+    let Some(fake) = start("runc", None) else { return };
+    let dir = scratch("agentsandbox-refusals");
+    let Some(env) = env(&fake, &dir, &[("SANDBOX_MAX_SESSIONS", "2")]) else { return };
+    let d = Daemon::start(&pairs(&env));
+    let client = Client::new(&d.url(), Some(TOKEN.into())).expect("client");
+    let rt = rt();
+    let err = rt.block_on(client.open_session(&plimsoll_client::SessionOptions::default())).expect_err("no sessions");
+    assert_eq!(err.not_dispatched(), Some(Reason::Unsupported), "{err}");
+    let module = plimsoll_core::wire::RunRequest {
+        module: Some(super::sims::van_der_pol_table()),
+        ..plimsoll_core::wire::RunRequest::default()
+    };
+    let err = rt.block_on(client.run(module)).expect_err("no module tables");
+    assert_eq!(err.not_dispatched(), Some(Reason::Unsupported), "{err}");
+    assert_eq!(claims(&fake), 0, "a claim was made");
+}
+
+#[test]
 fn an_agentsandbox_daemon_with_grant_profiles_refuses_to_start() {
     let Some(fake) = start("runc", None) else { return };
     let dir = scratch("agentsandbox-grants");

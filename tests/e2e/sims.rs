@@ -82,7 +82,7 @@ fn step_summary(stdout: &[u8]) -> serde_json::Value {
 }
 
 /// The original tests' sweep rows and the checksum layout they hashed.
-fn van_der_pol_table() -> ModuleRun {
+pub(super) fn van_der_pol_table() -> ModuleRun {
     let rows = (0..100).map(|i| ModuleRow { values: vec![0.1 + (4.9 * f64::from(i)) / 99.0, 2.0, 0.0] }).collect();
     ModuleRun { model: "vanderpol".into(), rows, end_time: 20.0, step: 0.01 }
 }
