@@ -211,7 +211,10 @@ impl Children {
 
     /// Kills `pid`'s group as `run_as` and collects `pid`, waiting for it to end.
     fn collect(&self, pid: i32, run_as: RunAs) -> Ended {
-        self.kill_group(pid, run_as);
+        // Most execs leave nothing running: then no killer need be forked.
+        if group_is_live(pid) {
+            self.kill_group(pid, run_as);
+        }
         let ended = match wait(pid) {
             Some(status) => Ended::from_wait_status(status),
             None => Ended::Unknown,
@@ -293,6 +296,36 @@ impl Children {
             drop(ours);
         }
     }
+}
+
+/// Whether the process group `pgid` may have a member that is not a zombie.
+/// Under gVisor's ptrace platform every process costs the sandbox host
+/// threads against the pod's pids limit, so the killer is forked only when
+/// there is something to kill. A process whose stat cannot be read counts as
+/// a live member.
+fn group_is_live(pgid: i32) -> bool {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return true };
+    for entry in dir {
+        let Ok(entry) = entry else { return true };
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let stat = match std::fs::read(format!("/proc/{pid}/stat")) {
+            Ok(stat) => stat,
+            // Gone since it was listed.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(_) => return true,
+        };
+        // The command name may hold anything: the fields after it are state, ppid, pgrp.
+        let Some(close) = stat.iter().rposition(|&b| b == b')') else { return true };
+        let rest = String::from_utf8_lossy(stat.get(close + 1..).unwrap_or_default());
+        let mut fields = rest.split_ascii_whitespace();
+        let (state, pgrp) = (fields.next(), fields.nth(1).and_then(|g| g.parse::<i32>().ok()));
+        match (state, pgrp) {
+            (Some("Z" | "X"), Some(_)) => {}
+            (Some(_), Some(g)) if g != pgid => {}
+            _ => return true,
+        }
+    }
+    false
 }
 
 /// Waits for the child `pid` to end and collects it; its wait status, or
@@ -680,6 +713,23 @@ mod tests {
         assert_eq!((a.exit_code, a.timed_out), (Some(0), false));
         let bg: i32 = text(&a.stdout).trim().parse().expect("a pid");
         assert!(crate::procs::doomed(bg), "the background sleep was killed");
+    }
+
+    #[test]
+    fn a_group_is_live_until_only_its_zombie_leader_is_left() {
+        let mut child = Command::new("sleep").arg("30").process_group(0).spawn().expect("sleep");
+        let pid = i32::try_from(child.id()).expect("pid");
+        assert!(group_is_live(pid));
+        // SAFETY: kill has no memory preconditions.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        // SAFETY: an all-zero siginfo_t is a valid value; WNOWAIT leaves the zombie in place.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `info` is a valid out-pointer.
+        let r = unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        assert_eq!(r, 0);
+        assert!(!group_is_live(pid), "a zombie leader alone is not live");
+        child.wait().expect("reaped");
+        assert!(!group_is_live(pid));
     }
 
     #[test]
