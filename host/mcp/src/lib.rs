@@ -4,6 +4,7 @@
 //! failure says whether code ran.
 
 pub mod config;
+pub mod gate;
 pub mod oauth;
 pub mod schema;
 pub mod tools;
