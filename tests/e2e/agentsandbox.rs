@@ -32,16 +32,12 @@ fn env(fake: &Fake, dir: &std::path::Path, extra: &[(&str, &str)]) -> Option<Vec
 /// sees it: the status and body, sent again while it answers 429 (mode `throttle`).
 fn api(fake: &Fake, method: &str, path: &str) -> (u16, String) {
     for _ in 0..5 {
-        let (code, body) = api_once(fake, method, path);
+        let (code, body) = send(fake, method, path, None);
         if code != 429 {
             return (code, body);
         }
         std::thread::sleep(std::time::Duration::from_secs(1));
     }
-    api_once(fake, method, path)
-}
-
-fn api_once(fake: &Fake, method: &str, path: &str) -> (u16, String) {
     send(fake, method, path, None)
 }
 

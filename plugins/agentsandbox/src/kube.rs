@@ -75,13 +75,17 @@ fn send_once(method: &str, path: &str, body: Option<&Value>) -> Result<(Answer, 
         body: body.map(|b| b.to_string().into_bytes()).unwrap_or_default(),
         timeout_ms: TIMEOUT_MS,
     })?;
-    let retry_after = r
-        .headers
+    let wait = retry_after(&r.headers);
+    Ok((Answer { status: r.status, body: r.body }, wait))
+}
+
+/// How long an answer's `Retry-After` (in seconds) asks to wait, at most 5 s.
+pub fn retry_after(headers: &[(String, String)]) -> Option<Duration> {
+    headers
         .iter()
         .find(|(k, _)| k.eq_ignore_ascii_case("retry-after"))
         .and_then(|(_, v)| v.trim().parse::<u64>().ok())
-        .map(|s| Duration::from_secs(s.min(5)));
-    Ok((Answer { status: r.status, body: r.body }, retry_after))
+        .map(|s| Duration::from_secs(s.min(5)))
 }
 
 /// Whether an answer says to try again: throttled, or the server's own failure.

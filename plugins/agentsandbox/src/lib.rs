@@ -417,11 +417,8 @@ impl Guest for Plugin {
     fn sweep(keep: Vec<String>) -> Result<Vec<String>, String> {
         let s = settings().map_err(|r| r.message)?;
         let listed = kube::stamped(&s.namespace, &s.instance)?;
-        let delete = |name: &str| match kube::delete_claim(&s.namespace, name, Instant::now() + Duration::from_secs(5))
-        {
-            Ok(_) => Ok(()),
-            Err(e) => Err(e),
-        };
+        let delete =
+            |name: &str| kube::delete_claim(&s.namespace, name, Instant::now() + Duration::from_secs(5)).map(|_| ());
         let (deleted, failed) = remote::sweep(listed, &keep, delete);
         if !failed.is_empty() {
             log::warn(&format!("the sweep could not delete {} claim(s): {}", failed.len(), failed.join("; ")));

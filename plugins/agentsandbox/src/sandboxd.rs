@@ -65,13 +65,7 @@ impl Pod<'_> {
             if r.status != 429 {
                 break;
             }
-            let wait = r
-                .headers
-                .iter()
-                .find(|(k, _)| k.eq_ignore_ascii_case("retry-after"))
-                .and_then(|(_, v)| v.trim().parse::<u64>().ok())
-                .map_or(Duration::from_millis(500), |s| Duration::from_secs(s.min(5)));
-            std::thread::sleep(wait);
+            std::thread::sleep(crate::kube::retry_after(&r.headers).unwrap_or(Duration::from_millis(500)));
             r = http::send(&request)?;
         }
         if r.status != 200 {
