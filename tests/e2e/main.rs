@@ -17,6 +17,7 @@ mod fakes;
 mod grants;
 mod jail;
 mod mcp;
+mod mcp_http;
 mod mcp_tour;
 mod openshell;
 mod place;

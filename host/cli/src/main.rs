@@ -65,8 +65,9 @@ enum Command {
     /// Sign checked runs into a bundle, and check bundles (the daemon holds no key).
     #[command(subcommand)]
     Attest(attest::Command),
-    /// Serve MCP on stdio for an AI assistant (configured by PLIMSOLL_URL and friends).
-    Mcp,
+    /// Serve MCP for AI assistants (configured by PLIMSOLL_URL and friends): on
+    /// stdio, or over HTTPS with `serve-http`.
+    Mcp(McpArgs),
     /// Render one granted run's efficiency findings and call trace (HTML) from the daemon's log.
     Advise(advise::Args),
     /// Measure one layer (wasm, daemon, session, docker) with its peer side by side.
@@ -82,12 +83,75 @@ enum Command {
     EngineWorker,
 }
 
+/// `plimsoll-host mcp [serve-http ...]`.
+#[derive(Debug, clap::Args)]
+struct McpArgs {
+    #[command(subcommand)]
+    mode: Option<McpMode>,
+}
+
+#[derive(Debug, Subcommand)]
+enum McpMode {
+    /// Serve MCP over HTTPS at /mcp for connections the owner approves after
+    /// signing in with a passkey; needs a daemon at kernel or vm and receipts.
+    ServeHttp(ServeHttpArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ServeHttpArgs {
+    /// The address to bind.
+    #[arg(long, default_value = "127.0.0.1:8443")]
+    listen: std::net::SocketAddr,
+    /// The certificate chain to serve TLS with (PEM).
+    #[arg(long, requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
+    /// Serve plain HTTP on loopback to a TLS reverse proxy, which must send
+    /// X-Forwarded-Proto: https and X-Forwarded-Host naming the public host.
+    #[arg(long)]
+    behind_proxy: bool,
+    /// The URL browsers and clients use, https://NAME[:PORT] (default
+    /// https://localhost:PORT on loopback). Passkeys are bound to NAME.
+    #[arg(long)]
+    public_url: Option<String>,
+    /// Where the owner's passkeys are kept (default
+    /// $XDG_STATE_HOME/plimsoll/mcp, else ~/.local/state/plimsoll/mcp).
+    #[arg(long)]
+    state_dir: Option<std::path::PathBuf>,
+}
+
+fn default_state_dir() -> anyhow::Result<std::path::PathBuf> {
+    let base = match (std::env::var_os("XDG_STATE_HOME"), std::env::var_os("HOME")) {
+        (Some(x), _) if !x.is_empty() => std::path::PathBuf::from(x),
+        (_, Some(h)) if !h.is_empty() => std::path::PathBuf::from(h).join(".local/state"),
+        _ => anyhow::bail!("no HOME or XDG_STATE_HOME to keep the owner's passkeys under: give --state-dir"),
+    };
+    Ok(base.join("plimsoll/mcp"))
+}
+
 /// `plimsoll-host mcp`: the configuration comes from the environment an AI
-/// application starts the server with; stdout carries only MCP.
-fn mcp() -> anyhow::Result<ExitCode> {
+/// application starts the server with; on stdio, stdout carries only MCP.
+fn mcp(args: McpArgs) -> anyhow::Result<ExitCode> {
     let config = plimsoll_mcp::Config::from(|k| std::env::var(k).ok())?;
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    rt.block_on(plimsoll_mcp::serve(config)).map_err(anyhow::Error::msg)?;
+    match args.mode {
+        None => rt.block_on(plimsoll_mcp::serve(config)).map_err(anyhow::Error::msg)?,
+        Some(McpMode::ServeHttp(a)) => {
+            let opts = plimsoll_mcp::http::Options {
+                listen: a.listen,
+                tls: a.tls_cert.zip(a.tls_key),
+                behind_proxy: a.behind_proxy,
+                public_url: a.public_url,
+                state_dir: match a.state_dir {
+                    Some(d) => d,
+                    None => default_state_dir()?,
+                },
+            };
+            rt.block_on(plimsoll_mcp::http::serve_http(config, opts))?;
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -101,7 +165,7 @@ fn main() -> ExitCode {
         Command::Record(cmd) => record::main(cmd),
         Command::Plugin(cmd) => plugin::main(cmd),
         Command::Attest(cmd) => attest::main(cmd),
-        Command::Mcp => mcp(),
+        Command::Mcp(args) => mcp(args),
         Command::Advise(args) => advise::main(args),
         Command::Bench(args) => bench::main(args),
         Command::Sim(cmd) => sim::main(cmd),

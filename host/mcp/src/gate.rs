@@ -185,6 +185,11 @@ impl Sessions {
         }
     }
 
+    /// Every session bound.
+    pub fn ids(&self) -> Vec<String> {
+        self.owners.keys().cloned().collect()
+    }
+
     /// Forgets a session closed by its owner.
     pub fn close(&mut self, session: &str) {
         self.owners.remove(session);

@@ -1,11 +1,14 @@
-//! `plimsoll-host mcp`: a Model Context Protocol server over stdio for AI
-//! assistants. It talks to a plimsoll daemon only through the Rust client, so every
-//! answer it passes on was checked (digests, evidence, the floor), and every
-//! failure says whether code ran.
+//! `plimsoll-host mcp`: a Model Context Protocol server for AI assistants, over
+//! stdio for one local client, or over HTTPS (`serve-http`) for connections the
+//! owner signed in with a passkey approves one by one. It talks to a plimsoll
+//! daemon only through the Rust client, so every answer it passes on was
+//! checked (digests, evidence, the floor), and every failure says whether code ran.
 
 pub mod config;
 pub mod gate;
+pub mod http;
 pub mod oauth;
+pub mod passkey;
 pub mod schema;
 pub mod tools;
 
@@ -19,12 +22,23 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt as _};
 
 pub use config::{Config, ConfigError};
-use tools::Tools;
+use tools::{Scope, Tools};
+
+/// Whose calls a [`Server`] serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// The one client on stdin and stdout.
+    Stdio,
+    /// HTTPS: each request carries the [`Scope`] of the approval its bearer
+    /// token belongs to, put there by the endpoint after checking the token.
+    Http,
+}
 
 /// The MCP handler.
 #[derive(Clone)]
 pub struct Server {
     tools: Arc<Tools>,
+    mode: Mode,
 }
 
 impl std::fmt::Debug for Server {
@@ -74,10 +88,21 @@ impl ServerHandler for Server {
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
+        let scope = match self.mode {
+            Mode::Stdio => Scope::local(),
+            // Never a shared scope by default: a request that reached the
+            // handler without its approval is refused.
+            Mode::Http => context
+                .extensions
+                .get::<::http::request::Parts>()
+                .and_then(|p| p.extensions.get::<Scope>())
+                .cloned()
+                .ok_or_else(|| McpError::internal_error("the request carries no approval", None))?,
+        };
         let arguments = serde_json::Value::Object(request.arguments.unwrap_or_default());
-        let answer = self.tools.call(&request.name, arguments).await;
+        let answer = self.tools.call(&scope, &request.name, arguments).await;
         let text = ContentBlock::text(answer.value.to_string());
         let mut result =
             if answer.error { CallToolResult::error(vec![text]) } else { CallToolResult::success(vec![text]) };
@@ -93,7 +118,7 @@ impl ServerHandler for Server {
 /// The client to the daemon could not be made, or the transport failed.
 pub async fn serve(config: Config) -> Result<(), String> {
     let tools = Tools::new(config)?;
-    let server = Server { tools: Arc::new(tools) };
+    let server = Server { tools: Arc::new(tools), mode: Mode::Stdio };
     let running = server.serve(rmcp::transport::stdio()).await.map_err(|e| format!("starting MCP on stdio: {e}"))?;
     running.waiting().await.map_err(|e| format!("MCP on stdio: {e}"))?;
     Ok(())

@@ -266,6 +266,15 @@ pub fn redirect_host(uri: &str) -> Option<String> {
     }
 }
 
+/// A redirect URI's origin, `scheme://authority`, for the approval page's
+/// `form-action`: the one place its decision may send the browser.
+pub fn redirect_origin(uri: &str) -> Option<String> {
+    redirect_host(uri)?;
+    let (scheme, rest) = uri.split_once("://")?;
+    let authority = rest.split(['/', '?']).next()?;
+    Some(format!("{scheme}://{authority}"))
+}
+
 /// Percent-encodes a query value.
 fn encode(v: &str) -> String {
     let mut out = String::with_capacity(v.len());
@@ -510,8 +519,11 @@ impl AuthServer {
         if get("code_challenge_method") != Some("S256") || challenge.len() != 43 {
             return Err(back("invalid_request", "PKCE is required: code_challenge with code_challenge_method S256"));
         }
-        let resource = get("resource").unwrap_or_default().trim_end_matches('/');
-        if resource != self.urls.resource() {
+        // RFC 8707: a client that names no resource (older Codex builds) gets
+        // this server's one; a client naming another is refused.
+        let own = self.urls.resource();
+        let resource = get("resource").map_or(own.as_str(), |r| r.trim_end_matches('/'));
+        if resource != own {
             return Err(back("invalid_target", "resource must be this server's MCP endpoint"));
         }
         if let Some(s) = get("scope").filter(|s| s.split(' ').any(|w| !w.is_empty() && w != SCOPE)) {

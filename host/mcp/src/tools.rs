@@ -103,12 +103,32 @@ impl Receipts {
     }
 }
 
-/// The server's state: the client, the kept sandboxes by handle, the records seen.
+/// Whose sandboxes and records a call may see: the one client of stdio mode, or
+/// one approved connection of the HTTPS mode. Handles and record digests are
+/// looked up within a scope only, so one connection can neither see nor close
+/// another's.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Scope(String);
+
+impl Scope {
+    /// Stdio mode's one client.
+    pub fn local() -> Scope {
+        Scope(String::new())
+    }
+
+    /// The approval `id` of the HTTPS mode.
+    pub fn approval(id: &str) -> Scope {
+        Scope(format!("approval:{id}"))
+    }
+}
+
+/// The server's state: the client, the kept sandboxes by scope and handle, the
+/// records seen by scope and digest.
 pub struct Tools {
     config: Config,
     client: Client,
-    sandboxes: Mutex<BTreeMap<String, Sandbox>>,
-    records: Mutex<BTreeMap<String, RunRecord>>,
+    sandboxes: Mutex<BTreeMap<(Scope, String), Sandbox>>,
+    records: Mutex<BTreeMap<(Scope, String), RunRecord>>,
     receipts: Option<Receipts>,
 }
 
@@ -212,6 +232,15 @@ impl Tools {
         })
     }
 
+    /// The daemon's own tier, as it describes itself.
+    ///
+    /// # Errors
+    ///
+    /// The daemon could not be asked, or its answer did not check.
+    pub async fn describe(&self) -> Result<String, String> {
+        self.client.describe().await.map(|d| d.isolation).map_err(|e| e.to_string())
+    }
+
     /// Adds the call's receipt to `answer` when receipts are on.
     async fn with_receipt(
         &self,
@@ -238,26 +267,44 @@ impl Tools {
         }
     }
 
-    /// Calls tool `name` with `arguments`.
-    pub async fn call(&self, name: &str, arguments: Value) -> Answer {
+    /// Calls tool `name` with `arguments`, within `scope`.
+    pub async fn call(&self, scope: &Scope, name: &str, arguments: Value) -> Answer {
         let out = match name {
-            "run_code" => self.run_code(arguments).await,
-            "open_sandbox" => self.open_sandbox(arguments).await,
-            "close_sandbox" => self.close_sandbox(arguments).await,
-            "get_record" => self.get_record(arguments).await,
+            "run_code" => self.run_code(scope, arguments).await,
+            "open_sandbox" => self.open_sandbox(scope, arguments).await,
+            "close_sandbox" => self.close_sandbox(scope, arguments).await,
+            "get_record" => self.get_record(scope, arguments).await,
             "server_info" => self.server_info(arguments).await,
             other => Err(Answer::refused("request", format!("no tool named {other:?}; nothing ran"))),
         };
         out.unwrap_or_else(|a| a)
     }
 
-    async fn remember(&self, resp: &RunResponse) {
+    /// Closes every sandbox of `scope` and forgets its records (a revoked
+    /// connection's); returns how many sandboxes were closed.
+    pub async fn forget(&self, scope: &Scope) -> usize {
+        let gone: Vec<Sandbox> = {
+            let mut sandboxes = self.sandboxes.lock().await;
+            let keys: Vec<(Scope, String)> = sandboxes.keys().filter(|(s, _)| s == scope).cloned().collect();
+            keys.iter().filter_map(|k| sandboxes.remove(k)).collect()
+        };
+        self.records.lock().await.retain(|(s, _), _| s != scope);
+        let n = gone.len();
+        for s in gone {
+            if let (Ok(c), Some(r)) = (s.session.close().await, &self.receipts) {
+                r.close(ClosePredicate::closed(&c)).await;
+            }
+        }
+        n
+    }
+
+    async fn remember(&self, scope: &Scope, resp: &RunResponse) {
         if let Some(r) = &resp.record {
-            self.records.lock().await.insert(r.record_sha256.clone(), r.clone());
+            self.records.lock().await.insert((scope.clone(), r.record_sha256.clone()), r.clone());
         }
     }
 
-    async fn run_code(&self, v: Value) -> Result<Answer, Answer> {
+    async fn run_code(&self, scope: &Scope, v: Value) -> Result<Answer, Answer> {
         let a: RunCode = args(v)?;
         if !matches!(a.language.as_str(), "python" | "javascript") {
             return Err(Answer::refused(
@@ -288,7 +335,7 @@ impl Tools {
             let ran = s.call(req.clone()).await;
             let closed = s.close().await;
             let resp = ran.map_err(|e| Answer::from_error(&e))?;
-            self.remember(&resp).await;
+            self.remember(scope, &resp).await;
             let cell = resp.cell.clone().unwrap_or_default();
             let flags = Flags { state_kept: false, files_persist: false, fresh_sandbox: true, fresh_interpreter: true };
             let close = closed.ok().map(|c| ClosePredicate::closed(&c));
@@ -296,7 +343,7 @@ impl Tools {
             return Ok(Answer::ok(value));
         };
         let mut sandboxes = self.sandboxes.lock().await;
-        let Some(sandbox) = sandboxes.get_mut(&handle) else {
+        let Some(sandbox) = sandboxes.get_mut(&(scope.clone(), handle.clone())) else {
             return Err(Answer::refused(
                 "request",
                 format!("no open sandbox has handle {handle:?} (open_sandbox makes one); nothing ran"),
@@ -319,7 +366,7 @@ impl Tools {
             Err(e) => return Err(Answer::from_error(&e)),
         };
         drop(sandboxes);
-        self.remember(&resp).await;
+        self.remember(scope, &resp).await;
         let cell = resp.cell.clone().unwrap_or_default();
         let flags = Flags {
             state_kept: replaced.is_none() && !cell.interpreter_started,
@@ -331,16 +378,18 @@ impl Tools {
         Ok(Answer::ok(value))
     }
 
-    async fn open_sandbox(&self, v: Value) -> Result<Answer, Answer> {
+    async fn open_sandbox(&self, scope: &Scope, v: Value) -> Result<Answer, Answer> {
         let _: NoArgs = args(v)?;
         let mut sandboxes = self.sandboxes.lock().await;
-        if sandboxes.len() >= self.config.max_sandboxes {
-            let open: Vec<Value> = sandboxes
+        let mine: Vec<(&String, &Sandbox)> =
+            sandboxes.iter().filter(|((s, _), _)| s == scope).map(|((_, h), s)| (h, s)).collect();
+        if mine.len() >= self.config.max_sandboxes {
+            let open: Vec<Value> = mine
                 .iter()
                 .map(|(h, s)| json!({"handle": h, "idleSeconds": s.last_used.elapsed().as_secs()}))
                 .collect();
             let names: Vec<String> =
-                sandboxes.iter().map(|(h, s)| format!("{h} (idle {} s)", s.last_used.elapsed().as_secs())).collect();
+                mine.iter().map(|(h, s)| format!("{h} (idle {} s)", s.last_used.elapsed().as_secs())).collect();
             let message = format!(
                 "at most {} sandboxes may be open (PLIMSOLL_MAX_SANDBOXES); nothing ran and nothing was deleted; close one by its handle to open another: {}",
                 self.config.max_sandboxes,
@@ -354,7 +403,7 @@ impl Tools {
         let handle = random_handle()?;
         let session = self.client.open_session(&self.session_options()).await.map_err(|e| Answer::from_error(&e))?;
         let isolation = session.opened().isolation.clone();
-        sandboxes.insert(handle.clone(), Sandbox { session, last_used: Instant::now() });
+        sandboxes.insert((scope.clone(), handle.clone()), Sandbox { session, last_used: Instant::now() });
         Ok(Answer::ok(json!({
             "handle": handle,
             "isolation": isolation,
@@ -362,9 +411,9 @@ impl Tools {
         })))
     }
 
-    async fn close_sandbox(&self, v: Value) -> Result<Answer, Answer> {
+    async fn close_sandbox(&self, scope: &Scope, v: Value) -> Result<Answer, Answer> {
         let a: HandleArg = args(v)?;
-        let removed = self.sandboxes.lock().await.remove(&a.handle);
+        let removed = self.sandboxes.lock().await.remove(&(scope.clone(), a.handle.clone()));
         let closed = match removed {
             Some(s) => {
                 if let (Ok(c), Some(r)) = (s.session.close().await, &self.receipts) {
@@ -377,9 +426,9 @@ impl Tools {
         Ok(Answer::ok(json!({"handle": a.handle, "closed": closed})))
     }
 
-    async fn get_record(&self, v: Value) -> Result<Answer, Answer> {
+    async fn get_record(&self, scope: &Scope, v: Value) -> Result<Answer, Answer> {
         let a: RecordArg = args(v)?;
-        match self.records.lock().await.get(&a.sha256) {
+        match self.records.lock().await.get(&(scope.clone(), a.sha256.clone())) {
             Some(r) => Ok(Answer::ok(json!({"record": r}))),
             None => Err(Answer::refused(
                 "request",

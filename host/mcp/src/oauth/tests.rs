@@ -90,6 +90,9 @@ fn redirect_uris_are_https_or_loopback_http_with_no_fragment() {
     assert_eq!(redirect_host("https://app.example/cb").as_deref(), Some("app.example"));
     assert_eq!(redirect_host("http://127.0.0.1:9/cb").as_deref(), Some("127.0.0.1"));
     assert_eq!(redirect_host("http://[::1]:9/cb").as_deref(), Some("[::1]"));
+    assert_eq!(redirect_origin("http://127.0.0.1:9/callback/x?a=1").as_deref(), Some("http://127.0.0.1:9"));
+    assert_eq!(redirect_origin("https://claude.ai/api/mcp/auth_callback").as_deref(), Some("https://claude.ai"));
+    assert_eq!(redirect_origin("http://evil.example/cb"), None);
     assert_eq!(redirect_host("http://localhost/cb").as_deref(), Some("localhost"));
     for bad in [
         "http://evil.example/cb",
@@ -165,7 +168,6 @@ fn other_faults_go_back_to_the_client_with_state_and_issuer() {
         ("code_challenge", None, "invalid_request"),
         ("response_type", Some("token"), "unsupported_response_type"),
         ("resource", Some("https://elsewhere.example/mcp"), "invalid_target"),
-        ("resource", None, "invalid_target"),
         ("scope", Some("mcp:tools admin"), "invalid_scope"),
     ];
     for (key, value, error) in cases {
@@ -181,6 +183,10 @@ fn other_faults_go_back_to_the_client_with_state_and_issuer() {
         assert_eq!(param(&url, "iss").as_deref(), Some(PUBLIC));
     }
     assert!(s.pending.is_empty());
+    // No resource named: this server's own is meant (RFC 8707 leaves it optional).
+    let mut q = query(&client);
+    q.remove("resource");
+    assert!(s.authorize(&q, now).is_ok());
 }
 
 #[test]

@@ -1,0 +1,214 @@
+//! What the HTTPS mode checks before it serves (the listener, TLS, the public
+//! URL, the daemon's tier, receipts), and the accept loop.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto::Builder;
+use plimsoll_core::Floor;
+use rustls_pki_types::pem::PemObject as _;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_rustls::TlsAcceptor;
+
+use super::App;
+use crate::config::Config;
+use crate::tools::Tools;
+
+/// Connections served at once; more are closed on accept.
+const MAX_CONNECTIONS: usize = 256;
+
+/// How `serve-http` listens and where it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Options {
+    /// The address to bind (`--listen`; loopback unless the operator says otherwise).
+    pub listen: SocketAddr,
+    /// The certificate chain and key, PEM (`--tls-cert`, `--tls-key`): TLS served here.
+    pub tls: Option<(PathBuf, PathBuf)>,
+    /// Plain HTTP on loopback for a TLS reverse proxy (`--behind-proxy`).
+    pub behind_proxy: bool,
+    /// `https://HOST[:PORT]` as browsers and clients reach the server
+    /// (`--public-url`); `https://localhost:PORT` by default on loopback.
+    pub public_url: Option<String>,
+    /// Where the owner's passkeys are kept (`--state-dir`).
+    pub state_dir: PathBuf,
+}
+
+/// Why the HTTPS mode would not start; each says what to change.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum StartError {
+    /// Neither TLS nor a proxy: the cookie and the passkeys need HTTPS.
+    #[error("serve-http needs TLS: give --tls-cert and --tls-key, or --behind-proxy with a TLS reverse proxy in front")]
+    NoTls,
+    /// `--tls-cert` without `--tls-key`, or the reverse.
+    #[error("--tls-cert and --tls-key go together")]
+    HalfTls,
+    /// TLS and a proxy both named.
+    #[error("--behind-proxy serves plain HTTP to the proxy; drop --tls-cert and --tls-key, or --behind-proxy")]
+    TlsAndProxy,
+    /// Plain HTTP on a non-loopback address.
+    #[error("--behind-proxy serves plain HTTP, so it binds loopback only; {0} is not (put the proxy on this machine)")]
+    ProxyNotLoopback(SocketAddr),
+    /// A non-loopback address with no public URL to check requests against.
+    #[error("--listen {0} is not loopback: give --public-url https://NAME[:PORT], the name clients and browsers use")]
+    NoPublicUrl(SocketAddr),
+    /// The public URL is not one a passkey can be bound to.
+    #[error("--public-url: {0}")]
+    PublicUrl(String),
+    /// Receipts not configured.
+    #[error(
+        "serve-http signs every call: set PLIMSOLL_SIGNING_KEY_FILE and PLIMSOLL_RECEIPTS_DIR (plimsoll-host attest keygen makes a key)"
+    )]
+    NoReceipts,
+    /// A floor below kernel.
+    #[error("PLIMSOLL_MIN_ISOLATION={0}: serve-http runs code for remote connections, so its floor is kernel or vm")]
+    WeakFloor(Floor),
+    /// The daemon's own tier is below kernel.
+    #[error(
+        "the daemon at {url} runs at the {tier} tier: serve-http needs a daemon at kernel or vm (gVisor, a Kata VM, a microVM provider)"
+    )]
+    WeakDaemon { url: String, tier: String },
+    /// The daemon could not be asked.
+    #[error("asking the daemon at {url} for its tier: {why}")]
+    Daemon { url: String, why: String },
+    /// The certificate or key.
+    #[error("TLS: {0}")]
+    Tls(String),
+    /// The state directory or the passkey store.
+    #[error("{0}")]
+    State(String),
+    /// Binding the address.
+    #[error("binding {addr}: {why}")]
+    Bind { addr: SocketAddr, why: String },
+    /// The client to the daemon.
+    #[error("{0}")]
+    Client(String),
+}
+
+impl Options {
+    /// The public URL these options serve at, after checking they hang together.
+    ///
+    /// # Errors
+    ///
+    /// The [`StartError`] naming what to change.
+    pub fn public(&self) -> Result<String, StartError> {
+        match (&self.tls, self.behind_proxy) {
+            (None, false) => return Err(StartError::NoTls),
+            (Some(_), true) => return Err(StartError::TlsAndProxy),
+            (None, true) if !self.listen.ip().is_loopback() => {
+                return Err(StartError::ProxyNotLoopback(self.listen));
+            }
+            _ => {}
+        }
+        if let Some((cert, key)) = &self.tls
+            && (cert.as_os_str().is_empty() || key.as_os_str().is_empty())
+        {
+            return Err(StartError::HalfTls);
+        }
+        let public = match &self.public_url {
+            Some(u) => u.trim_end_matches('/').to_string(),
+            None if self.listen.ip().is_loopback() => format!("https://localhost:{}", self.listen.port()),
+            None => return Err(StartError::NoPublicUrl(self.listen)),
+        };
+        crate::oauth::Urls::new(&public).map_err(StartError::PublicUrl)?;
+        Ok(public)
+    }
+}
+
+fn tls(cert: &Path, key: &Path) -> Result<TlsAcceptor, StartError> {
+    let read = |p: &Path, e: &dyn std::fmt::Display| StartError::Tls(format!("reading {}: {e}", p.display()));
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| read(cert, &e))?
+        .collect::<Result<_, _>>()
+        .map_err(|e| read(cert, &e))?;
+    if certs.is_empty() {
+        return Err(StartError::Tls(format!("{} holds no certificate", cert.display())));
+    }
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| read(key, &e))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| StartError::Tls(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| StartError::Tls(e.to_string()))?;
+    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(cfg)))
+}
+
+/// Checks what the original checked before serving remote connections: a
+/// floor and a daemon at kernel or vm, and receipts.
+async fn preflight(config: &Config, tools: &Tools) -> Result<(), StartError> {
+    if config.receipts.is_none() {
+        return Err(StartError::NoReceipts);
+    }
+    if config.floor < Floor::Kernel {
+        return Err(StartError::WeakFloor(config.floor));
+    }
+    let described = tools.describe().await.map_err(|why| StartError::Daemon { url: config.url.clone(), why })?;
+    if !matches!(described.as_str(), "kernel" | "vm") {
+        return Err(StartError::WeakDaemon { url: config.url.clone(), tier: described });
+    }
+    Ok(())
+}
+
+/// Serves the HTTPS mode until the process is stopped.
+///
+/// # Errors
+///
+/// A [`StartError`]; once serving, nothing ends it but a signal.
+pub async fn serve_http(config: Config, opts: Options) -> Result<(), StartError> {
+    let public = opts.public()?;
+    let acceptor = match &opts.tls {
+        Some((cert, key)) => Some(tls(cert, key)?),
+        None => None,
+    };
+    let tools = Tools::new(config.clone()).map_err(StartError::Client)?;
+    preflight(&config, &tools).await?;
+    let app = App::new(&public, opts.behind_proxy, tools, &opts.state_dir)?;
+    let listener =
+        TcpListener::bind(opts.listen).await.map_err(|e| StartError::Bind { addr: opts.listen, why: e.to_string() })?;
+    let bound = listener.local_addr().map_err(|e| StartError::Bind { addr: opts.listen, why: e.to_string() })?;
+    app.announce(bound);
+    let app = Arc::new(app);
+    let mut builder = Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(Duration::from_secs(10)).max_buf_size(64 << 10);
+    builder.http2().max_header_list_size(32 << 10).timer(TokioTimer::new());
+    let builder = Arc::new(builder);
+    let conns = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let Ok((stream, peer)) = listener.accept().await else { continue };
+        let Ok(permit) = Arc::clone(&conns).try_acquire_owned() else {
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let app = Arc::clone(&app);
+        let svc = service_fn(move |req| {
+            let app = Arc::clone(&app);
+            async move { Ok::<_, std::convert::Infallible>(app.handle(req, peer).await) }
+        });
+        let builder = Arc::clone(&builder);
+        let acceptor = acceptor.clone();
+        tokio::spawn(async move {
+            match acceptor {
+                None => {
+                    let _ = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).await;
+                }
+                Some(acceptor) => {
+                    let Ok(Ok(tls)) = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await
+                    else {
+                        return;
+                    };
+                    let _ = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).await;
+                }
+            }
+            drop(permit);
+        });
+    }
+}
