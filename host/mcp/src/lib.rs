@@ -9,6 +9,7 @@ pub mod gate;
 pub mod http;
 pub mod oauth;
 pub mod passkey;
+pub mod private_file;
 pub mod schema;
 pub mod tools;
 

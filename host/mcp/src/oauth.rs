@@ -18,6 +18,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Value, json};
 use sha2::{Digest as _, Sha256};
 
+mod saved;
 #[cfg(test)]
 mod tests;
 
@@ -40,6 +41,8 @@ pub const MAX_PENDING: usize = 100;
 const MAX_REDIRECT_URIS: usize = 8;
 /// The longest redirect URI, client name, or `state` taken.
 const MAX_TEXT: usize = 2048;
+/// Spent refresh tokens remembered (one presented again revokes its connection's tokens).
+const MAX_SPENT_REFRESH: usize = 1024;
 
 /// Where the server is, as the operator named it (`--public-url`): every URL
 /// it states is built from this, never from a request's headers.
@@ -355,6 +358,11 @@ pub struct AuthServer {
     spent: HashMap<Digest, (String, Instant)>,
     tokens: HashMap<Digest, Token>,
     approvals: BTreeMap<String, Approval>,
+    /// Refresh tokens rotated away, oldest first, with their approval: one
+    /// presented again was stolen once (RFC 9700 §4.14.2).
+    spent_refresh: std::collections::VecDeque<(Digest, String)>,
+    /// Whether what [`AuthServer::saved`] holds changed since it was last taken.
+    dirty: bool,
 }
 
 impl AuthServer {
@@ -368,7 +376,15 @@ impl AuthServer {
             spent: HashMap::new(),
             tokens: HashMap::new(),
             approvals: BTreeMap::new(),
+            spent_refresh: std::collections::VecDeque::new(),
+            dirty: false,
         }
+    }
+
+    /// Whether clients, approvals or tokens changed since the last call: the
+    /// caller then writes [`AuthServer::saved`] to disk.
+    pub fn take_changed(&mut self) -> bool {
+        std::mem::take(&mut self.dirty)
     }
 
     /// Where it is.
@@ -460,6 +476,7 @@ impl AuthServer {
         let id = secret();
         self.clients
             .insert(id.clone(), Client { name: name.to_string(), redirect_uris: uris.clone(), registered: now });
+        self.dirty = true;
         Ok(json!({
             "client_id": id,
             "client_id_issued_at": SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
@@ -614,6 +631,7 @@ impl AuthServer {
                 },
             );
             self.approvals.insert(approval.id.clone(), approval.clone());
+            self.dirty = true;
             params.push(("code", code));
             Some(approval)
         } else {
@@ -649,6 +667,7 @@ impl AuthServer {
                     // A code used twice was stolen once: what it got is withdrawn (OAuth 2.1 §4.1.3).
                     let approval = approval.clone();
                     self.tokens.retain(|_, t| t.approval != approval);
+                    self.dirty = true;
                     return Err(OAuthError::new(
                         "invalid_grant",
                         "the code was used already; the tokens it got are revoked",
@@ -683,6 +702,18 @@ impl AuthServer {
             }
             "refresh_token" => {
                 let presented = digest(get("refresh_token"));
+                if let Some((_, approval)) = self.spent_refresh.iter().find(|(d, _)| *d == presented) {
+                    // A rotated refresh token came back: one of its two users is
+                    // a thief, so neither keeps a token; the client authorizes again.
+                    let approval = approval.clone();
+                    self.tokens.retain(|_, t| t.approval != approval);
+                    self.spent_refresh.retain(|(_, a)| *a != approval);
+                    self.dirty = true;
+                    return Err(OAuthError::new(
+                        "invalid_grant",
+                        "the refresh token was used already; the connection's tokens are revoked",
+                    ));
+                }
                 let t = self
                     .tokens
                     .get(&presented)
@@ -695,6 +726,10 @@ impl AuthServer {
                     return Err(OAuthError::new("invalid_target", "resource is not this server's MCP endpoint"));
                 }
                 self.tokens.remove(&presented);
+                self.spent_refresh.push_back((presented, approval.clone()));
+                if self.spent_refresh.len() > MAX_SPENT_REFRESH {
+                    self.spent_refresh.pop_front();
+                }
                 Ok(self.mint(&approval, &client, now))
             }
             "" => Err(OAuthError::new("invalid_request", "grant_type is missing")),
@@ -710,6 +745,7 @@ impl AuthServer {
         let token = |until| Token { approval: approval.to_string(), client_id: client.to_string(), until };
         self.tokens.insert(digest(&access), token(Some(now + ACCESS_LIFE)));
         self.tokens.insert(digest(&refresh), token(None));
+        self.dirty = true;
         json!({
             "access_token": access,
             "token_type": "Bearer",
@@ -752,6 +788,8 @@ impl AuthServer {
         let Some(gone) = self.approvals.remove(id) else { return false };
         self.tokens.retain(|_, t| t.approval != gone.id);
         self.codes.retain(|_, c| c.approval != gone.id);
+        self.spent_refresh.retain(|(_, a)| *a != gone.id);
+        self.dirty = true;
         true
     }
 }

@@ -25,8 +25,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fs;
-use std::io::Write as _;
-use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _, PermissionsExt as _};
+use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -805,27 +804,11 @@ impl Owner {
         let mut text = serde_json::to_vec_pretty(&stored)
             .map_err(|e| PasskeyError::StateFile { path: self.file.clone(), reason: e.to_string() })?;
         text.push(b'\n');
-        let tmp = self.file.with_extension("json.tmp");
-        let write = |path: &Path| -> std::io::Result<()> {
-            let mut f = fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
-            // An old temporary file keeps its mode through `open`.
-            f.set_permissions(fs::Permissions::from_mode(0o600))?;
-            f.write_all(&text)?;
-            f.sync_all()
-        };
-        write(&tmp).map_err(|source| PasskeyError::Storage { action: "write", path: tmp.clone(), source })?;
-        fs::rename(&tmp, &self.file).map_err(|source| PasskeyError::Storage {
-            action: "replace",
-            path: self.file.clone(),
-            source,
+        crate::private_file::write(&self.file, &text).map_err(|e| PasskeyError::Storage {
+            action: e.action,
+            path: e.path,
+            source: e.source,
         })?;
-        if let Some(dir) = self.file.parent() {
-            fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|source| PasskeyError::Storage {
-                action: "sync",
-                path: dir.to_path_buf(),
-                source,
-            })?;
-        }
         Ok(())
     }
 

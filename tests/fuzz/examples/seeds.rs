@@ -82,4 +82,24 @@ fn main() {
     for (name, text) in routes {
         write("grant_route", name, text.as_bytes());
     }
+
+    // The MCP HTTPS mode: registration, authorization query, token form, Accept.
+    let registration = r#"{"client_name":"c","redirect_uris":["http://127.0.0.1:9/callback","https://a.example/cb"]}"#;
+    let challenge = "E9Melhoa2OwvFrEMTJguCHaoeK1t8URWbuGJSstw-cM";
+    let oauth: &[(&str, String)] = &[
+        (
+            "authorize",
+            format!(
+                "{registration}\nresponse_type=code&client_id=x&redirect_uri=http%3A%2F%2F127.0.0.1%3A9%2Fcallback&\
+                 code_challenge={challenge}&code_challenge_method=S256&state=s\ngrant_type=authorization_code&code=c&\
+                 code_verifier=dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk\napplication/json, text/event-stream"
+            ),
+        ),
+        ("refresh", format!("{registration}\n\ngrant_type=refresh_token&refresh_token=r\n*/*")),
+        ("rpc", r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_string()),
+        ("fragment", r#"{"redirect_uris":["https://a.example/cb#x","http://evil.example/"]}"#.to_string()),
+    ];
+    for (name, text) in oauth {
+        write("mcp_oauth", name, text.as_bytes());
+    }
 }

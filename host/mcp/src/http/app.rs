@@ -33,6 +33,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// An answer's body.
 pub type Reply = Response<BoxBody<Bytes, Infallible>>;
 
+/// The file in the state directory that keeps connections across restarts.
+pub const CONNECTIONS: &str = "connections.json";
+
 /// The largest body of any request but the MCP endpoint's.
 const MAX_FORM: usize = 64 << 10;
 
@@ -43,6 +46,8 @@ pub struct App {
     /// The public URL's `host[:port]`, lower case: what `Host` must name.
     authority: String,
     behind_proxy: bool,
+    /// Where the clients, approvals and token digests are kept across restarts.
+    connections: std::path::PathBuf,
     pub(super) auth: Mutex<AuthServer>,
     pub(super) owner: Mutex<Owner>,
     pub(super) sessions: Mutex<Sessions>,
@@ -189,6 +194,18 @@ impl App {
         let authority = urls.issuer().trim_start_matches("https://").to_ascii_lowercase();
         let owner =
             Owner::open(urls.issuer(), state_dir, Instant::now()).map_err(|e| StartError::State(e.to_string()))?;
+        let connections = state_dir.join(CONNECTIONS);
+        let mut auth = AuthServer::new(urls.clone());
+        match std::fs::read(&connections) {
+            Ok(bytes) => auth.restore(&bytes, Instant::now(), SystemTime::now()).map_err(|why| {
+                StartError::State(format!(
+                    "{}: {why} (move it away to start with no connections)",
+                    connections.display()
+                ))
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(StartError::State(format!("reading {}: {e}", connections.display()))),
+        }
         let tools = Arc::new(tools);
         let manager = Arc::new(LocalSessionManager::default());
         // The gate in front checks Host, Origin and sizes against the public
@@ -206,7 +223,8 @@ impl App {
             config,
         );
         Ok(App {
-            auth: Mutex::new(AuthServer::new(urls.clone())),
+            auth: Mutex::new(auth),
+            connections,
             urls,
             authority,
             behind_proxy,
@@ -216,6 +234,17 @@ impl App {
             manager,
             mcp,
         })
+    }
+
+    /// Writes the connections when they changed; a failure is logged, and the
+    /// server goes on with what it holds.
+    fn keep(&self, auth: &mut AuthServer) {
+        if auth.take_changed()
+            && let Err(e) =
+                crate::private_file::write(&self.connections, &auth.saved(Instant::now(), SystemTime::now()))
+        {
+            log(format_args!("could not keep the connections across a restart: {e}"));
+        }
     }
 
     /// The public URL.
@@ -361,7 +390,11 @@ impl App {
             Ok(b) => b,
             Err(r) => return r.reply(),
         };
-        match lock(&self.auth).register(&body, Instant::now()) {
+        let mut auth = lock(&self.auth);
+        let registered = auth.register(&body, Instant::now());
+        self.keep(&mut auth);
+        drop(auth);
+        match registered {
             Ok(v) => {
                 log(format_args!("registered client {:?}", v["client_name"].as_str().unwrap_or_default()));
                 json_reply(201, &v)
@@ -410,7 +443,11 @@ impl App {
             Ok(f) => f,
             Err(why) => return json_reply(400, &json!({"error": "invalid_request", "error_description": why})),
         };
-        match lock(&self.auth).token(&f, Instant::now()) {
+        let mut auth = lock(&self.auth);
+        let answered = auth.token(&f, Instant::now());
+        self.keep(&mut auth);
+        drop(auth);
+        match answered {
             Ok(v) => json_reply(200, &v),
             Err(e) => json_reply(e.status, &e.body()),
         }
@@ -575,7 +612,12 @@ impl App {
             Some("deny") => false,
             _ => return html_reply(400, pages::message("Not a decision", "decision must be approve or deny")),
         };
-        let decided = lock(&self.auth).decide(id, approve, Instant::now(), SystemTime::now());
+        let decided = {
+            let mut auth = lock(&self.auth);
+            let decided = auth.decide(id, approve, Instant::now(), SystemTime::now());
+            self.keep(&mut auth);
+            decided
+        };
         match decided {
             Ok((to, Some(a))) => {
                 log(format_args!(
@@ -601,7 +643,13 @@ impl App {
         if let Err(r) = self.owners_form(req).await {
             return r.reply();
         }
-        if !lock(&self.auth).revoke(id) {
+        let revoked = {
+            let mut auth = lock(&self.auth);
+            let revoked = auth.revoke(id);
+            self.keep(&mut auth);
+            revoked
+        };
+        if !revoked {
             return html_reply(404, pages::message("No such connection", "It was revoked already."));
         }
         let sessions = lock(&self.sessions).revoke(id);

@@ -330,3 +330,24 @@ async fn the_owners_forms_need_the_origin_and_a_live_cookie() {
     let r = send(&a, get("/approve/nope"), Bytes::new()).await;
     assert!(r.text().contains("id=\"signin\""), "not signed in: the sign-in page");
 }
+
+#[tokio::test]
+async fn a_restart_keeps_the_connections_in_a_private_file() {
+    let dir = scratch("restart");
+    let (approval, token) = {
+        let a = app(&dir, false);
+        connect(&a, "client A").await
+    };
+    let file = dir.join(super::app::CONNECTIONS);
+    let mode = std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(&file).expect("kept").permissions());
+    assert_eq!(mode & 0o777, 0o600);
+    assert!(!std::fs::read_to_string(&file).expect("read").contains(&token), "the token is kept in the clear");
+    let a = app(&dir, false);
+    let r = send(&a, mcp(&token), initialize()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(lock(&a.auth).approvals()[0].id, approval);
+    std::fs::write(&file, b"{").expect("corrupt");
+    let config = Config::from(|k| (k == "PLIMSOLL_URL").then(|| "http://127.0.0.1:9".to_string())).expect("config");
+    let e = App::new(PUBLIC, false, Tools::new(config).expect("tools"), &dir).expect_err("corrupt");
+    assert!(e.to_string().ends_with("(move it away to start with no connections)"), "{e}");
+}

@@ -259,14 +259,8 @@ fn refresh_tokens_rotate_and_revocation_ends_everything_at_once() {
     let (client, approval, code) = approved(&mut s, now);
     let t = s.token(&exchange(&client, &code, VERIFIER), now).expect("tokens");
     let refresh = t["refresh_token"].as_str().expect("refresh").to_string();
-    let form = |token: &str| -> BTreeMap<String, String> {
-        [("grant_type", "refresh_token"), ("client_id", client.as_str()), ("refresh_token", token)]
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .into()
-    };
     let later = now + ACCESS_LIFE + Duration::from_secs(1);
-    let t2 = s.token(&form(&refresh), later).expect("refreshed");
-    assert_eq!(s.token(&form(&refresh), later).expect_err("rotated").error, "invalid_grant");
+    let t2 = s.token(&refreshing(&client, &refresh), later).expect("refreshed");
     let access = t2["access_token"].as_str().expect("access").to_string();
     assert_eq!(s.check(Some(&format!("Bearer {access}")), later, wall), Ok(approval.clone()));
     assert!(s.approvals()[0].last_used.is_some());
@@ -274,8 +268,69 @@ fn refresh_tokens_rotate_and_revocation_ends_everything_at_once() {
     assert!(!s.revoke(&approval));
     assert_eq!(s.check(Some(&format!("Bearer {access}")), later, wall), Err(Bearer::Invalid));
     let refresh2 = t2["refresh_token"].as_str().expect("refresh").to_string();
-    assert_eq!(s.token(&form(&refresh2), later).expect_err("revoked").error, "invalid_grant");
+    assert_eq!(s.token(&refreshing(&client, &refresh2), later).expect_err("revoked").error, "invalid_grant");
     assert!(s.approvals().is_empty());
+}
+
+fn refreshing(client: &str, token: &str) -> BTreeMap<String, String> {
+    [("grant_type", "refresh_token"), ("client_id", client), ("refresh_token", token)]
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .into()
+}
+
+#[test]
+fn a_rotated_refresh_token_presented_again_revokes_the_connections_tokens() {
+    let mut s = server();
+    let now = Instant::now();
+    let wall = SystemTime::now();
+    let (client, approval, code) = approved(&mut s, now);
+    let t = s.token(&exchange(&client, &code, VERIFIER), now).expect("tokens");
+    let spent = t["refresh_token"].as_str().expect("refresh").to_string();
+    let t2 = s.token(&refreshing(&client, &spent), now).expect("refreshed");
+    let access = t2["access_token"].as_str().expect("access").to_string();
+    let e = s.token(&refreshing(&client, &spent), now).expect_err("reused");
+    assert_eq!(
+        (e.error, e.description.as_str()),
+        ("invalid_grant", "the refresh token was used already; the connection's tokens are revoked")
+    );
+    assert_eq!(s.check(Some(&format!("Bearer {access}")), now, wall), Err(Bearer::Invalid));
+    let current = t2["refresh_token"].as_str().expect("refresh").to_string();
+    assert_eq!(s.token(&refreshing(&client, &current), now).expect_err("revoked").error, "invalid_grant");
+    // The approval stands: the client authorizes again, and the owner decides again.
+    assert_eq!(s.approvals().len(), 1);
+    assert!(s.revoke(&approval));
+}
+
+#[test]
+fn connections_survive_a_restart_as_digests_and_expired_ones_do_not() {
+    let mut s = server();
+    let now = Instant::now();
+    let wall = SystemTime::now();
+    let (client, approval, code) = approved(&mut s, now);
+    let t = s.token(&exchange(&client, &code, VERIFIER), now).expect("tokens");
+    assert!(s.take_changed() && !s.take_changed());
+    let bytes = s.saved(now, wall);
+    let text = String::from_utf8(bytes.clone()).expect("utf8");
+    for secret in [&t["access_token"], &t["refresh_token"]] {
+        assert!(!text.contains(secret.as_str().expect("token")), "a token is kept in the clear");
+    }
+    let mut back = server();
+    back.restore(&bytes, now, wall).expect("restored");
+    let access = t["access_token"].as_str().expect("access");
+    assert_eq!(back.check(Some(&format!("Bearer {access}")), now, wall), Ok(approval.clone()));
+    assert_eq!(back.approvals()[0].client_id, client);
+    let refresh = t["refresh_token"].as_str().expect("refresh");
+    back.token(&refreshing(&client, refresh), now).expect("the refresh token still works");
+    // An hour and more later, the access token is gone and the refresh token stands.
+    let mut later = server();
+    let (later_now, later_wall) = (now + ACCESS_LIFE, wall + ACCESS_LIFE);
+    later.restore(&bytes, later_now, later_wall).expect("restored");
+    assert_eq!(later.check(Some(&format!("Bearer {access}")), later_now, later_wall), Err(Bearer::Invalid));
+    later.token(&refreshing(&client, refresh), later_now).expect("refresh after the access token ended");
+    let mut bad = server();
+    assert!(bad.restore(b"{}", now, wall).expect_err("not one").starts_with("not a connections file"));
+    let old = text.replace("\"version\": 1", "\"version\": 0");
+    assert_eq!(bad.restore(old.as_bytes(), now, wall).expect_err("version"), "layout version 0 is not 1");
 }
 
 #[test]
