@@ -14,6 +14,8 @@ use serde_json::{Value, json};
 pub const MAX_BODY: usize = 8 << 20;
 /// Sessions bound at once across all approvals.
 pub const MAX_SESSIONS: usize = 256;
+/// Sessions bound at once to one approval.
+pub const MAX_SESSIONS_PER_APPROVAL: usize = 32;
 
 /// A request turned away, with the status and body the specifications name.
 #[derive(Clone, Debug, PartialEq)]
@@ -164,8 +166,17 @@ impl Sessions {
     ///
     /// 503 past [`MAX_SESSIONS`] (the caller closes the session it opened).
     pub fn bind(&mut self, session: &str, approval: &str) -> Result<(), Refused> {
-        if self.owners.len() >= MAX_SESSIONS && !self.owners.contains_key(session) {
+        if self.owners.contains_key(session) {
+            return Ok(());
+        }
+        if self.owners.len() >= MAX_SESSIONS {
             return Err(Refused::plain(503, format!("{MAX_SESSIONS} MCP sessions are open; close one first")));
+        }
+        if self.owners.values().filter(|a| *a == approval).count() >= MAX_SESSIONS_PER_APPROVAL {
+            return Err(Refused::plain(
+                503,
+                format!("this connection has {MAX_SESSIONS_PER_APPROVAL} MCP sessions open; close one first"),
+            ));
         }
         self.owners.insert(session.to_string(), approval.to_string());
         Ok(())
@@ -287,9 +298,18 @@ mod tests {
         assert_eq!(s.check("s-a", "approval-a").expect_err("revoked").status, 404);
         s.close("s-b");
         assert_eq!(s.check("s-b", "approval-b").expect_err("closed").status, 404);
-        for i in 0..MAX_SESSIONS {
-            s.bind(&format!("s{i}"), "a").expect("room");
+        for i in 0..MAX_SESSIONS_PER_APPROVAL {
+            s.bind(&format!("a{i}"), "a").expect("room");
         }
-        assert_eq!(s.bind("one-more", "a").expect_err("full").status, 503);
+        let e = s.bind("one-more", "a").expect_err("this approval's are full");
+        assert_eq!(
+            (e.status, e.body["error"].as_str()),
+            (503, Some("this connection has 32 MCP sessions open; close one first"))
+        );
+        s.bind("b0", "b").expect("another approval still has room");
+        for i in 0..MAX_SESSIONS {
+            let _ = s.bind(&format!("s{i}"), &format!("x{}", i % 64));
+        }
+        assert_eq!(s.bind("one-more", "y").expect_err("full").status, 503);
     }
 }

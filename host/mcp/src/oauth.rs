@@ -37,6 +37,8 @@ pub const CLIENT_LIFE: Duration = Duration::from_secs(24 * 3600);
 pub const MAX_UNAPPROVED_CLIENTS: usize = 100;
 /// Authorization requests held at once.
 pub const MAX_PENDING: usize = 100;
+/// Authorization requests held at once for one client.
+pub const MAX_PENDING_PER_CLIENT: usize = 3;
 /// Redirect URIs one client may register.
 const MAX_REDIRECT_URIS: usize = 8;
 /// The longest redirect URI, client name, or `state` taken.
@@ -58,14 +60,17 @@ impl Urls {
     ///
     /// Another scheme, a path, or no host.
     pub fn new(public: &str) -> Result<Urls, String> {
-        let issuer = public.trim_end_matches('/');
-        let authority = issuer
+        let trimmed = public.trim_end_matches('/');
+        let authority = trimmed
             .strip_prefix("https://")
             .ok_or_else(|| format!("the public URL {public:?} must be https://HOST[:PORT]"))?;
-        if authority.is_empty() || authority.contains(['/', '?', '#', '@']) || authority.contains(char::is_whitespace) {
+        if !plain_authority(authority) {
             return Err(format!("the public URL {public:?} must be https://HOST[:PORT], with no path"));
         }
-        Ok(Urls { issuer: issuer.to_string() })
+        // As a browser writes the origin: lower case, no default port.
+        let authority = authority.to_ascii_lowercase();
+        let authority = authority.strip_suffix(":443").unwrap_or(&authority);
+        Ok(Urls { issuer: format!("https://{authority}") })
     }
 
     /// The authorization server's identifier, `https://HOST[:PORT]`.
@@ -189,6 +194,10 @@ struct Client {
 struct Pending {
     client_id: String,
     redirect_uri: String,
+    /// Whether the request named it (then the token request must too).
+    redirect_named: bool,
+    /// Which request this is, in the order they came (the oldest goes first).
+    order: u64,
     state: Option<String>,
     challenge: String,
     resource: String,
@@ -200,6 +209,7 @@ struct Code {
     approval: String,
     client_id: String,
     redirect_uri: String,
+    redirect_named: bool,
     challenge: String,
     resource: String,
     until: Instant,
@@ -240,6 +250,66 @@ fn verifier_shape(verifier: &str) -> bool {
         && verifier.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~'))
 }
 
+/// Whether `authority` is a plain `host[:port]`: letters, digits, `.`, `-`,
+/// and an IPv6 literal's brackets and colons; nothing a header or a policy
+/// would read as a separator.
+fn plain_authority(authority: &str) -> bool {
+    !authority.is_empty()
+        && authority.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':' | b'[' | b']'))
+}
+
+/// Whether `uri` holds only characters RFC 3986 allows in a URI (so it can
+/// be sent in a `Location` header as it is).
+fn uri_chars(uri: &str) -> bool {
+    uri.bytes().all(|b| {
+        b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b':'
+                    | b'/'
+                    | b'?'
+                    | b'#'
+                    | b'['
+                    | b']'
+                    | b'@'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b'%'
+            )
+    })
+}
+
+/// Whether `registered` admits `asked`: the same URI, or for a loopback
+/// `http` one the same but for the port, which a native client picks anew
+/// each time (RFC 8252 §7.3).
+fn redirect_matches(registered: &str, asked: &str) -> bool {
+    if registered == asked {
+        return true;
+    }
+    let loopback = |u: &str| -> Option<(String, String)> {
+        let rest = u.strip_prefix("http://")?;
+        let (authority, path) = rest.find(['/', '?']).map_or((rest, ""), |i| rest.split_at(i));
+        let host = match authority.strip_prefix('[') {
+            Some(v6) => format!("[{}]", v6.split(']').next()?),
+            None => authority.split(':').next()?.to_string(),
+        };
+        matches!(host.as_str(), "127.0.0.1" | "[::1]" | "localhost").then(|| (host, path.to_string()))
+    };
+    matches!((loopback(registered), loopback(asked)), (Some(r), Some(a)) if r == a)
+}
+
 /// Compares without stopping at the first difference.
 fn same(a: &str, b: &str) -> bool {
     a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -249,12 +319,12 @@ fn same(a: &str, b: &str) -> bool {
 /// host, or `http` to this machine (a native client's loopback listener);
 /// no fragment, no user information.
 pub fn redirect_host(uri: &str) -> Option<String> {
-    if uri.len() > MAX_TEXT || uri.contains('#') || uri.chars().any(|c| c.is_whitespace() || c.is_control()) {
+    if uri.len() > MAX_TEXT || uri.contains('#') || !uri_chars(uri) {
         return None;
     }
     let (scheme, rest) = uri.split_once("://")?;
     let authority = rest.split(['/', '?']).next().unwrap_or_default();
-    if authority.is_empty() || authority.contains('@') {
+    if !plain_authority(authority) {
         return None;
     }
     let host = match authority.strip_prefix('[') {
@@ -330,7 +400,10 @@ fn decode(v: &str) -> Result<String, String> {
     while i < bytes.len() {
         match bytes[i] {
             b'%' => {
-                let hex = v.get(i + 1..i + 3).and_then(|h| u8::from_str_radix(h, 16).ok());
+                let hex = v
+                    .get(i + 1..i + 3)
+                    .filter(|h| h.bytes().all(|b| b.is_ascii_hexdigit()))
+                    .and_then(|h| u8::from_str_radix(h, 16).ok());
                 out.push(hex.ok_or_else(|| format!("{v:?} has a malformed percent escape"))?);
                 i += 3;
             }
@@ -363,6 +436,8 @@ pub struct AuthServer {
     spent_refresh: std::collections::VecDeque<(Digest, String)>,
     /// Whether what [`AuthServer::saved`] holds changed since it was last taken.
     dirty: bool,
+    /// Authorization requests held so far.
+    held_count: u64,
 }
 
 impl AuthServer {
@@ -378,6 +453,7 @@ impl AuthServer {
             approvals: BTreeMap::new(),
             spent_refresh: std::collections::VecDeque::new(),
             dirty: false,
+            held_count: 0,
         }
     }
 
@@ -467,8 +543,10 @@ impl AuthServer {
             .filter(|(id, _)| !self.approvals.values().any(|a| &a.client_id == *id))
             .map(|(id, c)| (id.clone(), c.registered))
             .collect();
+        let waiting = |id: &String| self.pending.values().any(|p| &p.client_id == id);
+        let idle = unapproved.iter().filter(|(id, _)| !waiting(id)).min_by_key(|(_, at)| *at);
         if unapproved.len() >= MAX_UNAPPROVED_CLIENTS
-            && let Some((oldest, _)) = unapproved.iter().min_by_key(|(_, at)| *at)
+            && let Some((oldest, _)) = idle.or_else(|| unapproved.iter().min_by_key(|(_, at)| *at))
         {
             self.clients.remove(oldest);
             self.pending.retain(|_, p| &p.client_id != oldest);
@@ -476,7 +554,6 @@ impl AuthServer {
         let id = secret();
         self.clients
             .insert(id.clone(), Client { name: name.to_string(), redirect_uris: uris.clone(), registered: now });
-        self.dirty = true;
         Ok(json!({
             "client_id": id,
             "client_id_issued_at": SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs()),
@@ -506,8 +583,9 @@ impl AuthServer {
                     .into(),
             ));
         };
+        let redirect_named = get("redirect_uri").is_some();
         let redirect_uri = match (get("redirect_uri"), client.redirect_uris.as_slice()) {
-            (Some(u), uris) if uris.iter().any(|r| r == u) => u.to_string(),
+            (Some(u), uris) if uris.iter().any(|r| redirect_matches(r, u)) => u.to_string(),
             (None, [only]) => only.clone(),
             _ => {
                 return Err(AuthorizeRefusal::Page(
@@ -521,7 +599,16 @@ impl AuthServer {
         if state.as_ref().is_some_and(|s| s.len() > MAX_TEXT) {
             return Err(AuthorizeRefusal::Page("This authorization request's state is over 2048 bytes.".into()));
         }
+        // A client no owner approved yet may be anyone's, so its mistakes are
+        // shown here rather than sent on: this server redirects nowhere for
+        // someone who merely registered (RFC 9700 §4.11.2).
+        let approved = self.approvals.values().any(|a| a.client_id == client_id);
         let back = |error: &str, description: &str| {
+            if !approved {
+                return AuthorizeRefusal::Page(format!(
+                    "This authorization request is refused ({error}: {description}). Nothing was sent back to the client."
+                ));
+            }
             let mut params = vec![("error", error), ("error_description", description)];
             if let Some(s) = &state {
                 params.push(("state", s));
@@ -546,9 +633,26 @@ impl AuthServer {
         if let Some(s) = get("scope").filter(|s| s.split(' ').any(|w| !w.is_empty() && w != SCOPE)) {
             return Err(back("invalid_scope", &format!("scope {s:?}: the one scope is {SCOPE}")));
         }
-        if self.pending.len() >= MAX_PENDING {
-            return Err(back("temporarily_unavailable", "too many authorization requests are waiting for the owner"));
+        // A client's newest requests wait, at most MAX_PENDING_PER_CLIENT of
+        // them; past the total, the oldest of anyone's goes, so no one can
+        // fill the queue and keep others out.
+        let mut mine: Vec<(String, u64)> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.client_id == client_id)
+            .map(|(id, p)| (id.clone(), p.order))
+            .collect();
+        mine.sort_by_key(|(_, order)| *order);
+        while mine.len() >= MAX_PENDING_PER_CLIENT {
+            let (oldest, _) = mine.remove(0);
+            self.pending.remove(&oldest);
         }
+        if self.pending.len() >= MAX_PENDING
+            && let Some(oldest) = self.pending.iter().min_by_key(|(_, p)| p.order).map(|(id, _)| id.clone())
+        {
+            self.pending.remove(&oldest);
+        }
+        self.held_count += 1;
         let id = secret();
         let held = Held {
             id: id.clone(),
@@ -563,6 +667,8 @@ impl AuthServer {
             Pending {
                 client_id: client_id.to_string(),
                 redirect_uri,
+                redirect_named,
+                order: self.held_count,
                 state,
                 challenge: challenge.to_string(),
                 resource: resource.to_string(),
@@ -625,6 +731,7 @@ impl AuthServer {
                     approval: approval.id.clone(),
                     client_id: p.client_id.clone(),
                     redirect_uri: p.redirect_uri.clone(),
+                    redirect_named: p.redirect_named,
                     challenge: p.challenge.clone(),
                     resource: p.resource.clone(),
                     until: now + CODE_LIFE,
@@ -660,7 +767,17 @@ impl AuthServer {
         self.expire(now);
         let get = |k: &str| f.get(k).map(String::as_str).unwrap_or_default();
         let client_id = get("client_id");
-        match get("grant_type") {
+        let grant = get("grant_type");
+        if matches!(grant, "authorization_code" | "refresh_token") && !self.clients.contains_key(client_id) {
+            // RFC 6749 §5.2: the client registers again on this, where it
+            // would keep a client ID this server forgot after invalid_grant.
+            return Err(OAuthError {
+                status: 401,
+                error: "invalid_client",
+                description: "this server does not know the client_id; register again".into(),
+            });
+        }
+        match grant {
             "authorization_code" => {
                 let presented = digest(get("code"));
                 if let Some((approval, _)) = self.spent.get(&presented) {
@@ -678,7 +795,12 @@ impl AuthServer {
                     .remove(&presented)
                     .ok_or_else(|| OAuthError::new("invalid_grant", "the code is unknown or expired"))?;
                 self.spent.insert(presented, (code.approval.clone(), code.until));
-                if !same(&code.client_id, client_id) || code.redirect_uri != get("redirect_uri") {
+                let redirect = f.get("redirect_uri");
+                let redirect_ok = match redirect {
+                    Some(r) => *r == code.redirect_uri,
+                    None => !code.redirect_named,
+                };
+                if !same(&code.client_id, client_id) || !redirect_ok {
                     return Err(OAuthError::new(
                         "invalid_grant",
                         "the code was issued to another client or redirect_uri",
@@ -763,8 +885,9 @@ impl AuthServer {
     /// that is unknown, expired, a refresh token, or of a revoked connection.
     pub fn check(&mut self, authorization: Option<&str>, now: Instant, wall: SystemTime) -> Result<String, Bearer> {
         let token = authorization
-            .and_then(|h| h.strip_prefix("Bearer ").or_else(|| h.strip_prefix("bearer ")))
-            .map(str::trim)
+            .and_then(|h| h.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim())
             .filter(|t| !t.is_empty())
             .ok_or(Bearer::Missing)?;
         let t = self.tokens.get(&digest(token)).ok_or(Bearer::Invalid)?;
@@ -774,6 +897,11 @@ impl AuthServer {
         let approval = self.approvals.get_mut(&t.approval).ok_or(Bearer::Invalid)?;
         approval.last_used = Some(wall);
         Ok(approval.id.clone())
+    }
+
+    /// Whether approval `id` stands.
+    pub fn stands(&self, id: &str) -> bool {
+        self.approvals.contains_key(id)
     }
 
     /// The approvals standing, oldest first.

@@ -60,7 +60,7 @@ pub const MAX_PASSKEYS: usize = 10;
 /// Wrong setup codes taken before the code is burned.
 pub const SETUP_TRIES: u32 = 5;
 /// Sign-in starts taken per [`RATE_WINDOW`].
-pub const SIGNIN_STARTS: usize = 10;
+pub const SIGNIN_STARTS: usize = 60;
 /// Failed sign-in finishes taken per [`RATE_WINDOW`]; past that, finishes are
 /// refused before they are checked.
 pub const FAILED_FINISHES: usize = 5;
@@ -685,11 +685,22 @@ impl Owner {
     /// answers another challenge (a replay), has a bad signature (a forgery),
     /// lacks user verification, comes from another origin, or names an
     /// unknown passkey; the counter did not increase; `owner.json` cannot be
-    /// written. Each failure after the rate check counts towards it.
+    /// written. Each failure of a live ceremony counts towards the limit.
     pub fn finish_signin(&mut self, ceremony: &str, credential: &Value, now: Instant) -> Result<String, PasskeyError> {
         self.failures.check(now).map_err(|retry_after| PasskeyError::RateLimited { retry_after })?;
         let result = self.verify_signin(ceremony, credential, now);
-        if result.is_err() {
+        // Only a response checked against a live ceremony counts: rejecting
+        // one for no ceremony costs nothing, and counting those would let
+        // anyone lock the owner out with junk.
+        if let Err(e) = &result
+            && !matches!(
+                e,
+                PasskeyError::UnknownCeremony
+                    | PasskeyError::CeremonyExpired
+                    | PasskeyError::CeremonyUsed
+                    | PasskeyError::CeremonySuperseded
+            )
+        {
             self.failures.record(now);
         }
         result

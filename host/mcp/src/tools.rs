@@ -2,6 +2,7 @@
 //! whether code ran. The handler in `lib.rs` only moves JSON between MCP and here.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use plimsoll_attest::statement::ClosePredicate;
@@ -50,10 +51,28 @@ impl Answer {
     }
 }
 
-/// One kept sandbox.
+/// One kept sandbox: its session behind a lock of its own, so a long call in
+/// one sandbox holds up no other; `None` once it is closed.
 struct Sandbox {
-    session: Session,
+    session: Arc<Mutex<Option<Session>>>,
     last_used: Instant,
+}
+
+/// The kept sandboxes, and the scopes whose connection was revoked: nothing
+/// is kept for those again, even by a call that was under way.
+#[derive(Default)]
+struct Kept {
+    open: BTreeMap<(Scope, String), Sandbox>,
+    ended: std::collections::BTreeSet<Scope>,
+}
+
+/// Closes a kept sandbox's session, signing its close when receipts are on.
+async fn close_kept(session: &Mutex<Option<Session>>, receipts: Option<&Receipts>) -> bool {
+    let Some(s) = session.lock().await.take() else { return false };
+    if let (Ok(c), Some(r)) = (s.close().await, receipts) {
+        r.close(ClosePredicate::closed(&c)).await;
+    }
+    true
 }
 
 /// Signed receipts: a bundle only this process writes, appended as calls come.
@@ -127,7 +146,7 @@ impl Scope {
 pub struct Tools {
     config: Config,
     client: Client,
-    sandboxes: Mutex<BTreeMap<(Scope, String), Sandbox>>,
+    sandboxes: Mutex<Kept>,
     records: Mutex<BTreeMap<(Scope, String), RunRecord>>,
     receipts: Option<Receipts>,
 }
@@ -226,7 +245,7 @@ impl Tools {
         Ok(Tools {
             config,
             client,
-            sandboxes: Mutex::new(BTreeMap::new()),
+            sandboxes: Mutex::new(Kept::default()),
             records: Mutex::new(BTreeMap::new()),
             receipts,
         })
@@ -269,6 +288,9 @@ impl Tools {
 
     /// Calls tool `name` with `arguments`, within `scope`.
     pub async fn call(&self, scope: &Scope, name: &str, arguments: Value) -> Answer {
+        if self.sandboxes.lock().await.ended.contains(scope) {
+            return Answer::refused("permission", "this connection was revoked; nothing ran");
+        }
         let out = match name {
             "run_code" => self.run_code(scope, arguments).await,
             "open_sandbox" => self.open_sandbox(scope, arguments).await,
@@ -284,21 +306,23 @@ impl Tools {
     /// connection's); returns how many sandboxes were closed.
     pub async fn forget(&self, scope: &Scope) -> usize {
         let gone: Vec<Sandbox> = {
-            let mut sandboxes = self.sandboxes.lock().await;
-            let keys: Vec<(Scope, String)> = sandboxes.keys().filter(|(s, _)| s == scope).cloned().collect();
-            keys.iter().filter_map(|k| sandboxes.remove(k)).collect()
+            let mut kept = self.sandboxes.lock().await;
+            kept.ended.insert(scope.clone());
+            let keys: Vec<(Scope, String)> = kept.open.keys().filter(|(s, _)| s == scope).cloned().collect();
+            keys.iter().filter_map(|k| kept.open.remove(k)).collect()
         };
         self.records.lock().await.retain(|(s, _), _| s != scope);
-        let n = gone.len();
+        let mut n = 0;
         for s in gone {
-            if let (Ok(c), Some(r)) = (s.session.close().await, &self.receipts) {
-                r.close(ClosePredicate::closed(&c)).await;
-            }
+            n += usize::from(close_kept(&s.session, self.receipts.as_ref()).await);
         }
         n
     }
 
     async fn remember(&self, scope: &Scope, resp: &RunResponse) {
+        if self.sandboxes.lock().await.ended.contains(scope) {
+            return;
+        }
         if let Some(r) = &resp.record {
             self.records.lock().await.insert((scope.clone(), r.record_sha256.clone()), r.clone());
         }
@@ -342,30 +366,37 @@ impl Tools {
             let value = self.with_receipt(result(&resp, &cell, flags, None), &req, &resp, close).await;
             return Ok(Answer::ok(value));
         };
-        let mut sandboxes = self.sandboxes.lock().await;
-        let Some(sandbox) = sandboxes.get_mut(&(scope.clone(), handle.clone())) else {
-            return Err(Answer::refused(
+        let unknown = || {
+            Answer::refused(
                 "request",
                 format!("no open sandbox has handle {handle:?} (open_sandbox makes one); nothing ran"),
-            ));
+            )
         };
-        sandbox.last_used = Instant::now();
-        let req = sandbox.session.cell_request(&a.language, &a.code, &pairs, &opts);
-        let (req, resp, replaced) = match sandbox.session.call(req.clone()).await {
+        let session = {
+            let mut kept = self.sandboxes.lock().await;
+            let sandbox = kept.open.get_mut(&(scope.clone(), handle.clone())).ok_or_else(unknown)?;
+            sandbox.last_used = Instant::now();
+            Arc::clone(&sandbox.session)
+        };
+        // Closed while this call waited for it: as if it had never been.
+        let mut guard = session.lock().await;
+        let sandbox = guard.as_mut().ok_or_else(unknown)?;
+        let req = sandbox.cell_request(&a.language, &a.code, &pairs, &opts);
+        let (req, resp, replaced) = match sandbox.call(req.clone()).await {
             Ok(resp) => (req, resp, None),
             Err(Error::SessionEnded { end, detail, .. }) => {
                 // The daemon ended the sandbox; the call runs in a replacement and says why.
                 let fresh =
                     self.client.open_session(&self.session_options()).await.map_err(|e| Answer::from_error(&e))?;
-                sandbox.session = fresh;
+                let sandbox = guard.insert(fresh);
                 let why = if detail.is_empty() { end.name().to_string() } else { format!("{}: {detail}", end.name()) };
-                let req = sandbox.session.cell_request(&a.language, &a.code, &pairs, &opts);
-                let resp = sandbox.session.call(req.clone()).await.map_err(|e| Answer::from_error(&e))?;
+                let req = sandbox.cell_request(&a.language, &a.code, &pairs, &opts);
+                let resp = sandbox.call(req.clone()).await.map_err(|e| Answer::from_error(&e))?;
                 (req, resp, Some(why))
             }
             Err(e) => return Err(Answer::from_error(&e)),
         };
-        drop(sandboxes);
+        drop(guard);
         self.remember(scope, &resp).await;
         let cell = resp.cell.clone().unwrap_or_default();
         let flags = Flags {
@@ -380,9 +411,53 @@ impl Tools {
 
     async fn open_sandbox(&self, scope: &Scope, v: Value) -> Result<Answer, Answer> {
         let _: NoArgs = args(v)?;
-        let mut sandboxes = self.sandboxes.lock().await;
+        self.room(scope).await?;
+        let handle = random_handle()?;
+        let session = self.client.open_session(&self.session_options()).await.map_err(|e| Answer::from_error(&e))?;
+        let isolation = session.opened().isolation.clone();
+        // The lock is not held while the daemon opens the session, so the
+        // room is looked at again before the sandbox is kept.
+        let unkept = {
+            let mut kept = self.sandboxes.lock().await;
+            let why = if kept.ended.contains(scope) {
+                Some(Answer::refused("permission", "this connection was revoked; nothing was kept"))
+            } else {
+                self.full(&kept, scope).err()
+            };
+            match why {
+                None => {
+                    let sandbox = Sandbox { session: Arc::new(Mutex::new(Some(session))), last_used: Instant::now() };
+                    kept.open.insert((scope.clone(), handle.clone()), sandbox);
+                    None
+                }
+                Some(why) => Some((why, session)),
+            }
+        };
+        if let Some((why, session)) = unkept {
+            let _ = session.close().await;
+            return Err(why);
+        }
+        Ok(Answer::ok(json!({
+            "handle": handle,
+            "isolation": isolation,
+            "lifetimeSeconds": self.config.lifetime.as_secs(),
+        })))
+    }
+
+    /// Whether `scope` may open another sandbox.
+    async fn room(&self, scope: &Scope) -> Result<(), Answer> {
+        let kept = self.sandboxes.lock().await;
+        if kept.ended.contains(scope) {
+            return Err(Answer::refused("permission", "this connection was revoked; nothing ran"));
+        }
+        self.full(&kept, scope)
+    }
+
+    /// The capacity refusal, listing the open handles, when `scope` has its
+    /// [`Config::max_sandboxes`].
+    fn full(&self, kept: &Kept, scope: &Scope) -> Result<(), Answer> {
         let mine: Vec<(&String, &Sandbox)> =
-            sandboxes.iter().filter(|((s, _), _)| s == scope).map(|((_, h), s)| (h, s)).collect();
+            kept.open.iter().filter(|((s, _), _)| s == scope).map(|((_, h), s)| (h, s)).collect();
         if mine.len() >= self.config.max_sandboxes {
             let open: Vec<Value> = mine
                 .iter()
@@ -400,27 +475,14 @@ impl Tools {
                 error: true,
             });
         }
-        let handle = random_handle()?;
-        let session = self.client.open_session(&self.session_options()).await.map_err(|e| Answer::from_error(&e))?;
-        let isolation = session.opened().isolation.clone();
-        sandboxes.insert((scope.clone(), handle.clone()), Sandbox { session, last_used: Instant::now() });
-        Ok(Answer::ok(json!({
-            "handle": handle,
-            "isolation": isolation,
-            "lifetimeSeconds": self.config.lifetime.as_secs(),
-        })))
+        Ok(())
     }
 
     async fn close_sandbox(&self, scope: &Scope, v: Value) -> Result<Answer, Answer> {
         let a: HandleArg = args(v)?;
-        let removed = self.sandboxes.lock().await.remove(&(scope.clone(), a.handle.clone()));
+        let removed = self.sandboxes.lock().await.open.remove(&(scope.clone(), a.handle.clone()));
         let closed = match removed {
-            Some(s) => {
-                if let (Ok(c), Some(r)) = (s.session.close().await, &self.receipts) {
-                    r.close(ClosePredicate::closed(&c)).await;
-                }
-                true
-            }
+            Some(s) => close_kept(&s.session, self.receipts.as_ref()).await,
             None => false,
         };
         Ok(Answer::ok(json!({"handle": a.handle, "closed": closed})))

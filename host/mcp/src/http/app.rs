@@ -36,6 +36,9 @@ pub type Reply = Response<BoxBody<Bytes, Infallible>>;
 /// The file in the state directory that keeps connections across restarts.
 pub const CONNECTIONS: &str = "connections.json";
 
+/// How long a request's body may take to arrive.
+const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The largest body of any request but the MCP endpoint's.
 const MAX_FORM: usize = 64 << 10;
 
@@ -51,6 +54,7 @@ pub struct App {
     pub(super) auth: Mutex<AuthServer>,
     pub(super) owner: Mutex<Owner>,
     pub(super) sessions: Mutex<Sessions>,
+    limits: Mutex<super::limit::PerClient>,
     pub(super) tools: Arc<Tools>,
     pub(super) manager: Arc<LocalSessionManager>,
     pub(super) mcp: StreamableHttpService<Server, LocalSessionManager>,
@@ -141,13 +145,25 @@ pub(super) async fn read_body<B>(body: B, limit: usize) -> Result<Bytes, Refusal
 where
     B: Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static,
 {
-    match Limited::new(body, limit).collect().await {
+    let read = tokio::time::timeout(BODY_DEADLINE, Limited::new(body, limit).collect()).await;
+    let Ok(read) = read else {
+        return Err(Refusal::Json(408, format!("the body did not arrive within {} s", BODY_DEADLINE.as_secs())));
+    };
+    match read {
         Ok(c) => Ok(c.to_bytes()),
         Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
             Err(Refusal::Json(413, format!("the body is over {limit} bytes")))
         }
         Err(e) => Err(Refusal::Json(400, format!("reading the body: {e}"))),
     }
+}
+
+/// 429, with when to ask again.
+fn too_many(after: std::time::Duration) -> Reply {
+    let secs = after.as_secs().max(1);
+    let mut r = error_reply(429, format!("too many requests; try again in {secs} s"));
+    r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+    r
 }
 
 /// A passkey refusal: its status, its message, and when to retry a rate-limited one.
@@ -180,7 +196,6 @@ fn secure(headers: &mut HeaderMap) {
     set(headers, "referrer-policy", "same-origin");
     set(headers, "cache-control", "no-store");
     set(headers, "cross-origin-opener-policy", "same-origin");
-    set(headers, "strict-transport-security", "max-age=31536000");
 }
 
 impl App {
@@ -208,12 +223,11 @@ impl App {
         }
         let tools = Arc::new(tools);
         let manager = Arc::new(LocalSessionManager::default());
-        // The gate in front checks Host, Origin and sizes against the public
-        // URL; rmcp's own host list (loopback names by default) would refuse
-        // every public name, so it is given the public authority only.
-        let host_only = authority.rsplit_once(':').map_or(authority.clone(), |(h, _)| h.to_string());
+        // The router checks the named host (the forwarded one behind a proxy,
+        // which may rewrite Host) before anything reaches rmcp, whose own
+        // Host check would refuse a proxy's upstream name.
         let config = StreamableHttpServerConfig::default()
-            .with_allowed_hosts([authority.clone(), host_only])
+            .disable_allowed_hosts()
             .with_allowed_origins([urls.issuer().to_string()])
             .with_max_request_body_bytes(gate::MAX_BODY);
         let for_sessions = Arc::clone(&tools);
@@ -230,6 +244,7 @@ impl App {
             behind_proxy,
             owner: Mutex::new(owner),
             sessions: Mutex::new(Sessions::default()),
+            limits: Mutex::new(super::limit::PerClient::default()),
             tools,
             manager,
             mcp,
@@ -306,6 +321,28 @@ impl App {
         }
     }
 
+    /// The client's address: the peer's, or behind the proxy the one the proxy
+    /// appended last to `X-Forwarded-For` (earlier entries are the client's word).
+    fn client_ip(&self, h: &HeaderMap, peer: SocketAddr) -> std::net::IpAddr {
+        if !self.behind_proxy {
+            return peer.ip();
+        }
+        header_str(h, "x-forwarded-for")
+            .and_then(|v| v.rsplit(',').next())
+            .and_then(|ip| ip.trim().parse().ok())
+            .unwrap_or(peer.ip())
+    }
+
+    /// The per-client limit on what anyone may ask before signing in.
+    fn limited<B>(&self, req: &Request<B>, client: std::net::IpAddr) -> Result<(), std::time::Duration> {
+        let path = req.uri().path();
+        let open = matches!(path, "/register" | "/authorize") || path.starts_with("/passkey/");
+        if !open {
+            return Ok(());
+        }
+        lock(&self.limits).hit(client, Instant::now())
+    }
+
     /// Serves one request from `peer`.
     pub async fn handle<B>(&self, req: Request<B>, peer: SocketAddr) -> Reply
     where
@@ -313,15 +350,25 @@ impl App {
     {
         let method = req.method().clone();
         let path = req.uri().path().to_string();
+        let client = self.client_ip(req.headers(), peer);
         let mut reply = match self.check_host(&req) {
             Err(r) => r.reply(),
-            Ok(()) => self.route(req).await,
+            Ok(()) => match self.limited(&req, client) {
+                Err(after) => too_many(after),
+                Ok(()) => self.route(req).await,
+            },
         };
         let status = reply.status().as_u16();
         if status >= 400 {
             log(format_args!("refused {method} {path} from {}: {status}", peer.ip()));
         }
         secure(reply.headers_mut());
+        // Not for localhost: HSTS holds for every port of a host, and native
+        // clients' callbacks are plain http://localhost:PORT.
+        let host = self.authority.rsplit_once(':').map_or(self.authority.as_str(), |(h, _)| h);
+        if host != "localhost" && !host.ends_with(".localhost") {
+            reply.headers_mut().insert("strict-transport-security", HeaderValue::from_static("max-age=31536000"));
+        }
         reply
     }
 

@@ -54,8 +54,10 @@ impl App {
             }
         };
         let method = req.method().clone();
-        if let Err(r) = gate::media(method.as_str(), header_str(h, header::ACCEPT), header_str(h, header::CONTENT_TYPE))
-        {
+        // Accept may come as several header lines; they are one list.
+        let accept: Vec<&str> = h.get_all(header::ACCEPT).iter().filter_map(|v| v.to_str().ok()).collect();
+        let accept = (!accept.is_empty()).then(|| accept.join(","));
+        if let Err(r) = gate::media(method.as_str(), accept.as_deref(), header_str(h, header::CONTENT_TYPE)) {
             return refused(&r);
         }
         let session = header_str(h, SESSION).map(str::to_string);
@@ -76,6 +78,10 @@ impl App {
             };
             if let Err(r) = gate::message(&bytes) {
                 return refused(&r);
+            }
+            // Revoked while the body arrived: refused as if it were revoked first.
+            if !lock(&self.auth).stands(&approval) {
+                return json_reply(401, &serde_json::json!({"error": "the connection was revoked"}));
             }
             bytes
         } else {

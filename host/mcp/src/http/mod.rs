@@ -10,6 +10,7 @@
 
 mod app;
 mod endpoint;
+mod limit;
 mod pages;
 mod start;
 #[cfg(test)]

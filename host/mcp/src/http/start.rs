@@ -22,6 +22,41 @@ use crate::tools::Tools;
 
 /// Connections served at once; more are closed on accept.
 const MAX_CONNECTIONS: usize = 256;
+/// Connections one address may hold at once (not behind a proxy, where every
+/// connection is the proxy's).
+const MAX_PER_ADDRESS: usize = 32;
+/// Requests one HTTP/2 connection may have open at once.
+const MAX_STREAMS: u32 = 32;
+
+/// Counts each address's connections; a connection gives its slot back when dropped.
+#[derive(Clone, Default)]
+struct PerAddress(Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>);
+
+struct Slot(PerAddress, std::net::IpAddr);
+
+impl PerAddress {
+    fn take(&self, ip: std::net::IpAddr) -> Option<Slot> {
+        let mut m = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let n = m.entry(ip).or_insert(0);
+        if *n >= MAX_PER_ADDRESS {
+            return None;
+        }
+        *n += 1;
+        Some(Slot(self.clone(), ip))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut m = (self.0).0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(n) = m.get_mut(&self.1) {
+            *n -= 1;
+            if *n == 0 {
+                m.remove(&self.1);
+            }
+        }
+    }
+}
 
 /// How `serve-http` listens and where it is.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -176,39 +211,55 @@ pub async fn serve_http(config: Config, opts: Options) -> Result<(), StartError>
     let bound = listener.local_addr().map_err(|e| StartError::Bind { addr: opts.listen, why: e.to_string() })?;
     app.announce(bound);
     let app = Arc::new(app);
-    let mut builder = Builder::new(TokioExecutor::new());
-    builder.http1().timer(TokioTimer::new()).header_read_timeout(Duration::from_secs(10)).max_buf_size(64 << 10);
-    builder.http2().max_header_list_size(32 << 10).timer(TokioTimer::new());
-    let builder = Arc::new(builder);
+    // One protocol per connection, chosen by ALPN (HTTP/1.1 to a proxy):
+    // no version sniffing, which waits on a silent peer with no deadline.
+    let mut h1 = Builder::new(TokioExecutor::new()).http1_only();
+    h1.http1().timer(TokioTimer::new()).header_read_timeout(Duration::from_secs(10)).max_buf_size(64 << 10);
+    let mut h2 = Builder::new(TokioExecutor::new()).http2_only();
+    h2.http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(32 << 10)
+        .max_concurrent_streams(MAX_STREAMS)
+        .max_pending_accept_reset_streams(Some(32))
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .keep_alive_timeout(Duration::from_secs(20));
+    let (h1, h2) = (Arc::new(h1), Arc::new(h2));
     let conns = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let per_address = PerAddress::default();
     loop {
         let Ok((stream, peer)) = listener.accept().await else { continue };
         let Ok(permit) = Arc::clone(&conns).try_acquire_owned() else {
             drop(stream);
             continue;
         };
+        let slot = if opts.behind_proxy { None } else { Some(per_address.take(peer.ip())) };
+        if matches!(slot, Some(None)) {
+            drop(stream);
+            continue;
+        }
         let _ = stream.set_nodelay(true);
         let app = Arc::clone(&app);
         let svc = service_fn(move |req| {
             let app = Arc::clone(&app);
             async move { Ok::<_, std::convert::Infallible>(app.handle(req, peer).await) }
         });
-        let builder = Arc::clone(&builder);
+        let (h1, h2) = (Arc::clone(&h1), Arc::clone(&h2));
         let acceptor = acceptor.clone();
         tokio::spawn(async move {
             match acceptor {
                 None => {
-                    let _ = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).await;
+                    let _ = h1.serve_connection(TokioIo::new(stream), svc).await;
                 }
                 Some(acceptor) => {
                     let Ok(Ok(tls)) = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(stream)).await
                     else {
                         return;
                     };
-                    let _ = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).await;
+                    let builder = if tls.get_ref().1.alpn_protocol() == Some(b"h2") { h2 } else { h1 };
+                    let _ = builder.serve_connection(TokioIo::new(tls), svc).await;
                 }
             }
-            drop(permit);
+            drop((permit, slot));
         });
     }
 }

@@ -67,12 +67,24 @@ async fn send(app: &App, req: http::request::Builder, body: impl Into<Bytes>) ->
     Answer { status, headers, body }
 }
 
+// Each request also carries what a proxy would forward: a server behind none
+// ignores it, and one behind a proxy reads it.
 fn get(uri: &str) -> http::request::Builder {
-    Request::builder().method("GET").uri(uri).header("host", HOST)
+    Request::builder()
+        .method("GET")
+        .uri(uri)
+        .header("host", HOST)
+        .header("x-forwarded-proto", "https")
+        .header("x-forwarded-host", HOST)
 }
 
 fn post(uri: &str) -> http::request::Builder {
-    Request::builder().method("POST").uri(uri).header("host", HOST)
+    Request::builder()
+        .method("POST")
+        .uri(uri)
+        .header("host", HOST)
+        .header("x-forwarded-proto", "https")
+        .header("x-forwarded-host", HOST)
 }
 
 /// A client registered, approved by the owner and holding tokens: the
@@ -174,6 +186,40 @@ async fn another_host_or_an_unforwarded_request_is_refused() {
     assert_eq!(send(&p, fwd("evil.example"), Bytes::new()).await.status, 421);
     let r = send(&p, fwd(HOST), Bytes::new()).await;
     assert_eq!((r.status, r.json()["issuer"].as_str()), (200, Some(PUBLIC)));
+    // A proxy that rewrites Host to its upstream's still reaches the MCP transport.
+    let (_, token) = connect(&p, "behind a proxy").await;
+    let rewritten = mcp(&token).header("host", "127.0.0.1:8080");
+    let r = send(&p, rewritten, initialize()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    // HSTS holds for every port of a host, so none is sent for localhost's.
+    assert_eq!(r.header("strict-transport-security"), "");
+    let config = Config::from(|k| (k == "PLIMSOLL_URL").then(|| "http://127.0.0.1:9".to_string())).expect("config");
+    let named =
+        App::new("https://mcp.example", false, Tools::new(config).expect("tools"), &scratch("named")).expect("app");
+    let req = Request::builder().uri("/.well-known/oauth-authorization-server").header("host", "mcp.example");
+    assert_eq!(send(&named, req, Bytes::new()).await.header("strict-transport-security"), "max-age=31536000");
+}
+
+#[tokio::test]
+async fn one_address_is_limited_before_sign_in_and_a_revoked_scope_keeps_nothing() {
+    let a = app(&scratch("limits"), false);
+    let body = json!({"client_name": "c", "redirect_uris": [CALLBACK]}).to_string();
+    for _ in 0..super::limit::PER_CLIENT {
+        let r = send(&a, post("/register").header("content-type", "application/json"), body.clone()).await;
+        assert_eq!(r.status, 201);
+    }
+    let r = send(&a, post("/register").header("content-type", "application/json"), body).await;
+    assert_eq!(r.status, 429);
+    assert!(matches!(r.header("retry-after").parse::<u64>(), Ok(1..=60)), "{}", r.header("retry-after"));
+    // Signed-in or token-bearing routes are not counted.
+    assert_eq!(send(&a, get("/.well-known/oauth-authorization-server"), Bytes::new()).await.status, 200);
+    let scope = crate::tools::Scope::approval("revoked");
+    a.tools.forget(&scope).await;
+    let r = a.tools.call(&scope, "open_sandbox", json!({})).await;
+    assert_eq!(
+        (r.error, r.value["reason"].as_str(), r.value["message"].as_str()),
+        (true, Some("permission"), Some("this connection was revoked; nothing ran"))
+    );
 }
 
 #[tokio::test]
@@ -220,6 +266,12 @@ async fn bad_bodies_headers_and_sessions_are_refused_and_serving_goes_on() {
         }
         assert_eq!(send(&a, req, initialize()).await.status, 406, "{accept:?}");
     }
+    let split = post("/mcp")
+        .header("authorization", format!("Bearer {token_a}"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json")
+        .header("accept", "text/event-stream");
+    assert_eq!(send(&a, split, initialize()).await.status, 200, "Accept over two lines is one list");
     let r = send(&a, mcp(&token_a).header("origin", "https://evil.example"), initialize()).await;
     assert_eq!(r.status, 403);
 

@@ -70,9 +70,12 @@ impl AuthServer {
         };
         let saved = Saved {
             version: VERSION,
+            // Only clients with an approval: registration needs no credential,
+            // so it must not be able to make this server write to disk.
             clients: self
                 .clients
                 .iter()
+                .filter(|(id, _)| self.approvals.values().any(|a| &a.client_id == *id))
                 .map(|(id, c)| SavedClient {
                     id: id.clone(),
                     name: c.name.clone(),

@@ -162,7 +162,16 @@ fn an_unknown_client_or_redirect_uri_gets_a_page_never_a_redirect() {
 fn other_faults_go_back_to_the_client_with_state_and_issuer() {
     let mut s = server();
     let now = Instant::now();
-    let client = register(&mut s, now);
+    // A client nobody approved yet may be anyone's: its faults are shown, not
+    // sent on, so a registration cannot make this server an open redirector.
+    let stranger = register(&mut s, now);
+    let mut q = query(&stranger);
+    q.insert("response_type".into(), "token".into());
+    assert!(matches!(
+        s.authorize(&q, now),
+        Err(AuthorizeRefusal::Page(p)) if p.contains("unsupported_response_type") && p.contains("Nothing was sent back")
+    ));
+    let (client, _, _) = approved(&mut s, now);
     let cases = [
         ("code_challenge_method", Some("plain"), "invalid_request"),
         ("code_challenge", None, "invalid_request"),
@@ -182,7 +191,7 @@ fn other_faults_go_back_to_the_client_with_state_and_issuer() {
         assert_eq!(param(&url, "state").as_deref(), Some("s t&ate"));
         assert_eq!(param(&url, "iss").as_deref(), Some(PUBLIC));
     }
-    assert!(s.pending.is_empty());
+    assert!(s.pending.is_empty(), "nothing was held for a refused request");
     // No resource named: this server's own is meant (RFC 8707 leaves it optional).
     let mut q = query(&client);
     q.remove("resource");
@@ -347,6 +356,71 @@ fn forms_decode_and_refuse_a_repeated_parameter() {
     let f = form("a=1&b=x+y%21&c=").expect("form");
     assert_eq!((f["a"].as_str(), f["b"].as_str(), f["c"].as_str()), ("1", "x y!", ""));
     assert_eq!(form("a=1&a=2").expect_err("repeated"), "the parameter \"a\" is given more than once");
-    assert!(form("a=%zz").is_err() && form("a=%ff").is_err());
+    assert!(form("a=%zz").is_err() && form("a=%ff").is_err() && form("a=%+1").is_err());
     assert_eq!(with_query("https://a/cb?x=1", &[("s", "a b&c")]), "https://a/cb?x=1&s=a%20b%26c");
+}
+
+#[test]
+fn a_loopback_redirect_may_change_port_and_nothing_else() {
+    let mut s = server();
+    let now = Instant::now();
+    let client = register(&mut s, now);
+    let mut q = query(&client);
+    q.insert("redirect_uri".into(), "http://127.0.0.1:5000/callback".into());
+    assert_eq!(s.authorize(&q, now).expect("another port").redirect_uri, "http://127.0.0.1:5000/callback");
+    for other in ["http://127.0.0.1:5000/other", "http://localhost:5000/callback", "https://127.0.0.1:33418/callback"] {
+        q.insert("redirect_uri".into(), other.into());
+        assert!(matches!(s.authorize(&q, now), Err(AuthorizeRefusal::Page(_))), "{other}");
+    }
+    assert!(redirect_matches("http://[::1]:1/cb", "http://[::1]:2/cb"));
+    assert!(!redirect_matches("https://a.example:1/cb", "https://a.example:2/cb"));
+    for bad in [
+        "https://a.example/c\\b",
+        "https://a.example/é",
+        "https://a;b.example/",
+        "https://a.example/\"x",
+        "https://a,b/",
+    ] {
+        assert_eq!(redirect_host(bad), None, "{bad}");
+    }
+}
+
+#[test]
+fn the_token_endpoint_tells_a_forgotten_client_to_register_again() {
+    let mut s = server();
+    let now = Instant::now();
+    let (client, _, code) = approved(&mut s, now);
+    let mut f = exchange("no-such-client", &code, VERIFIER);
+    let e = s.token(&f, now).expect_err("unknown client");
+    assert_eq!((e.status, e.error), (401, "invalid_client"));
+    // A redirect URI the authorization request left out may be left out here too.
+    let mut q = query(&client);
+    q.remove("redirect_uri");
+    let held = s.authorize(&q, now).expect("held");
+    let (back, _) = s.decide(&held.id, true, now, SystemTime::now()).expect("decided");
+    f = exchange(&client, &param(&back, "code").expect("code"), VERIFIER);
+    f.remove("redirect_uri");
+    s.token(&f, now).expect("no redirect_uri on either side");
+    assert_eq!(
+        s.check(Some(&format!("bearer {}", "x")), now, SystemTime::now()),
+        Err(Bearer::Invalid),
+        "the scheme is case-insensitive"
+    );
+}
+
+#[test]
+fn no_client_can_fill_the_queue_of_held_requests() {
+    let mut s = server();
+    let now = Instant::now();
+    let noisy = register(&mut s, now);
+    let first = s.authorize(&query(&noisy), now).expect("held").id;
+    for _ in 0..MAX_PENDING {
+        s.authorize(&query(&noisy), now).expect("held");
+    }
+    assert_eq!(s.pending.len(), MAX_PENDING_PER_CLIENT, "one client keeps its newest requests only");
+    assert!(s.held(&first, now).is_none(), "its oldest went first");
+    let quiet = register(&mut s, now);
+    s.authorize(&query(&quiet), now).expect("another client is still held");
+    assert_eq!(Urls::new("https://LocalHost:443/").expect("url").issuer(), "https://localhost");
+    assert!(Urls::new("https://a.example:8443;x").is_err());
 }
