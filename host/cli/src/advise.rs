@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use anyhow::{Context as _, bail};
 use serde_json::Value;
 
-use crate::html::esc;
+use plimsoll_core::html::escape as esc;
 
 /// Arguments of `advise`.
 #[derive(Debug, clap::Args)]

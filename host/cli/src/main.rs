@@ -11,7 +11,6 @@ mod advise;
 mod attest;
 mod bench;
 mod callers;
-mod html;
 mod place;
 mod plugin;
 mod record;

@@ -27,6 +27,7 @@
 pub mod date;
 pub mod dispatch;
 pub mod duration;
+pub mod html;
 pub mod limits;
 pub mod protocol;
 pub mod provider;

@@ -54,7 +54,8 @@ def raw(method, path, body=b"", headers=None):
 class Callback:
     """A loopback listener for the client's redirect URI, as a native client's."""
 
-    def __init__(self):
+    def __init__(self, host="127.0.0.1"):
+        self.host = host
         self.got = None
         self.event = threading.Event()
         outer = self
@@ -76,7 +77,7 @@ class Callback:
                 pass
 
         self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-        self.uri = f"http://127.0.0.1:{self.server.server_port}/callback"
+        self.uri = f"http://{host}:{self.server.server_port}/callback"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def wait(self, timeout=30):
@@ -156,7 +157,7 @@ def decide(owner, callback, approve):
             owner.wait_for("location.pathname.startsWith('/approve/') && document.getElementById('approve')")
             name = owner.js("document.querySelector('#client .client').textContent")
             host = owner.js("document.querySelector('#client .redirect strong').textContent")
-            assert host == "127.0.0.1", host
+            assert host == callback.host, (host, callback.host)
             owner.click("#approve" if approve else "#deny")
             return name
 
@@ -171,8 +172,10 @@ def decide(owner, callback, approve):
     return redirect, back
 
 
-def client(owner, name, approve=True):
-    callback = Callback()
+def client(owner, name, approve=True, host="127.0.0.1"):
+    """An SDK client whose redirect URI is a loopback listener on `host`
+    (Codex's is 127.0.0.1, Claude Code's localhost)."""
+    callback = Callback(host)
     storage = Memory()
     redirect, back = decide(owner, callback, approve)
     meta = OAuthClientMetadata(client_name=name, redirect_uris=[callback.uri], grant_types=["authorization_code", "refresh_token"],
@@ -289,7 +292,7 @@ async def main():
                         stage(f"client B denied and refused ({type(e).__name__})")
 
                     # Client C: approved, but sees nothing of A's.
-                    http_c, _ = client(owner, "client-C")
+                    http_c, _ = client(owner, "client-C", host="localhost")
                     async with http_c, streamable_http_client(PUBLIC + "/mcp", http_client=http_c) as (rc, wc, *_):
                         async with ClientSession(rc, wc) as sc:
                             await sc.initialize()

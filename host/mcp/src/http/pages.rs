@@ -5,23 +5,9 @@
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
-use crate::oauth::{Approval, Held};
+use plimsoll_core::html::escape;
 
-/// `text` safe in HTML text and in a double-quoted attribute.
-pub fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
+use crate::oauth::{Approval, Held};
 
 fn page(title: &str, body: &str) -> String {
     format!(

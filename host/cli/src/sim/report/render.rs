@@ -11,7 +11,7 @@ use sha2::{Digest, Sha256};
 use super::plants::*;
 use super::saved::*;
 use super::{SCRIPT, STYLE, TEMPLATE};
-use crate::html::esc;
+use plimsoll_core::html::escape as esc;
 
 /// The run colours (the CSS classes c0 to c5 use the same).
 pub(super) const COLOURS: [&str; 6] = ["#2a78d6", "#eb6834", "#2e9e5b", "#8a55c8", "#b5842a", "#d04f8f"];

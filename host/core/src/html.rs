@@ -1,7 +1,9 @@
-//! HTML text for the pages the CLI writes (`advise`, `sim report`).
+//! HTML text for the pages plimsoll writes (`advise`, `sim report`, the MCP
+//! server's owner pages): anything a caller, a plugin or a client chose is
+//! escaped before it reaches a page.
 
-/// `s` escaped for HTML text and attribute values.
-pub fn esc(s: &str) -> String {
+/// `s` escaped for HTML text and double- or single-quoted attribute values.
+pub fn escape(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -18,10 +20,10 @@ pub fn esc(s: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::esc;
+    use super::escape;
 
     #[test]
     fn every_special_character_is_escaped() {
-        assert_eq!(esc("</b> & \"x\" 'y' ü"), "&lt;/b&gt; &amp; &quot;x&quot; &#39;y&#39; ü");
+        assert_eq!(escape("</b> & \"x\" 'y' ü"), "&lt;/b&gt; &amp; &quot;x&quot; &#39;y&#39; ü");
     }
 }
