@@ -249,11 +249,27 @@ def sign_in_refusals(owner):
           f"to a new one ({json.loads(fresh)['error']})")
 
 
+def add_passkey(owner):
+    """The signed-in owner adds a passkey on a second device (a second virtual
+    authenticator, the first removed), and the second one signs in."""
+    owner.page.send("WebAuthn.removeVirtualAuthenticator", {"authenticatorId": owner.authenticator})
+    owner.authenticator = owner.page.add_virtual_authenticator()
+    owner.click("#add-passkey")
+    owner.wait_for("(document.getElementById('passkeys') || {}).textContent.includes('2 passkeys')")
+    assert len(owner.browser.credentials(owner.authenticator)) == 1
+    owner.click("#signout")
+    owner.wait_for("document.getElementById('signin')")
+    owner.click("#signin")
+    owner.wait_for("document.getElementById('add-passkey')")
+    stage("a second passkey added by the signed-in owner signs in")
+
+
 async def main():
     owner = Owner()
     try:
         register_and_sign_in(owner)
         sign_in_refusals(owner)
+        add_passkey(owner)
 
         # Client A: approved, lists and calls the tools over TLS.
         http_a, tokens_a = client(owner, "client-A")

@@ -405,7 +405,8 @@ impl App {
                 r.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/css; charset=utf-8"));
                 r
             }
-            (&Method::POST, ["passkey", step @ ("register" | "signin"), phase @ ("start" | "finish")]) => {
+            (&Method::POST, ["passkey", step @ ("register" | "signin"), phase @ ("start" | "finish")])
+            | (&Method::POST, ["passkey", step @ "add", phase @ "start"]) => {
                 let (step, phase) = (step.to_string(), phase.to_string());
                 self.passkey(req, &step, &phase).await
             }
@@ -525,9 +526,12 @@ impl App {
         if !self.signed_in(h) {
             return html_reply(200, pages::sign_in("Sign in to see and revoke this server's connections."));
         }
-        let csrf = lock(&self.owner).csrf(header_str(h, header::COOKIE)).unwrap_or_default();
+        let (csrf, passkeys) = {
+            let owner = lock(&self.owner);
+            (owner.csrf(header_str(h, header::COOKIE)).unwrap_or_default(), owner.passkeys())
+        };
         let approvals = lock(&self.auth).approvals();
-        html_reply(200, pages::dashboard(&approvals, &csrf))
+        html_reply(200, pages::dashboard(&approvals, &csrf, passkeys))
     }
 
     async fn passkey<B>(&self, req: Request<B>, step: &str, phase: &str) -> Reply
@@ -537,6 +541,7 @@ impl App {
         if let Err(r) = self.same_origin(req.headers()) {
             return r.reply();
         }
+        let cookie = header_str(req.headers(), header::COOKIE).map(str::to_string);
         let body = match read_body(req.into_body(), MAX_FORM).await {
             Ok(b) => b,
             Err(r) => return r.reply(),
@@ -569,6 +574,8 @@ impl App {
         let credential = v.get("credential").cloned().unwrap_or(Value::Null);
         match (step, phase) {
             ("register", "start") => started(owner.start_registration(&text("code"), now)),
+            // Another passkey (a second device), by the signed-in owner only.
+            ("add", _) => started(owner.start_registration_signed_in(cookie.as_deref(), now)),
             ("register", "finish") => {
                 finished(owner.finish_registration(&text("ceremony"), &credential, now), "registered a passkey")
             }

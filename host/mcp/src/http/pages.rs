@@ -58,7 +58,7 @@ fn when(t: Option<SystemTime>) -> String {
 }
 
 /// The signed-in owner's page: every approved connection, each revocable.
-pub fn dashboard(approvals: &[Approval], csrf: &str) -> String {
+pub fn dashboard(approvals: &[Approval], csrf: &str, passkeys: usize) -> String {
     let mut rows = String::new();
     for a in approvals {
         let _ = writeln!(
@@ -88,9 +88,12 @@ pub fn dashboard(approvals: &[Approval], csrf: &str) -> String {
         &format!(
             "<p>Each approved connection may run code in its own sandboxes and read its own records; \
              revoking one refuses its next call and closes its sandboxes.</p>\n{table}\n\
+             <p id=\"passkeys\">The owner has {passkeys} passkey{s}. \
+             <button id=\"add-passkey\" type=\"button\">Add a passkey on another device</button></p>\n\
              <form method=\"post\" action=\"/signout\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
              <button id=\"signout\" type=\"submit\">Sign out</button></form>",
-            escape(csrf)
+            escape(csrf),
+            s = if passkeys == 1 { "" } else { "s" },
         ),
     )
 }

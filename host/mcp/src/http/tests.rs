@@ -379,6 +379,14 @@ async fn the_owners_forms_need_the_origin_and_a_live_cookie() {
     assert_eq!(lock(&a.auth).approvals().len(), 1, "nothing was revoked");
     let r = send(&a, post("/passkey/signin/start").header("origin", "https://evil.example"), "{}").await;
     assert_eq!(r.status, 403);
+    // Another passkey is the signed-in owner's to add, never a stranger's.
+    let r = send(
+        &a,
+        post("/passkey/add/start").header("origin", PUBLIC).header("cookie", "__Host-plimsoll-session=x"),
+        "{}",
+    )
+    .await;
+    assert_eq!(r.status, 401, "{}", r.text());
     let r = send(&a, get("/approve/nope"), Bytes::new()).await;
     assert!(r.text().contains("id=\"signin\""), "not signed in: the sign-in page");
 }

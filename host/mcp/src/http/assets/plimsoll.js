@@ -88,7 +88,8 @@
   }
 
   // One ceremony: start, ask the authenticator, finish; reload on success.
-  async function ceremony(kind, startBody, button) {
+  // `start` is where it begins when not /passkey/KIND/start (adding a passkey).
+  async function ceremony(kind, startBody, button, start) {
     if (button) button.disabled = true;
     document.body.dataset.state = "busy";
     status(kind === "register" ? "Creating a passkey…" : "Signing in…");
@@ -96,7 +97,7 @@
       if (!window.PublicKeyCredential || !navigator.credentials) {
         throw new Error("this browser has no passkey support (WebAuthn); use a current browser over https");
       }
-      const started = await post(`/passkey/${kind}/start`, startBody);
+      const started = await post(start || `/passkey/${kind}/start`, startBody);
       const publicKey = kind === "register"
         ? creationOptions(started.options.publicKey)
         : requestOptions(started.options.publicKey);
@@ -123,6 +124,10 @@
         const input = document.getElementById("setup-code");
         ceremony("register", { code: input ? input.value.trim() : "" }, register);
       });
+    }
+    const add = document.getElementById("add-passkey");
+    if (add) {
+      add.addEventListener("click", () => ceremony("register", {}, add, "/passkey/add/start"));
     }
     const signin = document.getElementById("signin");
     if (signin) {
