@@ -138,6 +138,8 @@ class Owner:
         return self.js("document.getElementById('status') ? document.getElementById('status').textContent : ''")
 
     def click(self, selector):
+        # A page's buttons do nothing until its script has wired them.
+        self.wait_for(f"document.body.dataset.ready === 'true' && document.querySelector({json.dumps(selector)})")
         self.js(f"document.querySelector({json.dumps(selector)}).click()")
 
 

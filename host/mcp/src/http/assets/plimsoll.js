@@ -133,6 +133,8 @@
     if (signin) {
       signin.addEventListener("click", () => ceremony("signin", {}, signin));
     }
+    // The buttons work from here on (a script driving the page waits for this).
+    document.body.dataset.ready = "true";
   }
 
   if (document.readyState === "loading") {
