@@ -22,8 +22,8 @@ use crate::tools::Tools;
 
 /// Connections served at once; more are closed on accept.
 const MAX_CONNECTIONS: usize = 256;
-/// Connections one address may hold at once (not behind a proxy, where every
-/// connection is the proxy's).
+/// Connections one remote address may hold at once (not behind a proxy, where
+/// every connection is the proxy's, nor from this machine).
 const MAX_PER_ADDRESS: usize = 32;
 /// Requests one HTTP/2 connection may have open at once.
 const MAX_STREAMS: u32 = 32;
@@ -232,7 +232,10 @@ pub async fn serve_http(config: Config, opts: Options) -> Result<(), StartError>
             drop(stream);
             continue;
         };
-        let slot = if opts.behind_proxy { None } else { Some(per_address.take(peer.ip())) };
+        // A loopback peer is this machine (a local proxy, local clients), which
+        // holds idle keep-alive connections for each of its clients.
+        let exempt = opts.behind_proxy || peer.ip().is_loopback();
+        let slot = if exempt { None } else { Some(per_address.take(peer.ip())) };
         if matches!(slot, Some(None)) {
             drop(stream);
             continue;
