@@ -251,15 +251,19 @@ impl App {
         })
     }
 
-    /// Writes the connections when they changed; a failure is logged, and the
-    /// server goes on with what it holds.
-    fn keep(&self, auth: &mut AuthServer) {
+    /// Runs `f` on the authorization server, then writes the connections if it
+    /// changed them; a failed write is logged, and the server goes on with
+    /// what it holds.
+    fn changing<T>(&self, f: impl FnOnce(&mut AuthServer) -> T) -> T {
+        let mut auth = lock(&self.auth);
+        let out = f(&mut auth);
         if auth.take_changed()
             && let Err(e) =
                 crate::private_file::write(&self.connections, &auth.saved(Instant::now(), SystemTime::now()))
         {
             log(format_args!("could not keep the connections across a restart: {e}"));
         }
+        out
     }
 
     /// The public URL.
@@ -438,11 +442,7 @@ impl App {
             Ok(b) => b,
             Err(r) => return r.reply(),
         };
-        let mut auth = lock(&self.auth);
-        let registered = auth.register(&body, Instant::now());
-        self.keep(&mut auth);
-        drop(auth);
-        match registered {
+        match self.changing(|auth| auth.register(&body, Instant::now())) {
             Ok(v) => {
                 log(format_args!("registered client {:?}", v["client_name"].as_str().unwrap_or_default()));
                 json_reply(201, &v)
@@ -491,11 +491,7 @@ impl App {
             Ok(f) => f,
             Err(why) => return json_reply(400, &json!({"error": "invalid_request", "error_description": why})),
         };
-        let mut auth = lock(&self.auth);
-        let answered = auth.token(&f, Instant::now());
-        self.keep(&mut auth);
-        drop(auth);
-        match answered {
+        match self.changing(|auth| auth.token(&f, Instant::now())) {
             Ok(v) => json_reply(200, &v),
             Err(e) => json_reply(e.status, &e.body()),
         }
@@ -666,13 +662,7 @@ impl App {
             Some("deny") => false,
             _ => return html_reply(400, pages::message("Not a decision", "decision must be approve or deny")),
         };
-        let decided = {
-            let mut auth = lock(&self.auth);
-            let decided = auth.decide(id, approve, Instant::now(), SystemTime::now());
-            self.keep(&mut auth);
-            decided
-        };
-        match decided {
+        match self.changing(|auth| auth.decide(id, approve, Instant::now(), SystemTime::now())) {
             Ok((to, Some(a))) => {
                 log(format_args!(
                     "approved connection {} for client {:?} (redirect {})",
@@ -697,13 +687,7 @@ impl App {
         if let Err(r) = self.owners_form(req).await {
             return r.reply();
         }
-        let revoked = {
-            let mut auth = lock(&self.auth);
-            let revoked = auth.revoke(id);
-            self.keep(&mut auth);
-            revoked
-        };
-        if !revoked {
+        if !self.changing(|auth| auth.revoke(id)) {
             return html_reply(404, pages::message("No such connection", "It was revoked already."));
         }
         let sessions = lock(&self.sessions).revoke(id);
