@@ -299,13 +299,9 @@ fn redirect_matches(registered: &str, asked: &str) -> bool {
         return true;
     }
     let loopback = |u: &str| -> Option<(String, String)> {
-        let rest = u.strip_prefix("http://")?;
-        let (authority, path) = rest.find(['/', '?']).map_or((rest, ""), |i| rest.split_at(i));
-        let host = match authority.strip_prefix('[') {
-            Some(v6) => format!("[{}]", v6.split(']').next()?),
-            None => authority.split(':').next()?.to_string(),
-        };
-        matches!(host.as_str(), "127.0.0.1" | "[::1]" | "localhost").then(|| (host, path.to_string()))
+        let (scheme, authority, path) = uri_parts(u)?;
+        let host = host_of(authority)?;
+        (scheme == "http" && is_loopback(&host)).then(|| (host, path.to_string()))
     };
     matches!((loopback(registered), loopback(asked)), (Some(r), Some(a)) if r == a)
 }
@@ -322,29 +318,43 @@ pub fn redirect_host(uri: &str) -> Option<String> {
     if uri.len() > MAX_TEXT || uri.contains('#') || !uri_chars(uri) {
         return None;
     }
-    let (scheme, rest) = uri.split_once("://")?;
-    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    let (scheme, authority, _) = uri_parts(uri)?;
     if !plain_authority(authority) {
         return None;
     }
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => format!("[{}]", v6.split(']').next()?),
-        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h).to_string(),
-    };
-    let loopback = matches!(host.as_str(), "127.0.0.1" | "[::1]" | "localhost");
+    let host = host_of(authority)?;
     match scheme {
         "https" if !host.is_empty() => Some(host),
-        "http" if loopback => Some(host),
+        "http" if is_loopback(&host) => Some(host),
         _ => None,
     }
+}
+
+/// A URI's scheme, authority, and the rest (path and query).
+fn uri_parts(uri: &str) -> Option<(&str, &str, &str)> {
+    let (scheme, rest) = uri.split_once("://")?;
+    let (authority, tail) = rest.find(['/', '?']).map_or((rest, ""), |i| rest.split_at(i));
+    Some((scheme, authority, tail))
+}
+
+/// An authority's host: an IPv6 literal with its brackets, else what stands before the port.
+fn host_of(authority: &str) -> Option<String> {
+    match authority.strip_prefix('[') {
+        Some(v6) => Some(format!("[{}]", v6.split(']').next()?)),
+        None => Some(authority.rsplit_once(':').map_or(authority, |(h, _)| h).to_string()),
+    }
+}
+
+/// A host naming this machine, to which a native client's redirect goes over plain http.
+fn is_loopback(host: &str) -> bool {
+    matches!(host, "127.0.0.1" | "[::1]" | "localhost")
 }
 
 /// A redirect URI's origin, `scheme://authority`, for the approval page's
 /// `form-action`: the one place its decision may send the browser.
 pub fn redirect_origin(uri: &str) -> Option<String> {
     redirect_host(uri)?;
-    let (scheme, rest) = uri.split_once("://")?;
-    let authority = rest.split(['/', '?']).next()?;
+    let (scheme, authority, _) = uri_parts(uri)?;
     Some(format!("{scheme}://{authority}"))
 }
 
