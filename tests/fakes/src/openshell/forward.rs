@@ -176,10 +176,7 @@ impl Fake {
             Err(e) => return grpc::trailers_only(&e),
         };
         let (response, sink) = grpc::streaming();
-        tokio::spawn(async move {
-            self.bridge((init.sandbox_id.clone(), host, port), incoming, sink).await;
-            drop(slots);
-        });
+        tokio::spawn(async move { self.bridge((init.sandbox_id.clone(), host, port), incoming, sink, slots).await });
         response
     }
 
@@ -256,11 +253,14 @@ impl Fake {
 
     /// Pipes the client's data frames to a connection to `host:port` made inside
     /// the sandbox, and what comes back as data frames, until either side ends.
+    /// The slots are given back before the call's status is sent, so a client
+    /// that has seen a forward end can open the next one at once.
     async fn bridge(
         self: Arc<Self>,
         (id, host, port): (String, String, u32),
         mut incoming: grpc::Incoming,
         sink: Sink,
+        slots: Slots,
     ) {
         let (to_target, input) = mpsc::unbounded_channel::<Bytes>();
         // The client's side: data frames to the target's input; anything else,
@@ -310,6 +310,7 @@ impl Fake {
         }
         run.abort();
         self.backing.kill_marked(&id, &marker).await;
+        drop(slots);
         match code {
             Some(Some(2)) if !sent => {
                 let why = String::from_utf8_lossy(&refused).trim().to_string();

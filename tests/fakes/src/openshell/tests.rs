@@ -591,7 +591,11 @@ mod forward {
         assert_eq!(status.as_deref(), Some("0"));
         let (req, tx) = forward_call();
         send(&tx, &init(&id, "127.0.0.1", 7001, &token)).await;
-        let mut body = Arc::clone(&f).handle(req).await.into_body();
+        let r = Arc::clone(&f).handle(req).await;
+        // The ended forward's slot is free before its status reached us, so
+        // this call is not refused at once.
+        assert_eq!(r.headers().get("grpc-status"), None, "refused: {:?}", refusal(&r));
+        let mut body = r.into_body();
         let mut status = None;
         while let Some(frame) = body.frame().await {
             if let Ok(t) = frame.expect("no error").into_trailers() {
