@@ -10,6 +10,7 @@ pub mod http;
 pub mod oauth;
 pub mod passkey;
 pub mod private_file;
+pub mod rate;
 pub mod schema;
 pub mod tools;
 

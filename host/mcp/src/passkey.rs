@@ -23,8 +23,9 @@
 //! is on only so the tests can load ceremony states recorded from a browser;
 //! nothing here serialises a state.)
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::fs;
+use std::net::IpAddr;
 use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -38,6 +39,8 @@ use webauthn_rs::prelude::{
     Passkey, PasskeyAuthentication, PasskeyRegistration, PublicKeyCredential, RegisterPublicKeyCredential, Url, Uuid,
     Webauthn, WebauthnBuilder, WebauthnError,
 };
+
+use crate::rate::PerAddress;
 
 #[cfg(test)]
 mod tests;
@@ -57,13 +60,14 @@ pub const MAX_CEREMONIES: usize = 64;
 pub const MAX_SESSIONS: usize = 16;
 /// Passkeys the owner may register.
 pub const MAX_PASSKEYS: usize = 10;
-/// Wrong setup codes taken before the code is burned.
-pub const SETUP_TRIES: u32 = 5;
-/// Sign-in starts taken per [`RATE_WINDOW`].
-pub const SIGNIN_STARTS: usize = 60;
-/// Failed sign-in finishes taken per [`RATE_WINDOW`]; past that, finishes are
-/// refused before they are checked.
-pub const FAILED_FINISHES: usize = 5;
+/// Sign-in starts taken from one address per [`RATE_WINDOW`].
+pub const SIGNIN_STARTS: usize = 20;
+/// Failed proofs (wrong setup codes, sign-in answers that fail verification)
+/// taken from one address per [`RATE_WINDOW`]; past that, that address's
+/// proofs are refused before they are checked. Kept per address, so a
+/// stranger's failures never lock the owner out; against a 60-bit setup code
+/// this leaves guessing hopeless, so a wrong code never burns it.
+pub const FAILED_TRIES: usize = 5;
 /// The sliding window of both sign-in rate limits.
 pub const RATE_WINDOW: Duration = Duration::from_secs(60);
 /// The file in the state directory that holds the registered passkeys.
@@ -107,13 +111,8 @@ pub enum PasskeyError {
     #[error("the passkey relying party for {origin} could not be set up: {reason}")]
     Config { origin: String, reason: String },
     /// A setup code that is not the one printed at startup.
-    #[error("wrong setup code ({tries_left} tries left); copy the code printed on the console where plimsoll started")]
-    WrongSetupCode { tries_left: u32 },
-    /// Too many wrong setup codes; no code is taken until a restart.
-    #[error(
-        "the setup code was burned after {SETUP_TRIES} wrong tries; restart plimsoll to print a new one on its console"
-    )]
-    SetupCodeBurned,
+    #[error("wrong setup code; copy the code printed on the console where plimsoll started")]
+    WrongSetupCode,
     /// A passkey exists, so the setup code is gone.
     #[error("a passkey is already registered, so the setup code is spent; sign in with that passkey")]
     AlreadyRegistered,
@@ -191,7 +190,7 @@ impl PasskeyError {
             | WrongOrigin { .. }
             | UnknownPasskey
             | Rejected { .. } => 401,
-            WrongSetupCode { .. } | SetupCodeBurned => 403,
+            WrongSetupCode => 403,
             AlreadyRegistered | NoPasskey | TooManyPasskeys => 409,
             RateLimited { .. } => 429,
             PublicUrl { .. }
@@ -240,60 +239,6 @@ pub enum SessionRefusal {
     Expired,
 }
 
-/// A sliding-window rate limit: at most `max` events in any `window`.
-#[derive(Clone, Debug)]
-pub struct RateLimit {
-    max: usize,
-    window: Duration,
-    hits: VecDeque<Instant>,
-}
-
-impl RateLimit {
-    /// At most `max` events in any `window`.
-    pub fn new(max: usize, window: Duration) -> RateLimit {
-        RateLimit { max, window, hits: VecDeque::with_capacity(max) }
-    }
-
-    fn forget(&mut self, now: Instant) {
-        while self.hits.front().is_some_and(|t| now.saturating_duration_since(*t) >= self.window) {
-            self.hits.pop_front();
-        }
-    }
-
-    /// Whether one more event may happen now, without counting it.
-    ///
-    /// # Errors
-    ///
-    /// How long until one may.
-    pub fn check(&mut self, now: Instant) -> Result<(), Duration> {
-        self.forget(now);
-        match self.hits.front() {
-            Some(oldest) if self.hits.len() >= self.max => Err((*oldest + self.window).saturating_duration_since(now)),
-            _ => Ok(()),
-        }
-    }
-
-    /// Counts one event, whether or not it was allowed.
-    pub fn record(&mut self, now: Instant) {
-        self.forget(now);
-        if self.hits.len() >= self.max {
-            self.hits.pop_front();
-        }
-        self.hits.push_back(now);
-    }
-
-    /// Counts one event if it is allowed.
-    ///
-    /// # Errors
-    ///
-    /// How long until one may.
-    pub fn hit(&mut self, now: Instant) -> Result<(), Duration> {
-        self.check(now)?;
-        self.record(now);
-        Ok(())
-    }
-}
-
 /// What `owner.json` holds: the WebAuthn user handle and the passkeys.
 #[derive(Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -305,10 +250,8 @@ struct Stored {
 
 #[derive(Debug)]
 enum Setup {
-    /// No passkey yet: the code, and the wrong tries so far.
-    Open { code: String, wrong: u32 },
-    /// Too many wrong tries.
-    Burned,
+    /// No passkey yet: the code.
+    Open { code: String },
     /// A passkey is registered.
     Done,
 }
@@ -351,8 +294,8 @@ pub struct Owner {
     ended: HashMap<String, (Ended, Instant)>,
     /// SHA-256 of each session token, and when it ends.
     sessions: HashMap<Digest, Instant>,
-    starts: RateLimit,
-    failures: RateLimit,
+    starts: PerAddress,
+    failures: PerAddress,
 }
 
 impl std::fmt::Debug for Owner {
@@ -450,8 +393,8 @@ impl Owner {
     /// cannot be read or is not one plimsoll wrote.
     ///
     /// `_now` keeps the shape every call here has; nothing in opening
-    /// depends on the time yet (the setup code lasts until it is used or
-    /// burned, or the server restarts).
+    /// depends on the time yet (the setup code lasts until it is used or the
+    /// server restarts).
     pub fn open(public_url: &str, state_dir: &Path, _now: Instant) -> Result<Owner, PasskeyError> {
         let (rp_id, url) = relying_party(public_url)?;
         let origin = url.origin().ascii_serialization();
@@ -490,7 +433,7 @@ impl Owner {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Uuid::from_bytes(random::<16>()), Vec::new()),
             Err(source) => return Err(PasskeyError::Storage { action: "read", path: file, source }),
         };
-        let setup = if passkeys.is_empty() { Setup::Open { code: mint_code(), wrong: 0 } } else { Setup::Done };
+        let setup = if passkeys.is_empty() { Setup::Open { code: mint_code() } } else { Setup::Done };
         Ok(Owner {
             webauthn,
             rp_id,
@@ -502,8 +445,8 @@ impl Owner {
             ceremonies: HashMap::new(),
             ended: HashMap::new(),
             sessions: HashMap::new(),
-            starts: RateLimit::new(SIGNIN_STARTS, RATE_WINDOW),
-            failures: RateLimit::new(FAILED_FINISHES, RATE_WINDOW),
+            starts: PerAddress::new(SIGNIN_STARTS, RATE_WINDOW),
+            failures: PerAddress::new(FAILED_TRIES, RATE_WINDOW),
         })
     }
 
@@ -518,17 +461,12 @@ impl Owner {
     }
 
     /// The one-time setup code, for the console, while no passkey is
-    /// registered and the code is not burned.
+    /// registered.
     pub fn setup_code(&self) -> Option<&str> {
         match &self.setup {
-            Setup::Open { code, .. } => Some(code),
-            Setup::Burned | Setup::Done => None,
+            Setup::Open { code } => Some(code),
+            Setup::Done => None,
         }
-    }
-
-    /// Whether the setup code was burned by wrong tries (a restart mints a new one).
-    pub fn setup_burned(&self) -> bool {
-        matches!(self.setup, Setup::Burned)
     }
 
     /// How many passkeys are registered; none means the setup page is shown.
@@ -547,30 +485,30 @@ impl Owner {
     }
 
     /// Starts registering the first passkey with the setup code printed at
-    /// startup (dashes, spaces and case are ignored). Returns the ceremony id
-    /// and the options for `navigator.credentials.create` (a webauthn-rs
+    /// startup (dashes, spaces and case are ignored), typed at address
+    /// `from`. Returns the ceremony id and the options for
+    /// `navigator.credentials.create` (a webauthn-rs
     /// `CreationChallengeResponse`: `{"publicKey": {...}}`).
     ///
     /// # Errors
     ///
-    /// A passkey is already registered (409); the code is wrong (403, counted:
-    /// the [`SETUP_TRIES`]th wrong one burns it) or burned (403).
-    pub fn start_registration(&mut self, code: &str, now: Instant) -> Result<(String, Value), PasskeyError> {
-        let Setup::Open { code: expected, wrong } = &mut self.setup else {
-            return Err(match self.setup {
-                Setup::Burned => PasskeyError::SetupCodeBurned,
-                _ => PasskeyError::AlreadyRegistered,
-            });
+    /// [`FAILED_TRIES`] failures from `from` in [`RATE_WINDOW`] (429, checked
+    /// first); a passkey is already registered (409); the code is wrong (403,
+    /// counted against `from`).
+    pub fn start_registration(
+        &mut self,
+        code: &str,
+        from: IpAddr,
+        now: Instant,
+    ) -> Result<(String, Value), PasskeyError> {
+        self.failures.check(from, now).map_err(|retry_after| PasskeyError::RateLimited { retry_after })?;
+        let Setup::Open { code: expected } = &self.setup else {
+            return Err(PasskeyError::AlreadyRegistered);
         };
         let typed = digest(&[normal_code(code).as_bytes()]);
         if !same(&typed, &digest(&[normal_code(expected).as_bytes()])) {
-            *wrong += 1;
-            if *wrong >= SETUP_TRIES {
-                self.setup = Setup::Burned;
-                self.ceremonies.retain(|_, c| !matches!(c.step, Step::Register { by_code: true, .. }));
-                return Err(PasskeyError::SetupCodeBurned);
-            }
-            return Err(PasskeyError::WrongSetupCode { tries_left: SETUP_TRIES - *wrong });
+            self.failures.record(from, now);
+            return Err(PasskeyError::WrongSetupCode);
         }
         self.begin_registration(true, now)
     }
@@ -657,10 +595,10 @@ impl Owner {
     ///
     /// # Errors
     ///
-    /// More than [`SIGNIN_STARTS`] in [`RATE_WINDOW`] (429); no passkey is
-    /// registered (409).
-    pub fn start_signin(&mut self, now: Instant) -> Result<(String, Value), PasskeyError> {
-        self.starts.hit(now).map_err(|retry_after| PasskeyError::RateLimited { retry_after })?;
+    /// More than [`SIGNIN_STARTS`] from `from` in [`RATE_WINDOW`] (429); no
+    /// passkey is registered (409).
+    pub fn start_signin(&mut self, from: IpAddr, now: Instant) -> Result<(String, Value), PasskeyError> {
+        self.starts.hit(from, now).map_err(|retry_after| PasskeyError::RateLimited { retry_after })?;
         if self.passkeys.is_empty() {
             return Err(PasskeyError::NoPasskey);
         }
@@ -680,14 +618,20 @@ impl Owner {
     ///
     /// # Errors
     ///
-    /// [`FAILED_FINISHES`] failures in [`RATE_WINDOW`] (429, checked first);
+    /// [`FAILED_TRIES`] failures from `from` in [`RATE_WINDOW`] (429, checked first);
     /// the ceremony is unknown, expired, or used (a replay); the response
     /// answers another challenge (a replay), has a bad signature (a forgery),
     /// lacks user verification, comes from another origin, or names an
     /// unknown passkey; the counter did not increase; `owner.json` cannot be
-    /// written. Each failure of a live ceremony counts towards the limit.
-    pub fn finish_signin(&mut self, ceremony: &str, credential: &Value, now: Instant) -> Result<String, PasskeyError> {
-        self.failures.check(now).map_err(|retry_after| PasskeyError::RateLimited { retry_after })?;
+    /// written. Each failure of a live ceremony counts against `from`.
+    pub fn finish_signin(
+        &mut self,
+        ceremony: &str,
+        credential: &Value,
+        from: IpAddr,
+        now: Instant,
+    ) -> Result<String, PasskeyError> {
+        self.failures.check(from, now).map_err(|retry_after| PasskeyError::RateLimited { retry_after })?;
         let result = self.verify_signin(ceremony, credential, now);
         // Only a response checked against a live ceremony counts: rejecting
         // one for no ceremony costs nothing, and counting those would let
@@ -701,7 +645,7 @@ impl Owner {
                     | PasskeyError::CeremonySuperseded
             )
         {
-            self.failures.record(now);
+            self.failures.record(from, now);
         }
         result
     }

@@ -24,6 +24,7 @@ use super::pages;
 use crate::gate::{self, Sessions};
 use crate::oauth::{AuthServer, AuthorizeRefusal, Urls};
 use crate::passkey::{Owner, PasskeyError};
+use crate::rate::PerAddress;
 use crate::tools::{Scope, Tools};
 use crate::{Mode, Server};
 
@@ -42,6 +43,14 @@ const BODY_DEADLINE: std::time::Duration = std::time::Duration::from_secs(30);
 /// The largest body of any request but the MCP endpoint's.
 const MAX_FORM: usize = 64 << 10;
 
+/// Requests one address may make per [`OPEN_WINDOW`] to what anyone may ask
+/// before signing in (passkey ceremonies, client registration, authorization
+/// requests), so one client's flood neither locks the owner out nor keeps
+/// other clients from connecting.
+pub(super) const OPEN_PER_ADDRESS: usize = 30;
+/// The sliding window of [`OPEN_PER_ADDRESS`].
+const OPEN_WINDOW: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The HTTPS mode: the authorization server, the owner, the MCP sessions and
 /// the tools, behind one router.
 pub struct App {
@@ -54,7 +63,7 @@ pub struct App {
     pub(super) auth: Mutex<AuthServer>,
     pub(super) owner: Mutex<Owner>,
     pub(super) sessions: Mutex<Sessions>,
-    limits: Mutex<super::limit::PerClient>,
+    limits: Mutex<PerAddress>,
     pub(super) tools: Arc<Tools>,
     pub(super) manager: Arc<LocalSessionManager>,
     pub(super) mcp: StreamableHttpService<Server, LocalSessionManager>,
@@ -244,7 +253,7 @@ impl App {
             behind_proxy,
             owner: Mutex::new(owner),
             sessions: Mutex::new(Sessions::default()),
-            limits: Mutex::new(super::limit::PerClient::default()),
+            limits: Mutex::new(PerAddress::new(OPEN_PER_ADDRESS, OPEN_WINDOW)),
             tools,
             manager,
             mcp,
@@ -359,7 +368,7 @@ impl App {
             Err(r) => r.reply(),
             Ok(()) => match self.limited(&req, client) {
                 Err(after) => too_many(after),
-                Ok(()) => self.route(req).await,
+                Ok(()) => self.route(req, client).await,
             },
         };
         let status = reply.status().as_u16();
@@ -376,7 +385,7 @@ impl App {
         reply
     }
 
-    async fn route<B>(&self, req: Request<B>) -> Reply
+    async fn route<B>(&self, req: Request<B>, client: std::net::IpAddr) -> Reply
     where
         B: Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static,
     {
@@ -412,7 +421,7 @@ impl App {
             (&Method::POST, ["passkey", step @ ("register" | "signin"), phase @ ("start" | "finish")])
             | (&Method::POST, ["passkey", step @ "add", phase @ "start"]) => {
                 let (step, phase) = (step.to_string(), phase.to_string());
-                self.passkey(req, &step, &phase).await
+                self.passkey(req, &step, &phase, client).await
             }
             (&Method::POST, ["signout"]) => self.sign_out(req).await,
             (&Method::GET, ["approve", id]) => self.approve_page(req.headers(), id),
@@ -503,20 +512,7 @@ impl App {
     }
 
     fn home(&self, h: &HeaderMap) -> Reply {
-        let (passkeys, burned) = {
-            let owner = lock(&self.owner);
-            (owner.passkeys(), owner.setup_burned())
-        };
-        if passkeys == 0 && burned {
-            return html_reply(
-                403,
-                pages::message(
-                    "Setup code burned",
-                    "Five wrong setup codes were entered. Restart the server; it prints a new code on its console.",
-                ),
-            );
-        }
-        if passkeys == 0 {
+        if lock(&self.owner).passkeys() == 0 {
             return html_reply(200, pages::setup());
         }
         if !self.signed_in(h) {
@@ -530,7 +526,9 @@ impl App {
         html_reply(200, pages::dashboard(&approvals, &csrf, passkeys))
     }
 
-    async fn passkey<B>(&self, req: Request<B>, step: &str, phase: &str) -> Reply
+    /// A passkey ceremony's step from `client`, whose failures count against
+    /// it alone.
+    async fn passkey<B>(&self, req: Request<B>, step: &str, phase: &str, client: std::net::IpAddr) -> Reply
     where
         B: Body<Data = Bytes, Error: Into<BoxError>> + Send + 'static,
     {
@@ -569,14 +567,14 @@ impl App {
         };
         let credential = v.get("credential").cloned().unwrap_or(Value::Null);
         match (step, phase) {
-            ("register", "start") => started(owner.start_registration(&text("code"), now)),
+            ("register", "start") => started(owner.start_registration(&text("code"), client, now)),
             // Another passkey (a second device), by the signed-in owner only.
             ("add", _) => started(owner.start_registration_signed_in(cookie.as_deref(), now)),
             ("register", "finish") => {
                 finished(owner.finish_registration(&text("ceremony"), &credential, now), "registered a passkey")
             }
-            ("signin", "start") => started(owner.start_signin(now)),
-            _ => finished(owner.finish_signin(&text("ceremony"), &credential, now), "signed in"),
+            ("signin", "start") => started(owner.start_signin(client, now)),
+            _ => finished(owner.finish_signin(&text("ceremony"), &credential, client, now), "signed in"),
         }
     }
 

@@ -10,7 +10,6 @@
 
 mod app;
 mod endpoint;
-mod limit;
 mod pages;
 mod start;
 #[cfg(test)]

@@ -204,7 +204,7 @@ async fn another_host_or_an_unforwarded_request_is_refused() {
 async fn one_address_is_limited_before_sign_in_and_a_revoked_scope_keeps_nothing() {
     let a = app(&scratch("limits"), false);
     let body = json!({"client_name": "c", "redirect_uris": [CALLBACK]}).to_string();
-    for _ in 0..super::limit::PER_CLIENT {
+    for _ in 0..super::app::OPEN_PER_ADDRESS {
         let r = send(&a, post("/register").header("content-type", "application/json"), body.clone()).await;
         assert_eq!(r.status, 201);
     }
@@ -410,4 +410,30 @@ async fn a_restart_keeps_the_connections_in_a_private_file() {
     let config = Config::from(|k| (k == "PLIMSOLL_URL").then(|| "http://127.0.0.1:9".to_string())).expect("config");
     let e = App::new(PUBLIC, false, Tools::new(config).expect("tools"), &dir).expect_err("corrupt");
     assert!(e.to_string().ends_with("(move it away to start with no connections)"), "{e}");
+}
+
+#[tokio::test]
+async fn a_strangers_wrong_setup_codes_limit_only_its_own_address() {
+    let a = app(&scratch("setup-limit"), true);
+    let code = lock(&a.owner).setup_code().expect("a setup code").to_string();
+    let start = |from: &'static str| {
+        post("/passkey/register/start")
+            .header("origin", PUBLIC)
+            .header("content-type", "application/json")
+            // The proxy appends the address it saw last; what comes before is the client's word.
+            .header("x-forwarded-for", format!("198.51.100.1, {from}"))
+    };
+    for _ in 0..crate::passkey::FAILED_TRIES {
+        let r = send(&a, start("192.0.2.7"), json!({"code": "WRNG-CODE-2345"}).to_string()).await;
+        assert_eq!(r.status, 403, "{}", r.text());
+        assert_eq!(r.json()["error"], "wrong setup code; copy the code printed on the console where plimsoll started");
+    }
+    let r = send(&a, start("192.0.2.7"), json!({ "code": code }).to_string()).await;
+    assert_eq!(r.status, 429, "even the right code, from that address: {}", r.text());
+    assert!(matches!(r.header("retry-after").parse::<u64>(), Ok(1..=60)), "{}", r.header("retry-after"));
+    // The code is not burned, and the owner's address registers with it.
+    let r = send(&a, start("192.0.2.8"), json!({ "code": code }).to_string()).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["options"]["publicKey"]["challenge"].is_string(), "{}", r.text());
+    assert_eq!(send(&a, get("/"), Bytes::new()).await.status, 200, "the setup page is still served");
 }

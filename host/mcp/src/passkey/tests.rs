@@ -5,6 +5,9 @@ use serde_json::json;
 use super::*;
 
 const PUBLIC: &str = "https://localhost:8443";
+/// The address the owner's browser asks from, and a stranger's.
+const HERE: IpAddr = IpAddr::V4(std::net::Ipv4Addr::LOCALHOST);
+const THERE: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 7));
 
 /// One real ceremony of each kind, recorded from Chromium 156's virtual
 /// authenticator (CTAP2, internal, user verified) against this module's
@@ -225,7 +228,7 @@ fn right_setup_code_starts_a_registration_that_requires_user_verification() {
     let mut o = open(&dir, now);
     // Case, dashes and spaces do not matter.
     let typed = format!(" {} ", o.setup_code().expect("code").replace('-', " ").to_lowercase());
-    let (id, options) = o.start_registration(&typed, now).expect("started");
+    let (id, options) = o.start_registration(&typed, HERE, now).expect("started");
     assert_eq!(id.len(), 43, "256 bits, base64url");
     let pk = &options["publicKey"];
     assert_eq!(pk["rp"]["id"], "localhost");
@@ -236,44 +239,29 @@ fn right_setup_code_starts_a_registration_that_requires_user_verification() {
 }
 
 #[test]
-fn wrong_setup_code_is_refused_and_counted() {
+fn wrong_setup_codes_are_limited_per_address_and_never_burn_the_code() {
     let dir = Dir::new();
-    let now = Instant::now();
-    let mut o = open(&dir, now);
+    let t0 = Instant::now();
+    let mut o = open(&dir, t0);
     let code = o.setup_code().expect("code").to_string();
-    for left in (1..SETUP_TRIES).rev() {
-        let e = o.start_registration("WRNG-CODE-2345", now).expect_err("wrong");
-        assert!(matches!(e, PasskeyError::WrongSetupCode { tries_left } if tries_left == left), "{e:?}");
+    let held = hold_registration(&mut o, t0);
+    // A stranger's wrong codes: refused by name, then limited before they are checked.
+    for _ in 0..FAILED_TRIES {
+        let e = o.start_registration("WRNG-CODE-2345", THERE, t0).expect_err("wrong");
+        assert!(matches!(e, PasskeyError::WrongSetupCode), "{e:?}");
         assert_eq!(e.status(), 403);
-        assert!(!e.to_string().contains(&code), "the message never shows the code");
+        assert_eq!(e.to_string(), "wrong setup code; copy the code printed on the console where plimsoll started");
     }
-    // The right code still works before the fifth wrong one.
-    o.start_registration(&code, now).expect("right code");
-}
-
-#[test]
-fn fifth_wrong_setup_code_burns_it_until_a_restart() {
-    let dir = Dir::new();
-    let now = Instant::now();
-    let mut o = open(&dir, now);
-    let code = o.setup_code().expect("code").to_string();
-    let (held, _) = o.start_registration(&code, now).expect("started");
-    for _ in 1..SETUP_TRIES {
-        o.start_registration("", now).expect_err("wrong");
-    }
-    let e = o.start_registration("nope", now).expect_err("fifth");
-    assert!(matches!(e, PasskeyError::SetupCodeBurned), "{e:?}");
-    assert!(e.to_string().contains("restart plimsoll"), "{e}");
-    assert_eq!(e.status(), 403);
-    let e = o.start_registration(&code, now).expect_err("burned");
-    assert!(matches!(e, PasskeyError::SetupCodeBurned), "the right code is refused too: {e:?}");
-    assert!(o.setup_burned() && o.setup_code().is_none());
-    // A registration the code had started is gone with it.
-    let e = o.finish_registration(&held, &fixture("register_credential"), now).expect_err("burned ceremony");
-    assert!(matches!(e, PasskeyError::UnknownCeremony), "{e:?}");
-    // A restart mints a new code.
-    let restarted = open(&dir, now);
-    assert!(restarted.setup_code().is_some_and(|c| c != code));
+    let e = o.start_registration(&code, THERE, t0).expect_err("limited, even the right code");
+    assert!(matches!(e, PasskeyError::RateLimited { retry_after } if retry_after == RATE_WINDOW), "{e:?}");
+    assert!(!e.to_string().contains(&code), "no message shows the code");
+    // None of that touched the owner: the code, and the registration it started, stand.
+    assert_eq!(o.setup_code(), Some(code.as_str()));
+    o.start_registration(&code, HERE, t0).expect("the owner's address is not limited");
+    o.finish_registration(&held, &fixture("register_credential"), t0).expect("the held registration finishes");
+    // The stranger's window slides, and the code is spent now.
+    let e = o.start_registration(&code, THERE, t0 + RATE_WINDOW).expect_err("registered");
+    assert!(matches!(e, PasskeyError::AlreadyRegistered), "{e:?}");
 }
 
 #[test]
@@ -283,7 +271,7 @@ fn setup_code_is_refused_once_a_passkey_is_registered() {
     let mut o = open(&dir, now);
     let code = o.setup_code().expect("code").to_string();
     registered(&mut o, now);
-    let e = o.start_registration(&code, now).expect_err("registered");
+    let e = o.start_registration(&code, HERE, now).expect_err("registered");
     assert!(matches!(e, PasskeyError::AlreadyRegistered), "{e:?}");
     assert_eq!(e.status(), 409);
 }
@@ -320,7 +308,7 @@ fn second_setup_code_registration_is_refused_after_the_first() {
     let now = Instant::now();
     let mut o = open(&dir, now);
     let code = o.setup_code().expect("code").to_string();
-    let (other, _) = o.start_registration(&code, now).expect("started");
+    let (other, _) = o.start_registration(&code, HERE, now).expect("started");
     registered(&mut o, now);
     let e = o.finish_registration(&other, &fixture("register_credential"), now).expect_err("second");
     assert!(matches!(e, PasskeyError::UnknownCeremony), "{e:?}");
@@ -333,7 +321,7 @@ fn malformed_credential_is_bad_input_and_uses_the_ceremony() {
     let now = Instant::now();
     let mut o = open(&dir, now);
     let code = o.setup_code().expect("code").to_string();
-    let (id, _) = o.start_registration(&code, now).expect("started");
+    let (id, _) = o.start_registration(&code, HERE, now).expect("started");
     let e = o.finish_registration(&id, &json!({"id": "x"}), now).expect_err("malformed");
     assert!(matches!(e, PasskeyError::BadCredential { .. }), "{e:?}");
     assert_eq!(e.status(), 400);
@@ -347,7 +335,7 @@ fn registration_response_to_another_challenge_is_refused() {
     let now = Instant::now();
     let mut o = open(&dir, now);
     let code = o.setup_code().expect("code").to_string();
-    let (id, _) = o.start_registration(&code, now).expect("started");
+    let (id, _) = o.start_registration(&code, HERE, now).expect("started");
     let e = o.finish_registration(&id, &fixture("register_credential"), now).expect_err("other challenge");
     assert!(matches!(e, PasskeyError::ChallengeMismatch), "{e:?}");
     assert_eq!(o.passkeys(), 0);
@@ -376,7 +364,7 @@ fn unknown_ceremony_is_refused() {
     let now = Instant::now();
     let mut o = open(&dir, now);
     registered(&mut o, now);
-    let e = o.finish_signin("no-such-ceremony", &fixture("signin_credential"), now).expect_err("unknown");
+    let e = o.finish_signin("no-such-ceremony", &fixture("signin_credential"), HERE, now).expect_err("unknown");
     assert!(matches!(e, PasskeyError::UnknownCeremony), "{e:?}");
     assert_eq!(e.status(), 400);
     let e = o.finish_registration("no-such-ceremony", &fixture("register_credential"), now).expect_err("unknown");
@@ -392,7 +380,7 @@ fn ceremony_of_the_other_kind_is_unknown_and_kept() {
     let id = hold_signin(&mut o, "signin", now);
     let e = o.finish_registration(&id, &fixture("register_credential"), now).expect_err("kind");
     assert!(matches!(e, PasskeyError::UnknownCeremony), "{e:?}");
-    o.finish_signin(&id, &fixture("signin_credential"), now).expect("the sign-in is still held");
+    o.finish_signin(&id, &fixture("signin_credential"), HERE, now).expect("the sign-in is still held");
 }
 
 #[test]
@@ -404,16 +392,16 @@ fn ceremony_expires_after_five_minutes() {
     let late = hold_signin(&mut o, "signin", t0);
     let swept = hold_signin(&mut o, "signin", t0);
     let at = t0 + CEREMONY_LIFE;
-    let e = o.finish_signin(&late, &fixture("signin_credential"), at).expect_err("expired");
+    let e = o.finish_signin(&late, &fixture("signin_credential"), HERE, at).expect_err("expired");
     assert!(matches!(e, PasskeyError::CeremonyExpired), "{e:?}");
     assert_eq!(e.status(), 400);
     // Still told apart from an unknown one after a sweep has moved it.
-    o.start_signin(at).expect("started");
-    let e = o.finish_signin(&swept, &fixture("signin_credential"), at).expect_err("expired");
+    o.start_signin(HERE, at).expect("started");
+    let e = o.finish_signin(&swept, &fixture("signin_credential"), HERE, at).expect_err("expired");
     assert!(matches!(e, PasskeyError::CeremonyExpired), "{e:?}");
     // One second earlier it would have counted.
     let in_time = hold_signin(&mut o, "signin", at);
-    o.finish_signin(&in_time, &fixture("signin_credential"), at + CEREMONY_LIFE - Duration::from_secs(1))
+    o.finish_signin(&in_time, &fixture("signin_credential"), HERE, at + CEREMONY_LIFE - Duration::from_secs(1))
         .expect("in time");
 }
 
@@ -423,9 +411,9 @@ fn ceremonies_held_are_bounded_oldest_first() {
     let t0 = Instant::now();
     let mut o = open(&dir, t0);
     let code = o.setup_code().expect("code").to_string();
-    let (first, _) = o.start_registration(&code, t0).expect("first");
+    let (first, _) = o.start_registration(&code, HERE, t0).expect("first");
     for i in 1..=MAX_CEREMONIES as u64 {
-        o.start_registration(&code, t0 + Duration::from_millis(i)).expect("started");
+        o.start_registration(&code, HERE, t0 + Duration::from_millis(i)).expect("started");
     }
     assert_eq!(o.ceremonies.len(), MAX_CEREMONIES);
     let e = o.finish_registration(&first, &fixture("register_credential"), t0).expect_err("dropped");
@@ -438,7 +426,7 @@ fn ceremonies_held_are_bounded_oldest_first() {
 fn sign_in_with_no_passkey_is_refused() {
     let dir = Dir::new();
     let mut o = open(&dir, Instant::now());
-    let e = o.start_signin(Instant::now()).expect_err("no passkey");
+    let e = o.start_signin(HERE, Instant::now()).expect_err("no passkey");
     assert!(matches!(e, PasskeyError::NoPasskey), "{e:?}");
     assert_eq!(e.status(), 409);
 }
@@ -449,7 +437,7 @@ fn sign_in_options_require_user_verification_and_name_the_passkey() {
     let now = Instant::now();
     let mut o = open(&dir, now);
     registered(&mut o, now);
-    let (id, options) = o.start_signin(now).expect("started");
+    let (id, options) = o.start_signin(HERE, now).expect("started");
     assert_eq!(id.len(), 43);
     let pk = &options["publicKey"];
     assert_eq!(pk["userVerification"], "required");
@@ -464,11 +452,11 @@ fn sign_in_with_the_recorded_assertion_persists_the_counter() {
     let mut o = open(&dir, now);
     registered(&mut o, now);
     let id = hold_signin(&mut o, "signin", now);
-    let token = o.finish_signin(&id, &fixture("signin_credential"), now).expect("signed in");
+    let token = o.finish_signin(&id, &fixture("signin_credential"), HERE, now).expect("signed in");
     assert_eq!(o.session(Some(&cookie(&token)), now), Ok(()));
     assert_eq!(stored_counter(&dir), 2);
     let id = hold_signin_counted(&mut o, "again", 2, now);
-    o.finish_signin(&id, &fixture("again_credential"), now).expect("signed in again");
+    o.finish_signin(&id, &fixture("again_credential"), HERE, now).expect("signed in again");
     assert_eq!(stored_counter(&dir), 3);
 }
 
@@ -479,8 +467,8 @@ fn replayed_assertion_to_its_own_ceremony_is_refused() {
     let mut o = open(&dir, now);
     registered(&mut o, now);
     let id = hold_signin(&mut o, "signin", now);
-    o.finish_signin(&id, &fixture("signin_credential"), now).expect("signed in");
-    let e = o.finish_signin(&id, &fixture("signin_credential"), now).expect_err("replay");
+    o.finish_signin(&id, &fixture("signin_credential"), HERE, now).expect("signed in");
+    let e = o.finish_signin(&id, &fixture("signin_credential"), HERE, now).expect_err("replay");
     assert!(matches!(e, PasskeyError::CeremonyUsed), "{e:?}");
     assert_eq!(e.status(), 401);
     assert_eq!(e.to_string(), "this passkey ceremony was already used and a response counts only once; start again");
@@ -492,8 +480,8 @@ fn replayed_assertion_to_a_new_ceremony_is_refused() {
     let now = Instant::now();
     let mut o = open(&dir, now);
     registered(&mut o, now);
-    let (id, _) = o.start_signin(now).expect("started");
-    let e = o.finish_signin(&id, &fixture("signin_credential"), now).expect_err("replay");
+    let (id, _) = o.start_signin(HERE, now).expect("started");
+    let e = o.finish_signin(&id, &fixture("signin_credential"), HERE, now).expect_err("replay");
     assert!(matches!(e, PasskeyError::ChallengeMismatch), "{e:?}");
     assert_eq!(e.status(), 401);
     assert_eq!(
@@ -512,7 +500,7 @@ fn forged_assertion_is_refused() {
     let flipped = altered(&fixture("signin_credential"), "signature", |sig| sig[8] ^= 1);
     for (name, credential) in [("forged", fixture("forged_credential")), ("signin", flipped)] {
         let id = hold_signin(&mut o, name, now);
-        let e = o.finish_signin(&id, &credential, now).expect_err("forged");
+        let e = o.finish_signin(&id, &credential, HERE, now).expect_err("forged");
         assert!(matches!(e, PasskeyError::BadSignature), "{name}: {e:?}");
         assert_eq!(e.status(), 401);
         assert_eq!(
@@ -530,15 +518,15 @@ fn counter_that_does_not_increase_is_refused() {
     let mut o = open(&dir, now);
     registered(&mut o, now);
     let id = hold_signin(&mut o, "again", now);
-    o.finish_signin(&id, &fixture("again_credential"), now).expect("counter 3");
+    o.finish_signin(&id, &fixture("again_credential"), HERE, now).expect("counter 3");
     let id = hold_signin_counted(&mut o, "signin", 3, now);
-    let e = o.finish_signin(&id, &fixture("signin_credential"), now).expect_err("counter 2 after 3");
+    let e = o.finish_signin(&id, &fixture("signin_credential"), HERE, now).expect_err("counter 2 after 3");
     assert!(matches!(e, PasskeyError::CounterNotIncreased), "{e:?}");
     assert_eq!(e.status(), 401);
     assert_eq!(stored_counter(&dir), 3);
     // The same counter again is refused too.
     let id = hold_signin_counted(&mut o, "again", 3, now);
-    let e = o.finish_signin(&id, &fixture("again_credential"), now).expect_err("counter 3 after 3");
+    let e = o.finish_signin(&id, &fixture("again_credential"), HERE, now).expect_err("counter 3 after 3");
     assert!(matches!(e, PasskeyError::CounterNotIncreased), "{e:?}");
 }
 
@@ -552,8 +540,8 @@ fn sign_in_started_before_another_finished_is_superseded() {
     // the earlier one (2) must not pass on its stale view of the counter.
     let first = hold_signin(&mut o, "signin", now);
     let second = hold_signin(&mut o, "again", now);
-    o.finish_signin(&second, &fixture("again_credential"), now).expect("counter 3");
-    let e = o.finish_signin(&first, &fixture("signin_credential"), now).expect_err("stale");
+    o.finish_signin(&second, &fixture("again_credential"), HERE, now).expect("counter 3");
+    let e = o.finish_signin(&first, &fixture("signin_credential"), HERE, now).expect_err("stale");
     assert!(matches!(e, PasskeyError::CeremonySuperseded), "{e:?}");
     assert_eq!(e.status(), 400);
     assert_eq!(stored_counter(&dir), 3);
@@ -568,7 +556,7 @@ fn assertion_without_user_verification_is_refused() {
     // The flags byte follows the 32-byte RP ID hash; UV is bit 2.
     let credential = altered(&fixture("signin_credential"), "authenticatorData", |data| data[32] &= !0x04);
     let id = hold_signin(&mut o, "signin", now);
-    let e = o.finish_signin(&id, &credential, now).expect_err("no UV");
+    let e = o.finish_signin(&id, &credential, HERE, now).expect_err("no UV");
     assert!(matches!(e, PasskeyError::NotVerified), "{e:?}");
     assert_eq!(e.status(), 401);
 }
@@ -583,7 +571,7 @@ fn assertion_for_another_origin_is_refused() {
     // The same RP ID on another port: the browser's origin is not ours.
     let mut o = Owner::open("https://localhost:9443", &dir.0, now).expect("opened");
     let id = hold_signin(&mut o, "signin", now);
-    let e = o.finish_signin(&id, &fixture("signin_credential"), now).expect_err("origin");
+    let e = o.finish_signin(&id, &fixture("signin_credential"), HERE, now).expect_err("origin");
     assert!(matches!(e, PasskeyError::WrongOrigin { .. }), "{e:?}");
     assert!(e.to_string().contains("open plimsoll at https://localhost:9443"), "{e}");
 }
@@ -597,7 +585,7 @@ fn assertion_from_an_unregistered_passkey_is_refused() {
     let mut credential = fixture("signin_credential");
     credential["rawId"] = json!(URL_SAFE_NO_PAD.encode([9u8; 32]));
     let id = hold_signin(&mut o, "signin", now);
-    let e = o.finish_signin(&id, &credential, now).expect_err("unknown passkey");
+    let e = o.finish_signin(&id, &credential, HERE, now).expect_err("unknown passkey");
     assert!(matches!(e, PasskeyError::UnknownPasskey), "{e:?}");
 }
 
@@ -610,58 +598,45 @@ fn sign_in_starts_are_rate_limited_with_a_retry_time() {
     let mut o = open(&dir, t0);
     registered(&mut o, t0);
     for i in 0..SIGNIN_STARTS as u64 {
-        o.start_signin(t0 + Duration::from_secs(i)).expect("within the limit");
+        o.start_signin(HERE, t0 + Duration::from_secs(i)).expect("within the limit");
     }
     let at = t0 + Duration::from_secs(20);
-    let e = o.start_signin(at).expect_err("limited");
+    let e = o.start_signin(HERE, at).expect_err("limited");
+    o.start_signin(THERE, at).expect("another address is not");
     assert!(matches!(e, PasskeyError::RateLimited { retry_after } if retry_after == Duration::from_secs(40)), "{e:?}");
     assert_eq!(e.status(), 429);
     assert_eq!(e.retry_after(), Some(Duration::from_secs(40)));
     assert_eq!(e.to_string(), "too many sign-in attempts; try again in 40 seconds");
     // The window slides: the first start leaves it a minute after it was made.
-    o.start_signin(t0 + RATE_WINDOW).expect("one slot free");
-    o.start_signin(t0 + RATE_WINDOW).expect_err("only one");
+    o.start_signin(HERE, t0 + RATE_WINDOW).expect("one slot free");
+    o.start_signin(HERE, t0 + RATE_WINDOW).expect_err("only one");
 }
 
 #[test]
-fn failed_sign_ins_are_rate_limited_before_they_are_checked() {
+fn failed_sign_ins_are_rate_limited_per_address_before_they_are_checked() {
     let dir = Dir::new();
     let t0 = Instant::now();
     let mut o = open(&dir, t0);
     registered(&mut o, t0);
     // Junk naming no live ceremony costs nothing to refuse and counts for nothing.
-    for _ in 0..2 * FAILED_FINISHES {
-        o.finish_signin("unknown", &json!({}), t0).expect_err("no ceremony");
+    for _ in 0..2 * FAILED_TRIES {
+        o.finish_signin("unknown", &json!({}), THERE, t0).expect_err("no ceremony");
     }
-    for _ in 0..FAILED_FINISHES {
+    for _ in 0..FAILED_TRIES {
         let forged = hold_signin(&mut o, "forged", t0);
-        let e = o.finish_signin(&forged, &fixture("forged_credential"), t0).expect_err("forged");
+        let e = o.finish_signin(&forged, &fixture("forged_credential"), THERE, t0).expect_err("forged");
         assert!(matches!(e, PasskeyError::BadSignature), "{e:?}");
     }
     let id = hold_signin(&mut o, "signin", t0);
-    let e = o.finish_signin(&id, &fixture("signin_credential"), t0).expect_err("limited");
+    let e = o.finish_signin(&id, &fixture("signin_credential"), THERE, t0).expect_err("limited");
     assert!(matches!(e, PasskeyError::RateLimited { retry_after } if retry_after == RATE_WINDOW), "{e:?}");
-    // The refused finish did not use the ceremony: after the window it signs in.
-    o.finish_signin(&id, &fixture("signin_credential"), t0 + RATE_WINDOW - Duration::from_secs(1)).expect_err("still");
-    o.finish_signin(&id, &fixture("signin_credential"), t0 + CEREMONY_LIFE - Duration::from_secs(1))
-        .expect("window passed");
+    let e = o.finish_signin(&id, &fixture("signin_credential"), THERE, t0 + RATE_WINDOW - Duration::from_secs(1));
+    assert!(matches!(e, Err(PasskeyError::RateLimited { .. })), "still limited: {e:?}");
+    // The refused finishes did not use the ceremony, and the stranger's
+    // failures do not hold up the owner's address.
+    o.finish_signin(&id, &fixture("signin_credential"), HERE, t0 + RATE_WINDOW - Duration::from_secs(1))
+        .expect("another address signs in");
 }
-
-#[test]
-fn rate_limit_window_slides() {
-    let t0 = Instant::now();
-    let mut r = RateLimit::new(2, Duration::from_secs(10));
-    r.hit(t0).expect("1");
-    r.hit(t0 + Duration::from_secs(4)).expect("2");
-    assert_eq!(r.hit(t0 + Duration::from_secs(5)), Err(Duration::from_secs(5)));
-    assert_eq!(r.check(t0 + Duration::from_secs(9)), Err(Duration::from_secs(1)));
-    r.hit(t0 + Duration::from_secs(10)).expect("the first left the window");
-    assert_eq!(r.check(t0 + Duration::from_secs(10)), Err(Duration::from_secs(4)));
-    r.record(t0 + Duration::from_secs(11));
-    assert_eq!(r.hits.len(), 2, "recording past the limit keeps only the last `max`");
-}
-
-// Sessions and cookies.
 
 #[test]
 fn session_cookie_is_exactly_host_only_secure_strict_and_fifteen_minutes() {
@@ -720,7 +695,7 @@ fn sign_out_ends_only_that_session() {
     let mut o = open(&dir, now);
     let first = registered(&mut o, now);
     let id = hold_signin(&mut o, "signin", now);
-    let second = o.finish_signin(&id, &fixture("signin_credential"), now).expect("signed in");
+    let second = o.finish_signin(&id, &fixture("signin_credential"), HERE, now).expect("signed in");
     assert!(o.sign_out(Some(&cookie(&first))));
     assert_eq!(o.session(Some(&cookie(&first)), now), Err(SessionRefusal::Unknown));
     assert_eq!(o.session(Some(&cookie(&second)), now), Ok(()));
@@ -763,7 +738,7 @@ fn csrf_value_is_per_session_and_checked() {
     assert_eq!(o.csrf(None), None);
     let a = registered(&mut o, now);
     let id = hold_signin(&mut o, "signin", now);
-    let b = o.finish_signin(&id, &fixture("signin_credential"), now).expect("signed in");
+    let b = o.finish_signin(&id, &fixture("signin_credential"), HERE, now).expect("signed in");
     let (ca, cb) = (o.csrf(Some(&cookie(&a))).expect("a"), o.csrf(Some(&cookie(&b))).expect("b"));
     assert_eq!(ca.len(), 64);
     assert_ne!(ca, cb);
@@ -782,8 +757,7 @@ fn csrf_value_is_per_session_and_checked() {
 #[test]
 fn every_refusal_has_its_status() {
     let cases = [
-        (PasskeyError::WrongSetupCode { tries_left: 1 }, 403),
-        (PasskeyError::SetupCodeBurned, 403),
+        (PasskeyError::WrongSetupCode, 403),
         (PasskeyError::AlreadyRegistered, 409),
         (PasskeyError::NoPasskey, 409),
         (PasskeyError::TooManyPasskeys, 409),
