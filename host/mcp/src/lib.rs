@@ -5,9 +5,7 @@
 //! checked (digests, evidence, the floor), and every failure says whether code ran.
 
 pub mod config;
-pub mod gate;
 pub mod http;
-pub mod oauth;
 pub mod passkey;
 pub mod private_file;
 pub mod rate;
@@ -24,6 +22,9 @@ use rmcp::service::{RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt as _};
 
 pub use config::{Config, ConfigError};
+/// The authorization server and the request gate: pure rules, in a crate of
+/// their own so the fuzz targets need none of the server.
+pub use plimsoll_mcp_auth::{gate, oauth};
 use tools::{Scope, Tools};
 
 /// Whose calls a [`Server`] serves.

@@ -13,8 +13,8 @@
 use std::time::Instant;
 
 use libfuzzer_sys::fuzz_target;
-use plimsoll_mcp::gate;
-use plimsoll_mcp::oauth::{self, AuthServer, AuthorizeRefusal, Urls};
+use plimsoll_mcp_auth::gate;
+use plimsoll_mcp_auth::oauth::{self, AuthServer, AuthorizeRefusal, Urls};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(m) = gate::message(data) {
