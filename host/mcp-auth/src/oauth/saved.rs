@@ -1,7 +1,8 @@
 //! The authorization server's lasting state on disk, so a restart keeps every
-//! connection: registered clients, approvals, and tokens as their SHA-256
-//! only. What lasts minutes (held requests, codes) is not kept; a restart
-//! drops them and the client asks again.
+//! connection: registered clients, approvals, tokens as their SHA-256 only,
+//! and the digests of refresh tokens rotated away, so one presented again
+//! after a restart still revokes its connection. What lasts minutes (held
+//! requests, codes) is not kept; a restart drops them and the client asks again.
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -19,6 +20,16 @@ struct Saved {
     clients: Vec<SavedClient>,
     approvals: Vec<SavedApproval>,
     tokens: Vec<SavedToken>,
+    /// Oldest first. Absent from files written before it was kept.
+    #[serde(default)]
+    spent_refresh: Vec<SavedSpent>,
+}
+
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SavedSpent {
+    sha256: String,
+    approval: String,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -106,6 +117,11 @@ impl AuthServer {
                     until_unix: t.until.map(at),
                 })
                 .collect(),
+            spent_refresh: self
+                .spent_refresh
+                .iter()
+                .map(|(d, approval)| SavedSpent { sha256: hex::encode(d), approval: approval.clone() })
+                .collect(),
         };
         let mut bytes = serde_json::to_vec_pretty(&saved).unwrap_or_default();
         bytes.push(b'\n');
@@ -123,6 +139,12 @@ impl AuthServer {
         if saved.version != VERSION {
             return Err(format!("layout version {} is not {VERSION}", saved.version));
         }
+        let digest_of = |hex_digits: &str| -> Result<Digest, String> {
+            hex::decode(hex_digits)
+                .ok()
+                .and_then(|b| b.try_into().ok())
+                .ok_or_else(|| format!("token digest {hex_digits:?} is not 64 hex digits"))
+        };
         let back = |secs: u64| -> Instant {
             match wall(secs).duration_since(wall_now) {
                 Ok(ahead) => now + ahead,
@@ -152,10 +174,7 @@ impl AuthServer {
             self.approvals.insert(a.id, approval);
         }
         for t in saved.tokens {
-            let digest: Digest = hex::decode(&t.sha256)
-                .ok()
-                .and_then(|b| b.try_into().ok())
-                .ok_or_else(|| format!("token digest {:?} is not 64 hex digits", t.sha256))?;
+            let digest = digest_of(&t.sha256)?;
             if !self.approvals.contains_key(&t.approval) {
                 continue;
             }
@@ -164,6 +183,15 @@ impl AuthServer {
                 continue;
             }
             self.tokens.insert(digest, Token { approval: t.approval, client_id: t.client_id, until });
+        }
+        for spent in saved.spent_refresh {
+            let digest = digest_of(&spent.sha256)?;
+            if self.approvals.contains_key(&spent.approval) {
+                self.spent_refresh.push_back((digest, spent.approval));
+            }
+        }
+        while self.spent_refresh.len() > super::MAX_SPENT_REFRESH {
+            self.spent_refresh.pop_front();
         }
         self.expire(now);
         Ok(())

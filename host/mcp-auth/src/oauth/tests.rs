@@ -343,6 +343,33 @@ fn connections_survive_a_restart_as_digests_and_expired_ones_do_not() {
 }
 
 #[test]
+fn a_rotated_refresh_token_presented_after_a_restart_still_revokes() {
+    let mut s = server();
+    let now = Instant::now();
+    let wall = SystemTime::now();
+    let (client, _, code) = approved(&mut s, now);
+    let t = s.token(&exchange(&client, &code, VERIFIER), now).expect("tokens");
+    let spent = t["refresh_token"].as_str().expect("refresh").to_string();
+    let t2 = s.token(&refreshing(&client, &spent), now).expect("refreshed");
+    let bytes = s.saved(now, wall);
+    assert!(!String::from_utf8_lossy(&bytes).contains(&spent), "a spent token is kept in the clear");
+    let mut back = server();
+    back.restore(&bytes, now, wall).expect("restored");
+    let e = back.token(&refreshing(&client, &spent), now).expect_err("reused after the restart");
+    assert_eq!(e.description, "the refresh token was used already; the connection's tokens are revoked");
+    let current = t2["refresh_token"].as_str().expect("refresh");
+    assert_eq!(back.token(&refreshing(&client, current), now).expect_err("revoked").error, "invalid_grant");
+    // A file written before spent tokens were kept still loads.
+    let mut old: Value = serde_json::from_slice(&bytes).expect("json");
+    old.as_object_mut().expect("object").remove("spent_refresh");
+    server().restore(&serde_json::to_vec(&old).expect("bytes"), now, wall).expect("an older file");
+    // A digest that is not one is named.
+    old["spent_refresh"] = json!([{"sha256": "zz", "approval": "a"}]);
+    let e = server().restore(&serde_json::to_vec(&old).expect("bytes"), now, wall).expect_err("bad digest");
+    assert_eq!(e, "token digest \"zz\" is not 64 hex digits");
+}
+
+#[test]
 fn the_token_endpoint_names_a_missing_or_unknown_grant() {
     let mut s = server();
     let now = Instant::now();
