@@ -166,8 +166,8 @@ pub enum PasskeyError {
     /// The response is a WebAuthn response and was refused for another reason.
     #[error("the passkey response was refused: {reason}")]
     Rejected { reason: String },
-    /// Too many sign-in attempts.
-    #[error("too many sign-in attempts; try again in {} seconds", retry_after.as_secs().max(1))]
+    /// Too many sign-in attempts, or failed ones, from one address.
+    #[error("too many sign-in attempts from this address; try again in {} seconds", retry_after.as_secs().max(1))]
     RateLimited { retry_after: Duration },
 }
 

@@ -606,7 +606,7 @@ fn sign_in_starts_are_rate_limited_with_a_retry_time() {
     assert!(matches!(e, PasskeyError::RateLimited { retry_after } if retry_after == Duration::from_secs(40)), "{e:?}");
     assert_eq!(e.status(), 429);
     assert_eq!(e.retry_after(), Some(Duration::from_secs(40)));
-    assert_eq!(e.to_string(), "too many sign-in attempts; try again in 40 seconds");
+    assert_eq!(e.to_string(), "too many sign-in attempts from this address; try again in 40 seconds");
     // The window slides: the first start leaves it a minute after it was made.
     o.start_signin(HERE, t0 + RATE_WINDOW).expect("one slot free");
     o.start_signin(HERE, t0 + RATE_WINDOW).expect_err("only one");
@@ -783,6 +783,6 @@ fn every_refusal_has_its_status() {
     }
     assert_eq!(
         PasskeyError::RateLimited { retry_after: Duration::from_millis(10) }.to_string(),
-        "too many sign-in attempts; try again in 1 seconds"
+        "too many sign-in attempts from this address; try again in 1 seconds"
     );
 }
