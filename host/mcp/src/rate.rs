@@ -10,6 +10,24 @@ use std::time::{Duration, Instant};
 /// are forgotten, so a spread of addresses cannot grow it without bound.
 const MAX_ADDRESSES: usize = 4096;
 
+/// The client an address stands for: an IPv4 address (also written as an
+/// IPv4-mapped IPv6 one, as a dual-stack socket reports it), or an IPv6
+/// address's /64, the smallest block one subscriber is given, so a client
+/// cannot take a fresh limit with each of its 2^64 addresses.
+pub fn client(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let mut s = v6.segments();
+                s[4..].fill(0);
+                IpAddr::V6(s.into())
+            }
+        },
+    }
+}
+
 /// A sliding-window rate limit: at most `max` events in any `window`.
 #[derive(Clone, Debug)]
 pub struct RateLimit {
@@ -64,7 +82,7 @@ impl RateLimit {
     }
 }
 
-/// A [`RateLimit`] for each client address.
+/// A [`RateLimit`] for each client, as [`client`] keys it.
 #[derive(Debug)]
 pub struct PerAddress {
     max: usize,
@@ -80,6 +98,7 @@ impl PerAddress {
 
     /// `ip`'s limit, made room for and touched at `now`.
     fn of(&mut self, ip: IpAddr, now: Instant) -> &mut RateLimit {
+        let ip = client(ip);
         if self.addresses.len() >= MAX_ADDRESSES && !self.addresses.contains_key(&ip) {
             let window = self.window;
             self.addresses.retain(|_, (_, last)| now.saturating_duration_since(*last) < window);
@@ -101,7 +120,7 @@ impl PerAddress {
     ///
     /// How long until it may.
     pub fn check(&mut self, ip: IpAddr, now: Instant) -> Result<(), Duration> {
-        match self.addresses.get_mut(&ip) {
+        match self.addresses.get_mut(&client(ip)) {
             Some((limit, _)) => limit.check(now),
             None => Ok(()),
         }
@@ -159,5 +178,24 @@ mod tests {
             let _ = p.hit(IpAddr::from(i.to_be_bytes()), now);
         }
         assert!(p.addresses.len() <= MAX_ADDRESSES);
+    }
+
+    #[test]
+    fn an_ipv6_client_is_its_64_and_a_mapped_ipv4_one_its_address() {
+        let ip = |s: &str| s.parse::<IpAddr>().expect("ip");
+        assert_eq!(client(ip("192.0.2.1")), ip("192.0.2.1"));
+        assert_eq!(client(ip("::ffff:192.0.2.1")), ip("192.0.2.1"));
+        assert_eq!(client(ip("::ffff:127.0.0.1")), ip("127.0.0.1"));
+        assert_eq!(client(ip("2001:db8:1:2:aaaa:bbbb:cccc:dddd")), ip("2001:db8:1:2::"));
+        assert_eq!(client(ip("::1")), ip("::"), "loopback is checked before, on the address itself");
+        // One /64 shares a limit; the next /64 has its own.
+        let window = Duration::from_secs(60);
+        let mut p = PerAddress::new(2, window);
+        let now = Instant::now();
+        p.hit(ip("2001:db8:1:2::1"), now).expect("1");
+        p.hit(ip("2001:db8:1:2::2"), now).expect("2");
+        assert_eq!(p.hit(ip("2001:db8:1:2:ffff::3"), now), Err(window));
+        assert_eq!(p.check(ip("2001:db8:1:2::4"), now), Err(window));
+        p.hit(ip("2001:db8:1:3::1"), now).expect("another /64");
     }
 }

@@ -28,14 +28,16 @@ const MAX_PER_ADDRESS: usize = 32;
 /// Requests one HTTP/2 connection may have open at once.
 const MAX_STREAMS: u32 = 32;
 
-/// Counts each address's connections; a connection gives its slot back when dropped.
+/// Counts each client's connections (an IPv6 client by its /64, as
+/// [`crate::rate::client`] keys it); a connection gives its slot back when dropped.
 #[derive(Clone, Default)]
-struct PerAddress(Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>);
+struct Connections(Arc<std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>>);
 
-struct Slot(PerAddress, std::net::IpAddr);
+struct Slot(Connections, std::net::IpAddr);
 
-impl PerAddress {
+impl Connections {
     fn take(&self, ip: std::net::IpAddr) -> Option<Slot> {
+        let ip = crate::rate::client(ip);
         let mut m = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let n = m.entry(ip).or_insert(0);
         if *n >= MAX_PER_ADDRESS {
@@ -225,7 +227,7 @@ pub async fn serve_http(config: Config, opts: Options) -> Result<(), StartError>
         .keep_alive_timeout(Duration::from_secs(20));
     let (h1, h2) = (Arc::new(h1), Arc::new(h2));
     let conns = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    let per_address = PerAddress::default();
+    let per_address = Connections::default();
     loop {
         let Ok((stream, peer)) = listener.accept().await else { continue };
         let Ok(permit) = Arc::clone(&conns).try_acquire_owned() else {
@@ -233,8 +235,10 @@ pub async fn serve_http(config: Config, opts: Options) -> Result<(), StartError>
             continue;
         };
         // A loopback peer is this machine (a local proxy, local clients), which
-        // holds idle keep-alive connections for each of its clients.
-        let exempt = opts.behind_proxy || peer.ip().is_loopback();
+        // holds idle keep-alive connections for each of its clients. `::1`, or
+        // 127.0.0.1 as a dual-stack socket writes it (`::ffff:127.0.0.1`).
+        let ip = peer.ip();
+        let exempt = opts.behind_proxy || ip.is_loopback() || crate::rate::client(ip).is_loopback();
         let slot = if exempt { None } else { Some(per_address.take(peer.ip())) };
         if matches!(slot, Some(None)) {
             drop(stream);
