@@ -39,19 +39,7 @@ impl App {
         let checked = lock(&self.auth).check(header_str(h, header::AUTHORIZATION), Instant::now(), SystemTime::now());
         let approval = match checked {
             Ok(a) => a,
-            Err(why) => {
-                let auth = lock(&self.auth);
-                let challenge = auth.urls().challenge(why == Bearer::Invalid);
-                let message = match why {
-                    Bearer::Missing => "the MCP endpoint needs a bearer token: connect through OAuth",
-                    Bearer::Invalid => "the bearer token is unknown, expired or revoked",
-                };
-                let mut r = json_reply(401, &serde_json::json!({"error": message}));
-                if let Ok(v) = HeaderValue::from_str(&challenge) {
-                    r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
-                }
-                return r;
-            }
+            Err(why) => return self.unauthorized(why),
         };
         let method = req.method().clone();
         // Accept may come as several header lines; they are one list.
@@ -81,7 +69,7 @@ impl App {
             }
             // Revoked while the body arrived: refused as if it were revoked first.
             if !lock(&self.auth).stands(&approval) {
-                return json_reply(401, &serde_json::json!({"error": "the connection was revoked"}));
+                return self.unauthorized(Bearer::Invalid);
             }
             bytes
         } else {
@@ -90,6 +78,21 @@ impl App {
         parts.extensions.insert(Scope::approval(&approval));
         let reply = self.mcp.handle(Request::from_parts(parts, Full::new(body))).await;
         self.after(&method, session, &approval, reply).await
+    }
+
+    /// 401 with the challenge the MCP authorization specification names
+    /// (`error="invalid_token"` for a token that opens nothing).
+    fn unauthorized(&self, why: Bearer) -> Reply {
+        let challenge = lock(&self.auth).urls().challenge(why == Bearer::Invalid);
+        let message = match why {
+            Bearer::Missing => "the MCP endpoint needs a bearer token: connect through OAuth",
+            Bearer::Invalid => "the bearer token is unknown, expired or revoked",
+        };
+        let mut r = json_reply(401, &serde_json::json!({"error": message}));
+        if let Ok(v) = HeaderValue::from_str(&challenge) {
+            r.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+        }
+        r
     }
 
     /// Binds a session the transport just opened, or forgets one it closed.

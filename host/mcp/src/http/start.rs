@@ -239,7 +239,7 @@ pub async fn serve_http(config: Config, opts: Options) -> Result<(), StartError>
         // 127.0.0.1 as a dual-stack socket writes it (`::ffff:127.0.0.1`).
         let ip = peer.ip();
         let exempt = opts.behind_proxy || ip.is_loopback() || crate::rate::client(ip).is_loopback();
-        let slot = if exempt { None } else { Some(per_address.take(peer.ip())) };
+        let slot = if exempt { None } else { Some(per_address.take(ip)) };
         if matches!(slot, Some(None)) {
             drop(stream);
             continue;

@@ -437,3 +437,44 @@ async fn a_strangers_wrong_setup_codes_limit_only_its_own_address() {
     assert!(r.json()["options"]["publicKey"]["challenge"].is_string(), "{}", r.text());
     assert_eq!(send(&a, get("/"), Bytes::new()).await.status, 200, "the setup page is still served");
 }
+
+/// A body whose chunks arrive when the test sends them.
+struct Arriving(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for Arriving {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        self.0.poll_recv(cx).map(|chunk| chunk.map(|b| Ok(hyper::body::Frame::data(b))))
+    }
+}
+
+#[tokio::test]
+async fn a_connection_revoked_while_its_body_arrives_is_refused_as_a_revoked_token() {
+    let a = app(&scratch("revoked-midway"), false);
+    let (approval, token) = connect(&a, "client A").await;
+    let body = initialize();
+    let (half, rest) = body.split_at(body.len() / 2);
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let req = mcp(&token).body(Arriving(rx)).expect("request");
+    let feed = async {
+        tx.send(Bytes::copy_from_slice(half.as_bytes())).await.expect("first half");
+        // The channel holds one chunk: this send waits until the router took
+        // the first, so its bearer check is past.
+        tx.send(Bytes::copy_from_slice(rest.as_bytes())).await.expect("second half");
+        assert!(lock(&a.auth).revoke(&approval));
+        drop(tx);
+    };
+    let (r, ()) = tokio::join!(a.handle(req, peer()), feed);
+    assert_eq!(r.status(), 401);
+    let challenge = r.headers().get("www-authenticate").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    assert!(challenge.starts_with("Bearer error=\"invalid_token\""), "{challenge}");
+    let body = r.into_body().collect().await.map(|c| c.to_bytes()).unwrap_or_default();
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    assert_eq!(body["error"], "the bearer token is unknown, expired or revoked");
+    assert!(a.manager.sessions.read().await.is_empty(), "no session was opened");
+}
