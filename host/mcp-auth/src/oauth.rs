@@ -294,7 +294,7 @@ fn uri_chars(uri: &str) -> bool {
 /// Whether `registered` admits `asked`: the same URI, or for a loopback
 /// `http` one the same but for the port, which a native client picks anew
 /// each time (RFC 8252 §7.3).
-fn redirect_matches(registered: &str, asked: &str) -> bool {
+pub fn redirect_matches(registered: &str, asked: &str) -> bool {
     if registered == asked {
         return true;
     }

@@ -90,12 +90,19 @@ fn main() {
         (
             "authorize",
             format!(
-                "{registration}\nresponse_type=code&client_id=x&redirect_uri=http%3A%2F%2F127.0.0.1%3A9%2Fcallback&\
-                 code_challenge={challenge}&code_challenge_method=S256&state=s\ngrant_type=authorization_code&code=c&\
+                "{registration}\nresponse_type=code&client_id=CLIENT&redirect_uri=http%3A%2F%2F127.0.0.1%3A9%2Fcallback&\
+                 code_challenge={challenge}&code_challenge_method=S256&state=s\ngrant_type=authorization_code&client_id=CLIENT&code=c&\
                  code_verifier=dBjftJeZ4CVP-mB92K27uhbUJU1p1r_wW1gFWFOEjXk\napplication/json, text/event-stream"
             ),
         ),
-        ("refresh", format!("{registration}\n\ngrant_type=refresh_token&refresh_token=r\n*/*")),
+        ("refresh", format!("{registration}\n\ngrant_type=refresh_token&client_id=CLIENT&refresh_token=r\n*/*")),
+        // A faulty request to another port of a loopback redirect URI, once approved: sent back there.
+        (
+            "port",
+            format!(
+                "{registration}\nresponse_type=token&client_id=CLIENT&redirect_uri=http%3A%2F%2F127.0.0.1%3A10%2Fcallback&state=s\n\n*/*"
+            ),
+        ),
         ("rpc", r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_string()),
         ("fragment", r#"{"redirect_uris":["https://a.example/cb#x","http://evil.example/"]}"#.to_string()),
     ];
