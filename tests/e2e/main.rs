@@ -13,6 +13,7 @@ mod docker;
 mod docker_sessions;
 mod dockercloud;
 mod e2b;
+mod early_answers;
 mod fakes;
 mod grants;
 mod jail;

@@ -4,6 +4,7 @@
 //! (docker under gVisor); and the refusals to start that keep it off a weak daemon.
 
 use std::io::{BufRead as _, BufReader};
+use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
@@ -11,6 +12,7 @@ use base64::Engine as _;
 use sha2::Digest as _;
 
 use super::docker::{docker_env, fixture, signed_plugin, start};
+use super::early_answers;
 use super::python::python_cmd;
 use super::{scratch, wasm_daemon};
 
@@ -165,6 +167,16 @@ fn a_browser_owner_approves_sdk_clients_over_tls() {
         .envs([("PUBLIC", public.as_str()), ("CODE", &code), ("SPKI", &spki), ("CA", &cert)])
         .output()
         .expect("driver");
+    // An unauthenticated client's first POST gets its 401 and the challenge that
+    // starts its OAuth discovery, over HTTP/2 (ALPN) as over HTTP/1.1.
+    let bodies = early_answers::bodies(
+        &dir,
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"curl","version":"1"}}}"#,
+    );
+    let headers = [("Content-Type", "application/json"), ("Accept", "application/json, text/event-stream")];
+    early_answers::stress("mcp serve-http", &format!("{public}/mcp"), Some(Path::new(&cert)), &headers, &bodies, |s| {
+        s.status == 401 && s.header("www-authenticate").is_some_and(|c| c.starts_with("Bearer "))
+    });
     let _ = server.kill();
     let _ = server.wait();
     let out = String::from_utf8_lossy(&o.stdout).into_owned();

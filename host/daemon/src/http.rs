@@ -13,11 +13,11 @@ use bytes::Bytes;
 use http::header::{CONNECTION, CONTENT_ENCODING, CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use http::{Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
-use hyper::body::Incoming;
 use plimsoll_core::Reason;
 use plimsoll_core::limits::MAX_REQUEST_BYTES;
 use plimsoll_core::protocol::{NOT_DISPATCHED_HEADER, REQUEST_ID_HEADER, request_id_ok};
 use plimsoll_core::wire::connect::Code;
+use plimsoll_serve::RequestBody;
 
 use crate::service::{Daemon, Procedure, RpcError};
 
@@ -60,7 +60,7 @@ fn mark(r: &mut Answer, reason: Reason) {
 }
 
 /// The request ID to echo: exactly one value, 32 lowercase hex characters.
-fn request_id(req: &Request<Incoming>) -> Option<HeaderValue> {
+fn request_id(req: &Request<RequestBody>) -> Option<HeaderValue> {
     let mut values = req.headers().get_all(REQUEST_ID_HEADER).iter();
     let (Some(v), None) = (values.next(), values.next()) else {
         return None;
@@ -69,7 +69,7 @@ fn request_id(req: &Request<Incoming>) -> Option<HeaderValue> {
 }
 
 /// Answers one HTTP request.
-pub async fn serve(daemon: Arc<Daemon>, req: Request<Incoming>) -> Answer {
+pub async fn serve(daemon: Arc<Daemon>, req: Request<RequestBody>) -> Answer {
     let id = request_id(&req);
     let mut answer = route(&daemon, req).await;
     if let Some(id) = id {
@@ -78,7 +78,7 @@ pub async fn serve(daemon: Arc<Daemon>, req: Request<Incoming>) -> Answer {
     answer
 }
 
-async fn route(daemon: &Arc<Daemon>, req: Request<Incoming>) -> Answer {
+async fn route(daemon: &Arc<Daemon>, req: Request<RequestBody>) -> Answer {
     let path = req.uri().path().to_string();
     match (req.method(), path.as_str()) {
         (&Method::GET, "/healthz") => return plain(StatusCode::OK, "ok\n"),
@@ -132,7 +132,7 @@ fn too_large() -> RpcError {
     )
 }
 
-fn check_headers(req: &Request<Incoming>) -> Result<(), RpcError> {
+fn check_headers(req: &Request<RequestBody>) -> Result<(), RpcError> {
     let ctype = req.headers().get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     let media = ctype.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
     if media != "application/json" {
@@ -169,7 +169,7 @@ fn check_headers(req: &Request<Incoming>) -> Result<(), RpcError> {
     Ok(())
 }
 
-async fn read_body(req: Request<Incoming>) -> Result<Bytes, RpcError> {
+async fn read_body(req: Request<RequestBody>) -> Result<Bytes, RpcError> {
     let limited = Limited::new(req.into_body(), MAX_REQUEST_BYTES);
     match tokio::time::timeout(BODY_TIMEOUT, limited.collect()).await {
         Err(_) => Err(RpcError::refused(
@@ -188,7 +188,7 @@ async fn read_body(req: Request<Incoming>) -> Result<Bytes, RpcError> {
 }
 
 /// Answers the metrics listener's requests.
-pub async fn serve_metrics(daemon: Arc<Daemon>, req: Request<Incoming>) -> Answer {
+pub async fn serve_metrics(daemon: Arc<Daemon>, req: Request<RequestBody>) -> Answer {
     if req.method() == Method::GET && req.uri().path() == "/metrics" {
         let mut r = plain(StatusCode::OK, "");
         *r.body_mut() =

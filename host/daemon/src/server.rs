@@ -4,7 +4,6 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,8 +12,6 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::server::graceful::GracefulShutdown;
 use plimsoll_core::protocol;
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -65,7 +62,7 @@ pub enum StartError {
     Hardened(Vec<String>),
     /// TLS material could not be loaded.
     #[error("TLS: {0}")]
-    Tls(String),
+    Tls(#[from] plimsoll_serve::tls::TlsError),
     /// The grant profiles were refused, or no grant can travel to the provider.
     #[error("PLIMSOLL_GRANTS_FILE: {0}")]
     Grants(String),
@@ -82,27 +79,6 @@ pub enum StartError {
 fn listen_addr(addr: &str) -> String {
     // Go's ":8746" means every interface.
     if let Some(port) = addr.strip_prefix(':') { format!("0.0.0.0:{port}") } else { addr.to_string() }
-}
-
-fn tls(cert: &Path, key: &Path) -> Result<TlsAcceptor, StartError> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| StartError::Tls(format!("reading {}: {e}", cert.display())))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| StartError::Tls(format!("reading {}: {e}", cert.display())))?;
-    if certs.is_empty() {
-        return Err(StartError::Tls(format!("{} holds no certificate", cert.display())));
-    }
-    let key =
-        PrivateKeyDer::from_pem_file(key).map_err(|e| StartError::Tls(format!("reading {}: {e}", key.display())))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| StartError::Tls(e.to_string()))?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| StartError::Tls(e.to_string()))?;
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(cfg)))
 }
 
 /// A started daemon: listeners bound, ready to serve.
@@ -161,7 +137,7 @@ impl Server {
             }
         }
         let tls = match &config.tls {
-            Some((c, k)) => Some(tls(c, k)?),
+            Some((c, k)) => Some(plimsoll_serve::tls::acceptor(c, k)?),
             None => None,
         };
         if let (Some(guard), Some(g)) = (guard, config.remote.as_ref().and_then(|r| r.guard.as_ref())) {
@@ -271,7 +247,11 @@ impl Server {
                     tokio::spawn(async move {
                         let svc = service_fn(move |req| {
                             let d = Arc::clone(&daemon);
-                            async move { Ok::<_, std::convert::Infallible>(http::serve_metrics(d, req).await) }
+                            async move {
+                                Ok::<_, std::convert::Infallible>(
+                                    plimsoll_serve::answer(req, |req| http::serve_metrics(d, req)).await,
+                                )
+                            }
                         });
                         let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
                     });
@@ -294,7 +274,9 @@ impl Server {
             let daemon = Arc::clone(&self.daemon);
             let svc = service_fn(move |req| {
                 let d = Arc::clone(&daemon);
-                async move { Ok::<_, std::convert::Infallible>(http::serve(d, req).await) }
+                async move {
+                    Ok::<_, std::convert::Infallible>(plimsoll_serve::answer(req, |req| http::serve(d, req)).await)
+                }
             });
             let builder = Arc::clone(&builder);
             match &self.tls {

@@ -2,7 +2,7 @@
 //! URL, the daemon's tier, receipts), and the accept loop.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -10,11 +10,8 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use plimsoll_core::Floor;
-use rustls_pki_types::pem::PemObject as _;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
-use tokio_rustls::TlsAcceptor;
 
 use super::App;
 use crate::config::Config;
@@ -157,27 +154,6 @@ impl Options {
     }
 }
 
-fn tls(cert: &Path, key: &Path) -> Result<TlsAcceptor, StartError> {
-    let read = |p: &Path, e: &dyn std::fmt::Display| StartError::Tls(format!("reading {}: {e}", p.display()));
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
-        .map_err(|e| read(cert, &e))?
-        .collect::<Result<_, _>>()
-        .map_err(|e| read(cert, &e))?;
-    if certs.is_empty() {
-        return Err(StartError::Tls(format!("{} holds no certificate", cert.display())));
-    }
-    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| read(key, &e))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut cfg = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| StartError::Tls(e.to_string()))?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| StartError::Tls(e.to_string()))?;
-    cfg.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(cfg)))
-}
-
 /// Checks what the original checked before serving remote connections: a
 /// floor and a daemon at kernel or vm, and receipts.
 async fn preflight(config: &Config, tools: &Tools) -> Result<(), StartError> {
@@ -202,7 +178,9 @@ async fn preflight(config: &Config, tools: &Tools) -> Result<(), StartError> {
 pub async fn serve_http(config: Config, opts: Options) -> Result<(), StartError> {
     let public = opts.public()?;
     let acceptor = match &opts.tls {
-        Some((cert, key)) => Some(tls(cert, key)?),
+        Some((cert, key)) => {
+            Some(plimsoll_serve::tls::acceptor(cert, key).map_err(|e| StartError::Tls(e.to_string()))?)
+        }
         None => None,
     };
     let tools = Tools::new(config.clone()).map_err(StartError::Client)?;
@@ -248,7 +226,7 @@ pub async fn serve_http(config: Config, opts: Options) -> Result<(), StartError>
         let app = Arc::clone(&app);
         let svc = service_fn(move |req| {
             let app = Arc::clone(&app);
-            async move { Ok::<_, std::convert::Infallible>(app.handle(req, peer).await) }
+            async move { Ok::<_, std::convert::Infallible>(plimsoll_serve::answer(req, |req| app.handle(req, peer)).await) }
         });
         let (h1, h2) = (Arc::clone(&h1), Arc::clone(&h2));
         let acceptor = acceptor.clone();

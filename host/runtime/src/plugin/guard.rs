@@ -24,10 +24,10 @@ use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use plimsoll_core::provider::HostApi;
+use plimsoll_serve::RequestBody;
 use sha2::{Digest as _, Sha256};
 use tokio::sync::Semaphore;
 
@@ -133,7 +133,7 @@ impl Guard {
     }
 
     /// The credential `req` presents, if any.
-    fn presented(req: &Request<Incoming>) -> Option<Vec<u8>> {
+    fn presented(req: &Request<RequestBody>) -> Option<Vec<u8>> {
         let headers = req.headers();
         if let Some(v) = headers.get(HEADER) {
             return Some(v.as_bytes().to_vec());
@@ -143,7 +143,7 @@ impl Guard {
     }
 
     /// Answers one request: admission on the credential, then the broker's call.
-    pub async fn answer(self: Arc<Self>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    pub async fn answer(self: Arc<Self>, req: Request<RequestBody>) -> Response<Full<Bytes>> {
         if req.method() != hyper::Method::POST || req.uri().path() != self.path {
             return error(404, &format!("the guard answers POST {} only", self.path));
         }
@@ -177,7 +177,7 @@ impl Guard {
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req| {
                     let guard = Arc::clone(&guard);
-                    async move { Ok::<_, Infallible>(guard.answer(req).await) }
+                    async move { Ok::<_, Infallible>(plimsoll_serve::answer(req, |req| guard.answer(req)).await) }
                 });
                 let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
                     .serve_connection(TokioIo::new(tcp), service)
@@ -214,8 +214,37 @@ mod tests {
         (guard, addr, rt)
     }
 
-    /// One HTTP/1.1 request; the status and the body.
+    /// One HTTP/1.1 request; the status and the body. A refusal (which reached no
+    /// broker) is asked again over HTTP/2 and must come back the same.
     fn send(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+        let answer = send_h1(addr, method, path, headers, body);
+        if answer.0 >= 400 {
+            assert_eq!(send_h2(addr, method, path, headers, body), answer, "{method} {path} over HTTP/2");
+        }
+        answer
+    }
+
+    /// One HTTP/2 request (prior knowledge); the status and the body.
+    fn send_h2(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
+        use http_body_util::BodyExt as _;
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("rt");
+        rt.block_on(async {
+            let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                .http2_only(true)
+                .build_http::<Full<Bytes>>();
+            let mut req = Request::builder().method(method).uri(format!("http://{addr}{path}"));
+            for (k, v) in headers {
+                req = req.header(*k, *v);
+            }
+            let req = req.body(Full::new(Bytes::from(body.to_string()))).expect("request");
+            let resp = client.request(req).await.expect("an answer over HTTP/2");
+            let status = resp.status().as_u16();
+            let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+            (status, String::from_utf8_lossy(&bytes).into_owned())
+        })
+    }
+
+    fn send_h1(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &str) -> (u16, String) {
         let mut s = TcpStream::connect(addr).expect("connect");
         let mut req = format!("{method} {path} HTTP/1.1\r\nHost: guard\r\nContent-Length: {}\r\n", body.len());
         for (k, v) in headers {

@@ -12,11 +12,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full, Limited};
-use hyper::body::Incoming;
+use hyper::body::Body;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use plimsoll_containers::{BROKER_TARGET, BrokerMount, broker_root};
 use plimsoll_core::provider::{Grant, HostAnswer, HostApi};
+use plimsoll_serve::RequestBody;
 use serde::Deserialize;
 
 /// The Node client, preloaded into every Node process of a granted container.
@@ -90,7 +91,10 @@ pub(super) fn same(a: &[u8], b: &[u8]) -> bool {
 
 /// A call's body: at most [`MAX_ENVELOPE_BYTES`], within [`BODY_DEADLINE`];
 /// otherwise the broker's answer.
-pub(super) async fn read_body(body: Incoming) -> Result<Bytes, Response<Full<Bytes>>> {
+pub(super) async fn read_body<B>(body: B) -> Result<Bytes, Response<Full<Bytes>>>
+where
+    B: Body<Data = Bytes, Error: Into<Box<dyn std::error::Error + Send + Sync>>>,
+{
     match tokio::time::timeout(BODY_DEADLINE, Limited::new(body, MAX_ENVELOPE_BYTES).collect()).await {
         Ok(Ok(b)) => Ok(b.to_bytes()),
         Ok(Err(_)) => Err(error(413, "host api request body too large")),
@@ -115,7 +119,7 @@ pub(super) async fn carry(api: Arc<dyn HostApi>, body: Bytes) -> Response<Full<B
     }
 }
 
-async fn serve_one(api: Arc<dyn HostApi>, token: Arc<str>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn serve_one(api: Arc<dyn HostApi>, token: Arc<str>, req: Request<RequestBody>) -> Response<Full<Bytes>> {
     if req.method() != hyper::Method::POST || req.uri().path() != "/call" {
         return error(404, "the broker socket answers POST /call only");
     }
@@ -216,7 +220,9 @@ impl BrokerSocket {
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req| {
                         let (api, token) = (api.clone(), token.clone());
-                        async move { Ok::<_, Infallible>(serve_one(api, token, req).await) }
+                        async move {
+                            Ok::<_, Infallible>(plimsoll_serve::answer(req, |req| serve_one(api, token, req)).await)
+                        }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
