@@ -117,3 +117,114 @@ fn sessions_and_python_run_in_the_jail_and_in_process_is_an_explicit_opt_out() {
     let r = rt.block_on(c.run_javascript("console.log(1)", &Options::default())).expect("a run");
     assert_eq!(r.record.expect("record").instance, "");
 }
+
+/// A Python project that tries what a guest may try through WASI: the network,
+/// files outside its work directory, clocks, sleeping and randomness. Each
+/// attempt prints whether it was refused (and as what), never a value that
+/// differs between runs.
+const ATTEMPTS_PY: &str = r#"import os, random, socket, time
+
+def attempt(name, f):
+    try:
+        print(name, "ok", f())
+    except Exception as e:
+        print(name, "refused", type(e).__name__)
+
+attempt("tcp", lambda: socket.create_connection(("127.0.0.1", 22), timeout=1))
+attempt("tcp without timeout", lambda: socket.socket().connect(("127.0.0.1", 22)))
+attempt("udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("127.0.0.1", 53)))
+attempt("dns", lambda: socket.getaddrinfo("localhost", 80))
+attempt("read /etc/passwd", lambda: open("/etc/passwd").read())
+attempt("list /", lambda: os.listdir("/"))
+attempt("write ../escape", lambda: open("../escape.txt", "w").write("x"))
+attempt("wall clock", lambda: time.time() > 1.6e9)
+attempt("monotonic", lambda: time.monotonic() >= 0)
+attempt("clock info", lambda: time.get_clock_info("monotonic").resolution > 0)
+attempt("perf counter", lambda: time.perf_counter_ns() >= 0)
+attempt("sleep", lambda: time.sleep(0.02))
+attempt("urandom", lambda: len(os.urandom(16)))
+attempt("random", lambda: 0 <= random.random() < 1)
+written = open("out.bin", "wb").write(bytes(range(4)))
+"#;
+
+/// What [`ATTEMPTS_PY`] prints on the wasm provider, jailed or not.
+const ATTEMPTS_SEEN: &str = "tcp refused gaierror
+tcp without timeout refused PermissionError
+udp refused PermissionError
+dns refused gaierror
+read /etc/passwd refused FileNotFoundError
+list / refused FileNotFoundError
+write ../escape refused FileNotFoundError
+wall clock ok True
+monotonic ok True
+clock info ok True
+perf counter ok True
+sleep ok None
+urandom ok 16
+random ok True
+";
+
+/// The same for JavaScript: no network API, no broker client without a grant,
+/// clocks and randomness.
+const ATTEMPTS_JS: &str = r#"console.log(typeof fetch, typeof XMLHttpRequest, typeof WebSocket);
+if (typeof host === "undefined") console.log("no host");
+else host.get("/items").then((r) => console.log("host.get", r.status), (e) => console.log("host.get refused", e.status));
+console.log(Date.now() > 1.6e12, Math.random() < 1, new Date().getTimezoneOffset() === 0);
+"#;
+
+/// Runs [`ATTEMPTS_PY`] as a project and in a session cell, and [`ATTEMPTS_JS`]
+/// as a snippet and a cell, on the daemon `d`; what each printed, and the
+/// project's artifact.
+fn attempts(c: &Client) -> Vec<String> {
+    let rt = super::rt();
+    let opts = Options { timeout_ms: 20_000, ..Options::default() };
+    let files = [("main.py", ATTEMPTS_PY)];
+    let r = rt.block_on(c.run_project(&files, &["python3 main.py"], &["out.bin"], &opts)).expect("a result");
+    let p = r.project.expect("a project result");
+    assert_eq!(p.outcome, plimsoll_core::wire::ProjectOutcome::Completed, "{p:?}");
+    assert_eq!(p.artifacts.first().map(|a| a.content.clone()), Some(vec![0, 1, 2, 3]), "{p:?}");
+    let mut seen = vec![String::from_utf8_lossy(&p.steps[0].stdout).into_owned()];
+    let js = rt.block_on(c.run_javascript(ATTEMPTS_JS, &opts)).expect("a result");
+    seen.push(String::from_utf8_lossy(&js.javascript.expect("js").stdout).into_owned());
+    let session = rt.block_on(c.open_session(&SessionOptions::default())).expect("a session");
+    for (language, code) in [("python", ATTEMPTS_PY), ("javascript", ATTEMPTS_JS)] {
+        let r = rt.block_on(session.run_cell(language, code, &[], &opts)).expect("a cell");
+        let cell = r.cell.expect("a cell result");
+        assert_eq!(cell.exit_code, 0, "{language}: {cell:?}");
+        seen.push(String::from_utf8_lossy(&cell.stdout).into_owned());
+    }
+    rt.block_on(session.close()).expect("closed");
+    seen
+}
+
+#[test]
+fn what_a_guest_tries_through_wasi_is_a_result_and_the_worker_survives() {
+    let (d, token) = wasm_daemon("jail-wasi", "jailer", &[("SANDBOX_MAX_SESSIONS", "2")]);
+    let c = Client::new(&d.url(), Some(token)).expect("client");
+    let pool = workers(d.pid());
+    let jailed = attempts(&c);
+    assert_eq!(jailed[0], ATTEMPTS_SEEN, "the jailed project");
+    assert_eq!(jailed[2], ATTEMPTS_SEEN, "the jailed Python cell");
+    let js = "undefined undefined undefined\nno host\ntrue true true\n";
+    assert_eq!((jailed[1].as_str(), jailed[3].as_str()), (js, js), "the jailed snippet and JavaScript cell");
+    // No worker died: every worker of the pool lives on but the one the session
+    // took (a session's worker ends with it), and the log names no replacement.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut after = workers(d.pid());
+    while after.len() != pool.len() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+        after = workers(d.pid());
+    }
+    let kept = pool.iter().filter(|p| after.contains(p)).count();
+    assert_eq!((kept, after.len()), (pool.len() - 1, pool.len()), "{pool:?} -> {after:?}");
+    let log = d.log();
+    assert!(!log.iter().any(|l| l.contains("ended without answering") || l.contains("replaced")), "{log:?}");
+    // The engine in the daemon's own process answers the same.
+    let (d, token) = wasm_daemon(
+        "jail-wasi-in-process",
+        "jailer",
+        &[("SANDBOX_WASM_ENGINE", "in-process"), ("SANDBOX_MAX_SESSIONS", "2")],
+    );
+    let c = Client::new(&d.url(), Some(token)).expect("client");
+    assert_eq!(attempts(&c), jailed);
+}

@@ -7,8 +7,9 @@
 //! privileges, and its own user, mount, network, IPC and UTS namespaces where the
 //! machine allows them (its user maps to the daemon's, with no capability outside).
 //! The worker loads its engine, denies itself the whole file system (Landlock),
-//! installs a seccomp filter that kills it on any system call the engine does not
-//! make while running, says it is ready, and then serves snippet runs over the
+//! installs a seccomp filter that fails any system call the engine does not make
+//! while running with `EPERM` and kills it on exec, ptrace, mount, namespaces or a
+//! new process, says it is ready, and then serves snippet runs over the
 //! socket in length-prefixed JSON frames ([`frame`]). The daemon keeps a small pool
 //! ([`Jail`]): a worker that crashes, hangs past the run's budget, or answers
 //! garbage is killed and replaced, and its run is reported "may have run".

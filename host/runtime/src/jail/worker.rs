@@ -216,7 +216,7 @@ fn setup_and_serve(sock: &mut UnixStream) -> Result<(), String> {
         waiting: Mutex::new(HashMap::new()),
     });
     confine::seccomp()?;
-    walls.push("seccomp: any system call but the engine's own kills it; threads, never processes".into());
+    walls.push("seccomp: the engine's own system calls only (others fail with EPERM); exec, ptrace, mount, namespaces or a new process kill it".into());
     let identity = provider.identity().to_string();
     frame::write(sock, &Ready { identity, walls }).map_err(|e| format!("saying ready: {e}"))?;
     let served = Arc::new(Served { provider, session: Mutex::new(None), session_call: Arc::new(AtomicU64::new(0)) });
@@ -261,6 +261,10 @@ fn fix_malloc_arenas(cores: usize) {
 /// when the filter is drawn.
 fn warm(provider: &WasmProvider) -> Result<(), String> {
     let budget = Duration::from_secs(30);
+    // WASI's poll and sockets reach for the event loop wasmtime-wasi starts on
+    // first use; made here, its epoll instance and threads exist before the
+    // filter, which would refuse to make them.
+    wasmtime_wasi::runtime::in_tokio(async { tokio::time::sleep(Duration::from_millis(1)).await });
     provider.run_javascript_with("0", budget, None).map_err(|r| r.message)?;
     if provider.python().is_some() {
         let project = ProjectRun {
