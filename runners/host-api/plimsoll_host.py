@@ -10,7 +10,9 @@ Each call goes to the host's broker over the run's Unix socket
 never enters this sandbox) and enforces the budgets. `params` fill the route's `*`
 segments in order. An answer outside 2xx raises HostApiError with `status` and
 `body` (parsed JSON when the answer is JSON). Calls outside the granted routes are
-refused here first, as a courtesy; the broker refuses them anyway.
+refused here first, as a courtesy; the broker refuses them anyway. The routes are
+PLIMSOLL_HOST_ROUTES, or, in a session whose call names its own grant, the
+grant.json the host writes beside this module for that call.
 
 It is importable from /run/plimsoll (on PYTHONPATH in a granted container); with
 `python3 -I`, add `sys.path.insert(0, "/run/plimsoll")` first. The CPython guest
@@ -34,6 +36,22 @@ except ImportError:  # a container: the broker is the run's Unix socket
 #: On the wasm provider, the run's granted routes ("METHOD /path" lines), set by the
 #: host before the run's code starts; None when the run holds no grant.
 GRANTED = None
+
+
+def _described():
+    """The current call's grant where a session's calls name their own: the host
+    describes it in grant.json beside this module while the call runs (the
+    process reads it as it starts, as the Node client does). None otherwise."""
+    if _host_import is not None:
+        return None
+    try:
+        with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "grant.json"), encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+_DESCRIBED = _described()
 
 
 class HostApiError(Exception):
@@ -61,6 +79,8 @@ def _routes():
     out = []
     if _host_import is not None:
         lines = GRANTED or []
+    elif isinstance(_DESCRIBED, dict) and isinstance(_DESCRIBED.get("routes"), list):
+        lines = [r for r in _DESCRIBED["routes"] if isinstance(r, str)]
     else:
         lines = os.environ.get("PLIMSOLL_HOST_ROUTES", "").split("\n")
     for line in lines:

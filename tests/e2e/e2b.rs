@@ -142,10 +142,10 @@ fn an_e2b_session_opened_with_a_grant_reaches_the_broker_from_every_cell() {
     assert_eq!(settle(&g.fake, 0), 0, "the sessions' sandboxes were deleted");
 }
 
-/// The original's way on e2b: a session opened without a grant, whose snippet
-/// names one. The guard's rule is set for that call with a fresh credential and
-/// taken off after, so between calls the sandbox reaches nothing and no process
-/// holds a client.
+/// The original's way on e2b: a session opened without a grant, whose snippets
+/// and project name one. The guard's rule is set for that call with a fresh
+/// credential and taken off after, so between calls the sandbox reaches nothing
+/// and no process holds a client.
 #[test]
 fn an_e2b_session_call_naming_its_grant_opens_the_guard_for_that_call_alone() {
     let sessions = [("SANDBOX_MAX_SESSIONS", "2")];
@@ -162,6 +162,28 @@ for i, name in [(3, "washer"), (1, "bolt")]:
     assert r.stdout == b"undefined\n", r
     c = s.run_cell("fetch('https://guard.e2b.test/v1/guard', {method: 'POST', body: '{}'}).then(() => 'reached', () => 'failed')", "javascript")
     assert c.stdout == b"'failed'\n", c
+# A project naming its grant: its steps reach the broker for that call alone, and
+# what they write stays for the next call, which holds no client.
+granted = '''
+import plimsoll_host as host
+name = host.get("/items/*", [2])["name"]
+open("seen.txt", "w").write(name)
+print(name)
+'''
+r = s.run_project({"main.py": granted}, ["python3 main.py"], ["seen.txt"], grant_profile="inventory-per-call")
+assert (r.outcome, r.isolation, r.steps[0].stdout) == ("completed", "vm", b"nut\n"), r
+assert [(a.path, a.content) for a in r.artifacts] == [("seen.txt", b"nut")], r.artifacts
+after = '''
+import os
+print(open("seen.txt").read(), "PLIMSOLL_HOST_GUARD" in os.environ)
+try:
+    import plimsoll_host
+    print("client")
+except ImportError:
+    print("no client")
+'''
+r = s.run_project({"after.py": after}, ["python3 after.py"], [])
+assert r.steps[0].stdout == b"nut False\nno client\n", r.steps[0]
 s.close()
 print("ok")
 "#;
@@ -169,9 +191,9 @@ print("ok")
     assert_eq!(out.trim(), "ok");
     let log = g.daemon.log();
     let updates = log.iter().filter(|l| l.contains(r#""method":"PUT""#) && l.contains(r#""status":204"#)).count();
-    assert_eq!(updates, 4, "the rule set and taken off for each of two calls");
+    assert_eq!(updates, 6, "the rule set and taken off for each of three granted calls");
     let seen = g.api.seen();
-    assert_eq!(seen.iter().filter(|s| s.1.starts_with("/items") && s.2 == "alice").count(), 2, "{seen:?}");
+    assert_eq!(seen.iter().filter(|s| s.1.starts_with("/items") && s.2 == "alice").count(), 3, "{seen:?}");
     assert!(log.iter().all(|l| !l.contains("crg_")), "a credential was logged");
     assert_eq!(settle(&g.fake, 0), 0, "the session's sandbox was deleted");
 }

@@ -183,6 +183,33 @@ r = s.run_javascript('host.get("/items").then((r) => console.log(r.items[0].name
 assert (r.stdout, r.exit_code) == (b"bolt\n", 0), r
 r = s.run_javascript('console.log(typeof host)')
 assert r.stdout == b"undefined\n", r
+# A granted Python project in the session: it reaches the broker for that call
+# only, and the artifact it wrote stays in the session for the calls after it.
+granted = '''
+import plimsoll_host as host
+name = host.get("/items")["items"][0]["name"]
+open("seen.txt", "w").write(name)
+print(name)
+'''
+r = s.run_project({"main.py": granted}, ["python3 main.py"], ["seen.txt"], grant_profile="inventory-sessions")
+assert r.outcome == "completed" and r.isolation == "process", r
+assert (r.steps[0].stdout, r.steps[0].exit_code) == (b"bolt\n", 0), r.steps[0]
+assert [(a.path, a.content) for a in r.artifacts] == [("seen.txt", b"bolt")], r.artifacts
+after = '''
+print(open("seen.txt").read())
+try:
+    import plimsoll_host as host
+    host.get("/items")
+    print("reached")
+except Exception as e:
+    print("refused", type(e).__name__)
+'''
+r = s.run_project({"after.py": after}, ["python3 after.py"], [])
+assert r.steps[0].stdout.startswith(b"bolt\nrefused "), r.steps[0]
+c = s.run_cell('open("seen.txt").read()', "python")
+assert c.stdout == b"'bolt'\n", c
+no = refused(lambda: s.run_project({"main.py": granted}, ["python3 main.py"], [], grant_profile="inventory"), "permission")
+assert no.endswith('grant_profile "inventory" does not allow sessions; use it in a Run call, or set allow_in_sessions in the profile'), no
 s.close()
 print("refusals ok")
 
@@ -262,10 +289,11 @@ fn code_calls_the_demo_api_through_the_broker_and_never_holds_the_credential() {
     );
     assert_eq!(out, "granted run ok\nrefusals ok\nprobe ok\n");
 
-    // The API verified the host's JWT on every call and saw alice as the subject.
-    let seen = api.await_seen(10, "/items");
+    // The API verified the host's JWT on every call and saw alice as the subject
+    // (the session's granted project among them).
+    let seen = api.await_seen(11, "/items");
     let items: Vec<_> = seen.iter().filter(|s| s.1.starts_with("/items")).collect();
-    assert_eq!(items.len(), 10, "{seen:?}");
+    assert_eq!(items.len(), 11, "{seen:?}");
     assert!(items.iter().all(|s| s.2 == "alice"), "{seen:?}");
     assert!(seen.iter().all(|s| s.3 != 401), "no call arrived without a valid token: {seen:?}");
 
@@ -275,7 +303,7 @@ fn code_calls_the_demo_api_through_the_broker_and_never_holds_the_credential() {
     for want in [
         r#"plimsoll_host_calls_total{profile="inventory",method="GET",route="/items/*"} 7"#,
         r#"plimsoll_host_calls_total{profile="inventory",method="POST",route="/items"} 2"#,
-        r#"plimsoll_host_calls_total{profile="inventory-sessions",method="GET",route="/items"} 1"#,
+        r#"plimsoll_host_calls_total{profile="inventory-sessions",method="GET",route="/items"} 2"#,
         r#"plimsoll_advice_findings_total{profile="inventory",pattern="fan_out"} 1"#,
     ] {
         assert!(text.contains(want), "{want}\n{text}");
@@ -516,6 +544,34 @@ except PlimsollError as e:
     assert e.not_dispatched == "permission" and str(e).endswith('grant_profile "inventory" does not allow sessions; use it in a Run call, or set allow_in_sessions in the profile'), e
 r = s.run_javascript('host.get("/items").then((r) => console.log(r.items.length > 0))', grant_profile="inventory-sessions")
 assert r.stdout == b"true\n", r
+# A granted project in the session: its steps reach the broker for that call
+# only, and write where the next call finds it; the next project holds no client.
+granted = '''
+import plimsoll_host as host
+name = host.get("/items")["items"][0]["name"]
+open("seen.txt", "w").write(name)
+print(name)
+'''
+r = s.run_project({"main.py": granted}, ["python3 main.py"], ["seen.txt"], grant_profile="inventory-sessions")
+assert r.outcome == "completed" and r.isolation == os.environ["TIER"], r
+assert (r.steps[0].stdout, r.steps[0].exit_code) == (b"bolt\n", 0), r.steps[0]
+assert [(a.path, a.content) for a in r.artifacts] == [("seen.txt", b"bolt")], r.artifacts
+after = '''
+print(open("seen.txt").read())
+try:
+    import plimsoll_host as host
+    host.get("/items")
+    print("reached")
+except Exception as e:
+    print("refused", type(e).__name__)
+'''
+r = s.run_project({"after.py": after}, ["python3 after.py"], [])
+assert r.steps[0].stdout.startswith(b"bolt\nrefused "), r.steps[0]
+try:
+    s.run_project({"main.py": granted}, ["python3 main.py"], [], grant_profile="inventory")
+    raise AssertionError("a profile without allow_in_sessions ran a project in a session")
+except PlimsollError as e:
+    assert e.not_dispatched == "permission" and str(e).endswith('grant_profile "inventory" does not allow sessions; use it in a Run call, or set allow_in_sessions in the profile'), e
 s.close()
 r = alice.run_project({"main.py": os.environ["PROJECT"]}, ["python3 main.py"], grant_profile="inventory-vendor")
 assert r.outcome == "completed" and r.isolation == os.environ["TIER"], r
@@ -948,7 +1004,23 @@ pub(super) fn session_grants_on(d: Daemon, api: &DemoApi, token: &str, reach: Re
             let (out, _) = cell(&s, "python", "import plimsoll_host as host\nhost.get('/items/*', [3])['name']").await;
             assert_eq!(out, "'washer'\n");
         }
-        assert_eq!(jtis(before, 2).len(), 2, "a credential per call: {:?}", api.seen_tokens());
+        // A project's steps hold the session's grant as its cells do.
+        let project = plimsoll_core::wire::ProjectRun {
+            files: vec![plimsoll_core::wire::ProjectFile {
+                path: "main.py".into(),
+                content: "import plimsoll_host as host\nprint(host.get('/items/*', [5])['name'])\n".into(),
+            }],
+            steps: vec!["python3 main.py".into()],
+            ..Default::default()
+        };
+        let req = plimsoll_core::wire::RunRequest {
+            protocol: plimsoll_core::protocol::NUMBER,
+            project: Some(project),
+            ..Default::default()
+        };
+        let p = s.call(req).await.expect("answered").project.expect("a project result");
+        assert_eq!(String::from_utf8_lossy(&p.steps[0].stdout), "spring\n", "{p:?}");
+        assert_eq!(jtis(before, 3).len(), 3, "a credential per call: {:?}", api.seen_tokens());
         s.close().await.expect("close");
 
         // Opened without one: no client is installed. On docker, where a caller

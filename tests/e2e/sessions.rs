@@ -101,8 +101,9 @@ print("sessions ok")
 "#;
 
 /// The published client's helpers built on sessions, on wasm: `AsyncSession` keeps
-/// state; a project in a wasm session, and so `Workspace` (whose every operation is
-/// a project call of shell steps), is refused before anything runs, by name.
+/// state and runs a Python project over the session's files; `Workspace`, whose
+/// every operation is a project call of shell steps, is refused before anything
+/// runs, naming the steps wasm runs.
 const HELPERS_SCRIPT: &str = r#"
 import asyncio, os
 from plimsoll_client import Client
@@ -118,12 +119,11 @@ async def main():
         assert r.stdout == b"42\n" and not r.interpreter_started, r
         r = await s.run_javascript("console.log(6 * 7)")
         assert r.stdout == b"42\n", r
-        try:
-            await s.run_project({"m.py": "print(6 * 7)"}, ["python3 m.py"], [])
-            raise AssertionError("a project ran in a wasm session")
-        except UnsupportedError as e:
-            assert e.not_dispatched is not None and "does not run projects" in str(e), e
-        assert s.calls == 3, s.calls
+        p = await s.run_project({"m.py": "print(6 * 7)"}, ["python3 m.py"], ["m.py"])
+        assert (p.outcome, p.steps[0].stdout) == ("completed", b"42\n"), p
+        r = await s.run_cell("open('m.py').read()", language="python")
+        assert r.stdout == b"'print(6 * 7)'\n", r
+        assert s.calls == 5, s.calls
     assert s.ended is None or s.ended.reason == "closed", s.ended
 asyncio.run(main())
 with Workspace(Client(url, token=token).open_session()) as ws:
@@ -131,8 +131,8 @@ with Workspace(Client(url, token=token).open_session()) as ws:
         ws.exec("echo hi")
         raise AssertionError("a shell step ran on wasm")
     except UnsupportedError as e:
-        assert e.not_dispatched is not None, e
-        assert "does not run projects" in str(e), e
+        assert e.not_dispatched == "unsupported", e
+        assert "the wasm provider runs only `python3 [-I] FILE [ARG...]` steps" in str(e), e
     assert ws.session.calls == 0
 print("helpers ok")
 "#;

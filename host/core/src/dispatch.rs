@@ -477,13 +477,9 @@ pub fn execute_call(
             floor: prepared.floor,
             grant,
         }),
-        Ok(Payload::Project(_)) if grant.is_some() => {
-            return Err(CallFailure::Refused(Refusal::unsupported(format!(
-                "the {} provider's sessions run projects without grants; use grant_profile in a Run call",
-                facts.provider
-            ))));
+        Ok(Payload::Project(p)) => {
+            Call::Project { project: p, timeout: prepared.timeout, floor: prepared.floor, grant }
         }
-        Ok(Payload::Project(p)) => Call::Project { project: p, timeout: prepared.timeout, floor: prepared.floor },
         Ok(Payload::Cell(c)) => Call::Cell(Cell {
             language: prepared.language.unwrap_or(Language::JavaScript),
             code: &c.code,
@@ -786,12 +782,16 @@ mod tests {
         assert_eq!(resp.isolation, "container");
     }
 
-    /// A session that records whether it was called.
-    struct Counting(u32);
+    /// A session that records its calls: whether each carried a grant.
+    struct Counting(Vec<bool>);
 
     impl Session for Counting {
-        fn call(&mut self, _: Call<'_>) -> Result<crate::session::Answered, CallError> {
-            self.0 += 1;
+        fn call(&mut self, call: Call<'_>) -> Result<crate::session::Answered, CallError> {
+            self.0.push(match call {
+                Call::Snippet(s) => s.grant.is_some(),
+                Call::Project { grant, .. } => grant.is_some(),
+                Call::Cell(_) => false,
+            });
             Err(CallError::Refused(Refusal::request("not used")))
         }
         fn close(&mut self) {}
@@ -806,7 +806,7 @@ mod tests {
     }
 
     #[test]
-    fn a_session_project_never_carries_a_grant_and_a_named_profile_needs_its_grant() {
+    fn a_session_project_carries_its_grant_and_a_named_profile_needs_its_grant() {
         let fake = Fake::new(Tier::Container);
         let support = fake.describe().snippet.expect("snippets");
         let facts = SessionFacts {
@@ -829,15 +829,11 @@ mod tests {
             prepare_call(&facts, Tier::Container, &r, &|_| Ok(())).expect("prepared")
         };
         let link = || Link { sequence: 1, previous_sha256: String::new() };
-        let mut session = Counting(0);
+        let mut session = Counting(Vec::new());
         let project = call(r#"{"protocol":4,"sessionId":"s","project":{"steps":["true"],"grantProfile":"p"}}"#);
         let r = execute_call(&mut session, &facts, Tier::Container, &project, Some(&grant), link(), &Started::now());
-        assert_eq!(
-            r,
-            Err(CallFailure::Refused(Refusal::unsupported(
-                "the fake provider's sessions run projects without grants; use grant_profile in a Run call"
-            )))
-        );
+        assert_eq!(r, Err(CallFailure::Refused(Refusal::request("not used"))));
+        assert_eq!(session.0, [true], "the project reached the session with its grant");
         let snippet = call(r#"{"protocol":4,"sessionId":"s","javascript":{"code":"1","grantProfile":"p"}}"#);
         let r = execute_call(&mut session, &facts, Tier::Container, &snippet, None, link(), &Started::now());
         assert_eq!(
@@ -847,6 +843,15 @@ mod tests {
                 "grant_profile \"p\" is not available to this caller"
             )))
         );
-        assert_eq!(session.0, 0, "nothing reached the session");
+        // A project naming a profile without the grant it names never reaches the session either.
+        let r = execute_call(&mut session, &facts, Tier::Container, &project, None, link(), &Started::now());
+        assert_eq!(
+            r,
+            Err(CallFailure::Refused(Refusal::new(
+                Reason::Permission,
+                "grant_profile \"p\" is not available to this caller"
+            )))
+        );
+        assert_eq!(session.0, [true], "nothing else reached the session");
     }
 }

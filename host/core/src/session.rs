@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use crate::provider::{Evidence, Snippet};
+use crate::provider::{Evidence, Grant, Snippet};
 use crate::refusal::Refusal;
 use crate::tier::Floor;
 use crate::validate::Language;
@@ -41,6 +41,8 @@ pub enum Call<'a> {
         timeout: Duration,
         /// The call's floor.
         floor: Option<Floor>,
+        /// The call's grant: its steps reach the broker while the call runs.
+        grant: Option<&'a Grant>,
     },
     /// A cell.
     Cell(Cell<'a>),

@@ -188,7 +188,27 @@ impl PythonGuest {
         grant: Option<&Grant>,
     ) -> Result<ProjectResult, Refusal> {
         let mut files = project.files.iter().map(|f| (f.path.as_str(), f.content.as_bytes()));
-        let mut live = self.start(engine, config, &mut files, timeout)?;
+        self.run_steps(engine, config, &mut files, project, steps, timeout, grant)
+    }
+
+    /// Runs `project`'s checked `steps` in one fresh instance whose work directory
+    /// holds `files` (a session's, with the project's own among them).
+    ///
+    /// # Errors
+    ///
+    /// Refused (nothing ran) when no instance could be started.
+    #[expect(clippy::too_many_arguments, reason = "the parts of one run, each from a different owner")]
+    pub(crate) fn run_steps(
+        &self,
+        engine: &Engine,
+        config: &WasmConfig,
+        files: &mut dyn Iterator<Item = (&str, &[u8])>,
+        project: &ProjectRun,
+        steps: &[PythonStep],
+        timeout: Duration,
+        grant: Option<&Grant>,
+    ) -> Result<ProjectResult, Refusal> {
+        let mut live = self.start(engine, config, files, timeout)?;
         if let Some(g) = grant {
             live.grant(g)?;
         }

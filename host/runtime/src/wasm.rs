@@ -651,6 +651,42 @@ impl WasmSession {
         Ok(python::cell_result(ended, started))
     }
 
+    /// Runs a Python project in the session: its files join the session's, and its
+    /// `python3 [-I] FILE [ARG...]` steps run in a fresh instance over all of them
+    /// (each project is a new process, as a container's steps are), holding
+    /// `grant`, else the session's held grant. The artifacts it returns stay in
+    /// the session too, while they fit its file budget; other files the steps
+    /// write end with the instance.
+    ///
+    /// # Errors
+    ///
+    /// Refused (nothing ran): `unsupported` without the CPython guest or for a step
+    /// that is not `python3 FILE`, `request` when the files would take the session
+    /// over its budget, `environment` or `capacity` when no instance started.
+    pub fn python_project(
+        &mut self,
+        project: &ProjectRun,
+        timeout: Duration,
+        grant: Option<&Grant>,
+    ) -> Result<ProjectResult, Refusal> {
+        let Some(guest) = self.provider.python.clone() else {
+            return Err(self.provider.no_python());
+        };
+        let steps = python::python_steps(&project.steps)?;
+        let files: Vec<(String, Vec<u8>)> =
+            project.files.iter().map(|f| (f.path.clone(), f.content.as_bytes().to_vec())).collect();
+        self.add_files(&files)?;
+        let grant = grant.or(self.held.as_ref());
+        let (engine, config) = (&self.provider.engine, &self.provider.config);
+        let mut all = self.files.iter().map(|(p, c)| (p.as_str(), c.as_slice()));
+        let result = guest.run_steps(engine, config, &mut all, project, &steps, timeout, grant)?;
+        let produced: Vec<(String, Vec<u8>)> =
+            result.artifacts.iter().map(|a| (a.path.clone(), a.content.clone())).collect();
+        // The project ran: a file that no longer fits is not kept, and the result stands.
+        let _ = self.add_files(&produced);
+        Ok(result)
+    }
+
     /// Keeps `files` as the session's and writes them into every live interpreter
     /// (one started later gets them all when it starts).
     fn add_files(&mut self, files: &[(String, Vec<u8>)]) -> Result<(), Refusal> {
@@ -748,7 +784,31 @@ impl Session for WasmSession {
                     })?
                     .result,
             ),
-            Call::Project { .. } => return Err(provider::unsupported_kind("wasm", "projects").into()),
+            Call::Project { project, timeout, floor, grant } => {
+                provider::check_floor(Tier::Process, floor)?;
+                let Some(guest) = self.provider.python.as_ref() else {
+                    return Err(self.provider.no_python().into());
+                };
+                let evidence = self.provider.python_evidence(guest);
+                let result = match self.jailed.as_mut() {
+                    Some(jailed) => {
+                        // The steps must be Python's before anything travels to the worker.
+                        python::python_steps(&project.steps)?;
+                        let job = Job::SessionProject {
+                            project: project.clone(),
+                            timeout_ms: millis(timeout),
+                            grant: grant.map(client_of),
+                        };
+                        let api = grant.or(self.held.as_ref()).map(|g| &*g.api);
+                        jailed_call(jailed, api, job, timeout, |a| match a {
+                            Answer::Project(r) => Ok(r),
+                            other => Err(other),
+                        })?
+                    }
+                    None => self.python_project(project, timeout, grant)?,
+                };
+                return Ok(Answered { output: Output::Project(result), evidence, ended: None });
+            }
         };
         Ok(Answered { output, evidence: self.provider.evidence(), ended: None })
     }
@@ -964,12 +1024,22 @@ fn jailed_cell(
 ) -> Result<CellResult, CallError> {
     let files = files.into_iter().map(|(path, content)| SessionFile { path, content }).collect();
     let job = Job::Cell { python, code: code.to_string(), files, timeout_ms: millis(timeout) };
-    let pick = |a| match a {
+    jailed_call(jailed, held.map(|g| &*g.api), job, timeout, |a| match a {
         Answer::Cell(c) => Ok(c),
         other => Err(other),
-    };
-    match jailed.call(job, held.map(|g| &*g.api), timeout, pick) {
-        Ok(Ok(cell)) => Ok(cell),
+    })
+}
+
+/// One job in the session's jailed worker, its grant calls served by `api`.
+fn jailed_call<T>(
+    jailed: &mut JailedSession,
+    api: Option<&dyn HostApi>,
+    job: Job,
+    timeout: Duration,
+    pick: impl FnOnce(Answer) -> Result<T, Answer>,
+) -> Result<T, CallError> {
+    match jailed.call(job, api, timeout, pick) {
+        Ok(Ok(answer)) => Ok(answer),
         Ok(Err(RunError::Refused(r))) => Err(CallError::Refused(r)),
         Ok(Err(RunError::MayHaveRun(detail))) => Err(CallError::MayHaveRun { detail, ended: None }),
         Err(lost) => Err(session_lost(lost)),

@@ -103,13 +103,17 @@ impl GuestSession for DockerSession {
         session_snippet(&self.agent, (&language, &code), &[], &limits)
     }
 
+    /// A call's grant is served by the host's socket behind its own wall (the
+    /// steps' processes find its client), so none arrives here.
     fn project(
         &self,
         files: Vec<File>,
         steps: Vec<String>,
         artifacts: Vec<String>,
         limits: Limits,
+        grant: Option<Grant>,
     ) -> Result<Answer, CallError> {
+        crate::no_remote_grant(grant.as_ref()).map_err(CallError::Refused)?;
         let key = report_key().map_err(CallError::Refused)?;
         let plan = plan(&files, &steps, &artifacts, &limits, (self.memory_mb, &self.runtime), &key);
         session_project(&self.agent, (plan, steps.len()), &limits, &key)

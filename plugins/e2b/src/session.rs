@@ -15,11 +15,12 @@
 //! Grants reach the broker through the host's guard, two ways. A session opened
 //! with a grant is created as a granted run's sandbox is (its one way out the
 //! guard, with the header rule carrying the session's credential) and its agent
-//! passes the grant's client to every process; the host serves that credential
-//! only while a call runs. A snippet naming its own grant in a session opened
-//! without one opens the way for that call alone: the rule is set with the
-//! call's credential (`PUT /sandboxes/{id}/network`, which replaces the rules
-//! whole), read back, the snippet runs with the client's settings, and the
+//! passes the grant's client to every process (a project's steps get it in the
+//! runner's plan); the host serves that credential only while a call runs. A
+//! snippet or project naming its own grant in a session opened without one
+//! opens the way for that call alone: the rule is set with the call's
+//! credential (`PUT /sandboxes/{id}/network`, which replaces the rules whole),
+//! read back, the call runs with the client's settings, and the
 //! rules are set back to deny all and read back; a rule that will not go ends
 //! the session (and the call's credential closed when the call ended).
 //! The template must carry the sandbox image's programs under `/opt/plimsoll`
@@ -144,13 +145,12 @@ impl E2bSession {
         self.sandbox.verify_with(&read, guard)
     }
 
-    /// A snippet with its own grant: the guard's rule for this call only, the
-    /// client written in, the snippet run with its settings, the rule removed.
-    fn granted_snippet(
+    /// A call with its own grant: the guard's rule for this call only, the
+    /// client written in, `call` run with the client's settings, the rule removed.
+    fn granted(
         &self,
-        (language, code): (&str, &str),
-        limits: &Limits,
         g: &GuardGrant,
+        call: impl FnOnce(&[(String, String)]) -> Result<Answer, CallError>,
     ) -> Result<Answer, CallError> {
         if self.sandbox.guard.is_some() {
             return Err(CallError::Refused(refused(
@@ -169,7 +169,7 @@ impl E2bSession {
         let env = self.sandbox.install_client(g).map_err(CallError::Refused)?;
         self.set_network(Some(&api_guard(g)))
             .map_err(|e| close(format!("opening the session's sandbox to the guard for this call failed: {e}")))?;
-        let answer = session_snippet(&self.agent, (language, code), &env, limits);
+        let answer = call(&env);
         let Err(e) = self.set_network(None) else { return answer };
         // The guard's rule stayed: the call's credential is closed already, but
         // the sandbox is no longer the one each call is checked against.
@@ -220,25 +220,43 @@ impl GuestSession for E2bSession {
         session_language("e2b", &language)?;
         let grant = crate::guard_grant(grant).map_err(CallError::Refused)?;
         self.check()?;
+        let snippet = |env: &[(String, String)]| session_snippet(&self.agent, (&language, &code), env, &limits);
         match &grant {
-            None => session_snippet(&self.agent, (&language, &code), &[], &limits),
-            Some(g) => self.granted_snippet((&language, &code), &limits, g),
+            None => snippet(&[]),
+            Some(g) => self.granted(g, snippet),
         }
     }
 
+    /// The steps get the grant's client as a snippet's process does: the call's
+    /// own grant for this call alone, else the one the session was opened with.
     fn project(
         &self,
         files: Vec<File>,
         steps: Vec<String>,
         artifacts: Vec<String>,
         limits: Limits,
+        grant: Option<Grant>,
     ) -> Result<Answer, CallError> {
+        let grant = crate::guard_grant(grant).map_err(CallError::Refused)?;
         self.check()?;
         // The runner ends a step before the sandbox's memory runs out, so the kept
         // interpreters and the agent live on; it reads the use from the cgroup
         // where the sandbox has one of its own, else sums the guest's processes.
         let memory = (self.memory_mb(), runner::MemorySource::Cgroup);
-        session_runner_project(&self.agent, (&files, &steps, &artifacts), &limits, memory, (&GUEST_ENV, None))
+        // Each step gets the guest's variables and the client's, nothing else.
+        let project = |client: &[(String, String)]| {
+            let env: Vec<String> = GUEST_ENV
+                .iter()
+                .map(|kv| kv.to_string())
+                .chain(client.iter().map(|(k, v)| format!("{k}={v}")))
+                .collect();
+            let env: Vec<&str> = env.iter().map(String::as_str).collect();
+            session_runner_project(&self.agent, (&files, &steps, &artifacts), &limits, memory, (&env, None))
+        };
+        match &grant {
+            None => project(&self.sandbox.env),
+            Some(g) => self.granted(g, project),
+        }
     }
 
     /// Pauses the sandbox: its memory (the agent, the kept interpreters) and

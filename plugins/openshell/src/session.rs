@@ -198,13 +198,17 @@ impl GuestSession for OpenshellSession {
         session_snippet(&self.agent, (&language, &code), &[], &limits)
     }
 
+    /// A session opened with a grant gives it to every step through the relay
+    /// started at the open; a call cannot name one of its own (as for snippets).
     fn project(
         &self,
         files: Vec<File>,
         steps: Vec<String>,
         artifacts: Vec<String>,
         limits: Limits,
+        grant: Option<Grant>,
     ) -> Result<Answer, CallError> {
+        crate::no_grant(grant.as_ref()).map_err(CallError::Refused)?;
         self.check()?;
         // The runner ends a step before the sandbox's memory runs out, so the kept
         // interpreters and the agent live on; the sandbox is a container of its

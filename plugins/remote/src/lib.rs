@@ -505,7 +505,14 @@ macro_rules! no_sessions {
                 Err(CallError::Refused(no_sessions()))
             }
 
-            fn project(&self, _: Vec<File>, _: Vec<String>, _: Vec<String>, _: Limits) -> Result<Answer, CallError> {
+            fn project(
+                &self,
+                _: Vec<File>,
+                _: Vec<String>,
+                _: Vec<String>,
+                _: Limits,
+                _: Option<Grant>,
+            ) -> Result<Answer, CallError> {
                 Err(CallError::Refused(no_sessions()))
             }
 

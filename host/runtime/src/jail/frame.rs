@@ -108,6 +108,16 @@ pub enum Job {
         /// The grant every call of the session holds.
         held: Option<GrantClient>,
     },
+    /// A Python project in the worker's session, over the session's files: with
+    /// its own grant, else the session's held grant.
+    SessionProject {
+        /// The project.
+        project: ProjectRun,
+        /// The budget.
+        timeout_ms: u64,
+        /// The call's grant.
+        grant: Option<GrantClient>,
+    },
     /// A cell of the worker's session.
     Cell {
         /// `javascript` or `python`.

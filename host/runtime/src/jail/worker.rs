@@ -138,6 +138,19 @@ impl Served {
                 *session = Some(self.provider.session_holding(held));
                 Answer::Opened
             }
+            Job::SessionProject { project, timeout_ms, grant } => {
+                let mut session = lock(&self.session);
+                let Some(session) = session.as_mut() else {
+                    return refused(Refusal::new(plimsoll_core::Reason::Environment, "this worker has no session"));
+                };
+                // The held grant's calls travel as this job; the call's own grant as well.
+                self.session_call.store(id, Ordering::Relaxed);
+                let grant = Self::grant(line, Arc::new(AtomicU64::new(id)), grant);
+                match session.python_project(&project, ms(timeout_ms), grant.as_ref()) {
+                    Ok(r) => Answer::Project(r),
+                    Err(r) => refused(r),
+                }
+            }
             Job::Cell { python, code, files, timeout_ms } => {
                 let mut session = lock(&self.session);
                 let Some(session) = session.as_mut() else {

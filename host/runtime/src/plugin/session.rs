@@ -459,6 +459,33 @@ impl PluginSession {
         Ok((ticket, record))
     }
 
+    /// Opens the way to a call's `grant`: behind the host's own wall the session's
+    /// socket serves it; a remote sandbox gets a guard credential of its own.
+    fn open_grant(&mut self, grant: Option<&Grant>) -> Result<CallGrant, CallError> {
+        Ok(match grant {
+            None => CallGrant::None,
+            Some(g) if self.facts.wall.is_some() => CallGrant::Armed(self.arm(g)?),
+            Some(g) => {
+                let (ticket, record) = self.guard_ticket(g)?;
+                CallGrant::Guard(ticket, record)
+            }
+        })
+    }
+
+    /// Closes what [`PluginSession::open_grant`] opened, once the call has ended.
+    fn close_grant(&mut self, opened: CallGrant) -> Result<(), CallError> {
+        match opened {
+            CallGrant::None => Ok(()),
+            CallGrant::Armed(slot) => self.disarm(slot),
+            CallGrant::Guard(ticket, _) => {
+                // The guard closes to the call's credential as the ticket drops; its
+                // words were redacted while the call ran.
+                self.store.data_mut().secrets.retain(|c| c != ticket.credential());
+                Ok(())
+            }
+        }
+    }
+
     /// Ends the call's grant: the slot answers 503 again and no client is described.
     fn disarm(&self, slot: Arc<GrantSlot>) -> Result<(), CallError> {
         slot.clear();
@@ -471,6 +498,27 @@ impl PluginSession {
                 CallError::MayHaveRun { detail, ended: Some(ending) }
             }),
             None => Ok(()),
+        }
+    }
+}
+
+/// The way a session call's grant was opened, closed again after the call.
+enum CallGrant {
+    /// The call names no grant.
+    None,
+    /// Behind the host's wall: the session's socket serves the grant's broker.
+    Armed(Arc<GrantSlot>),
+    /// A remote sandbox: the guard admits the ticket's credential; the plugin
+    /// installs the record's client for the call.
+    Guard(Ticket, wit::GuardGrant),
+}
+
+impl CallGrant {
+    /// The grant the plugin is handed for the call.
+    fn record(&self) -> Option<wit::Grant> {
+        match self {
+            CallGrant::Guard(_, r) => Some(wit::Grant::Guard(r.clone())),
+            CallGrant::None | CallGrant::Armed(_) => None,
         }
     }
 }
@@ -498,14 +546,10 @@ impl Session for PluginSession {
                 })?
             }
             Call::Snippet(s) => {
-                let (armed, ticket) = match s.grant {
-                    None => (None, None),
-                    Some(g) if self.facts.wall.is_some() => (Some(self.arm(g)?), None),
-                    Some(g) => (None, Some(self.guard_ticket(g)?)),
-                };
+                let opened = self.open_grant(s.grant)?;
                 let limits = self.limits(s.timeout);
                 let language = s.language.as_str();
-                let record = ticket.as_ref().map(|(_, r)| wit::Grant::Guard(r.clone()));
+                let record = opened.record();
                 let answer = self.dispatch(s.timeout, |store, plugin, h| {
                     plugin.plimsoll_provider_provider().session().call_snippet(
                         store,
@@ -516,19 +560,15 @@ impl Session for PluginSession {
                         record.as_ref(),
                     )
                 });
-                if let Some(armed) = armed {
-                    self.disarm(armed)?;
-                }
-                if let Some((ticket, _)) = ticket {
-                    // The guard closes to the call's credential; its words were redacted above.
-                    self.store.data_mut().secrets.retain(|c| c != ticket.credential());
-                }
+                self.close_grant(opened)?;
                 answer?
             }
-            Call::Project { project, timeout, .. } => {
+            Call::Project { project, timeout, grant, .. } => {
+                let opened = self.open_grant(grant)?;
                 let files = wit_files(&project.files);
                 let limits = self.limits(timeout);
-                self.dispatch(timeout, |store, plugin, h| {
+                let record = opened.record();
+                let answer = self.dispatch(timeout, |store, plugin, h| {
                     plugin.plimsoll_provider_provider().session().call_project(
                         store,
                         h,
@@ -536,8 +576,11 @@ impl Session for PluginSession {
                         &project.steps,
                         &project.artifacts,
                         limits,
+                        record.as_ref(),
                     )
-                })?
+                });
+                self.close_grant(opened)?;
+                answer?
             }
         };
         let output = match answer.output {
