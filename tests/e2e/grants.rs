@@ -130,6 +130,43 @@ pub fn profiles(dir: &std::path::Path, api: &str) -> std::path::PathBuf {
     file
 }
 
+/// A Python helper both published-client scripts call with a session open
+/// without a grant: a project naming `inventory-sessions` reaches the broker for
+/// its call alone, the artifact it wrote stays for the calls after it (the next
+/// project holds no client), and a profile without `allow_in_sessions` is refused.
+const SESSION_PROJECT: &str = r#"
+def granted_project_in_session(s, tier):
+    granted = """
+import plimsoll_host as host
+name = host.get("/items")["items"][0]["name"]
+open("seen.txt", "w").write(name)
+print(name)
+"""
+    r = s.run_project({"main.py": granted}, ["python3 main.py"], ["seen.txt"], grant_profile="inventory-sessions")
+    assert r.outcome == "completed" and r.isolation == tier, r
+    assert (r.steps[0].stdout, r.steps[0].exit_code) == (b"bolt\n", 0), r.steps[0]
+    assert [(a.path, a.content) for a in r.artifacts] == [("seen.txt", b"bolt")], r.artifacts
+    after = """
+print(open("seen.txt").read())
+try:
+    import plimsoll_host as host
+    host.get("/items")
+    print("reached")
+except Exception as e:
+    print("refused", type(e).__name__)
+"""
+    r = s.run_project({"after.py": after}, ["python3 after.py"], [])
+    assert r.steps[0].stdout.startswith(b"bolt\nrefused "), r.steps[0]
+    c = s.run_cell('open("seen.txt").read()', "python")
+    assert c.stdout == b"'bolt'\n", c
+    try:
+        s.run_project({"main.py": granted}, ["python3 main.py"], [], grant_profile="inventory")
+        raise AssertionError("a profile without allow_in_sessions ran a project in a session")
+    except PlimsollError as e:
+        assert e.not_dispatched == "permission", e
+        assert str(e).endswith('grant_profile "inventory" does not allow sessions; use it in a Run call, or set allow_in_sessions in the profile'), e
+"#;
+
 const SCRIPT: &str = r#"
 import os
 from plimsoll_client import Client
@@ -183,33 +220,7 @@ r = s.run_javascript('host.get("/items").then((r) => console.log(r.items[0].name
 assert (r.stdout, r.exit_code) == (b"bolt\n", 0), r
 r = s.run_javascript('console.log(typeof host)')
 assert r.stdout == b"undefined\n", r
-# A granted Python project in the session: it reaches the broker for that call
-# only, and the artifact it wrote stays in the session for the calls after it.
-granted = '''
-import plimsoll_host as host
-name = host.get("/items")["items"][0]["name"]
-open("seen.txt", "w").write(name)
-print(name)
-'''
-r = s.run_project({"main.py": granted}, ["python3 main.py"], ["seen.txt"], grant_profile="inventory-sessions")
-assert r.outcome == "completed" and r.isolation == "process", r
-assert (r.steps[0].stdout, r.steps[0].exit_code) == (b"bolt\n", 0), r.steps[0]
-assert [(a.path, a.content) for a in r.artifacts] == [("seen.txt", b"bolt")], r.artifacts
-after = '''
-print(open("seen.txt").read())
-try:
-    import plimsoll_host as host
-    host.get("/items")
-    print("reached")
-except Exception as e:
-    print("refused", type(e).__name__)
-'''
-r = s.run_project({"after.py": after}, ["python3 after.py"], [])
-assert r.steps[0].stdout.startswith(b"bolt\nrefused "), r.steps[0]
-c = s.run_cell('open("seen.txt").read()', "python")
-assert c.stdout == b"'bolt'\n", c
-no = refused(lambda: s.run_project({"main.py": granted}, ["python3 main.py"], [], grant_profile="inventory"), "permission")
-assert no.endswith('grant_profile "inventory" does not allow sessions; use it in a Run call, or set allow_in_sessions in the profile'), no
+granted_project_in_session(s, "process")
 s.close()
 print("refusals ok")
 
@@ -284,7 +295,7 @@ fn the_grant_suite_passes_on_docker_under_runsc() {
 fn code_calls_the_demo_api_through_the_broker_and_never_holds_the_credential() {
     let (api, d, tokens, dir) = granted_wasm("grants", &["alice", "mallory"]);
     let out = run_script(
-        SCRIPT,
+        &format!("{SESSION_PROJECT}{SCRIPT}"),
         &[("URL", &d.url()), ("ALICE", &tokens[0]), ("MALLORY", &tokens[1]), ("SECRET", JWT_SECRET)],
     );
     assert_eq!(out, "granted run ok\nrefusals ok\nprobe ok\n");
@@ -544,34 +555,7 @@ except PlimsollError as e:
     assert e.not_dispatched == "permission" and str(e).endswith('grant_profile "inventory" does not allow sessions; use it in a Run call, or set allow_in_sessions in the profile'), e
 r = s.run_javascript('host.get("/items").then((r) => console.log(r.items.length > 0))', grant_profile="inventory-sessions")
 assert r.stdout == b"true\n", r
-# A granted project in the session: its steps reach the broker for that call
-# only, and write where the next call finds it; the next project holds no client.
-granted = '''
-import plimsoll_host as host
-name = host.get("/items")["items"][0]["name"]
-open("seen.txt", "w").write(name)
-print(name)
-'''
-r = s.run_project({"main.py": granted}, ["python3 main.py"], ["seen.txt"], grant_profile="inventory-sessions")
-assert r.outcome == "completed" and r.isolation == os.environ["TIER"], r
-assert (r.steps[0].stdout, r.steps[0].exit_code) == (b"bolt\n", 0), r.steps[0]
-assert [(a.path, a.content) for a in r.artifacts] == [("seen.txt", b"bolt")], r.artifacts
-after = '''
-print(open("seen.txt").read())
-try:
-    import plimsoll_host as host
-    host.get("/items")
-    print("reached")
-except Exception as e:
-    print("refused", type(e).__name__)
-'''
-r = s.run_project({"after.py": after}, ["python3 after.py"], [])
-assert r.steps[0].stdout.startswith(b"bolt\nrefused "), r.steps[0]
-try:
-    s.run_project({"main.py": granted}, ["python3 main.py"], [], grant_profile="inventory")
-    raise AssertionError("a profile without allow_in_sessions ran a project in a session")
-except PlimsollError as e:
-    assert e.not_dispatched == "permission" and str(e).endswith('grant_profile "inventory" does not allow sessions; use it in a Run call, or set allow_in_sessions in the profile'), e
+granted_project_in_session(s, os.environ["TIER"])
 s.close()
 r = alice.run_project({"main.py": os.environ["PROJECT"]}, ["python3 main.py"], grant_profile="inventory-vendor")
 assert r.outcome == "completed" and r.isolation == os.environ["TIER"], r
@@ -708,8 +692,10 @@ fn granted_at_container_tier(runtime: &str, tier: &str) {
         })
     };
     let project = PROJECT.replace("API_PORT", &port);
-    let out =
-        run_script(DOCKER_SCRIPT, &[("URL", &d.url()), ("ALICE", &tokens[0]), ("TIER", tier), ("PROJECT", &project)]);
+    let out = run_script(
+        &format!("{SESSION_PROJECT}{DOCKER_SCRIPT}"),
+        &[("URL", &d.url()), ("ALICE", &tokens[0]), ("TIER", tier), ("PROJECT", &project)],
+    );
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     let scanned = scanner.join().expect("the memory scan found no credential");
     assert!(scanned.values().any(|b| *b > 1 << 20), "the project's container memory was read: {scanned:?}");
@@ -1023,10 +1009,11 @@ pub(super) fn session_grants_on(d: Daemon, api: &DemoApi, token: &str, reach: Re
         assert_eq!(jtis(before, 3).len(), 3, "a credential per call: {:?}", api.seen_tokens());
         s.close().await.expect("close");
 
-        // Opened without one: no client is installed. On docker, where a caller
-        // who may name a session profile in its snippets gets the socket from the
-        // open, the socket serves nothing between granted calls; a remote
-        // sandbox gets the client only for a call that names a grant.
+        // Opened without one: no client is installed. On docker and openshell,
+        // where a caller who may name a session profile in its calls gets the
+        // socket (or the relay to it) from the open, the socket serves nothing
+        // between granted calls; e2b's sandbox gets the client only for a call
+        // that names a grant.
         let s = c.open_session(&SessionOptions::default()).await.expect("open without");
         assert_eq!(cell(&s, "javascript", "typeof host").await.0, "'undefined'\n");
         let (out, _) = cell(
@@ -1036,11 +1023,13 @@ pub(super) fn session_grants_on(d: Daemon, api: &DemoApi, token: &str, reach: Re
         )
         .await;
         let want = match reach {
-            Reach::Guard | Reach::Relay => "ModuleNotFoundError No module named 'plimsoll_host'\n",
-            Reach::Process | Reach::Socket => "PermissionError host api call not permitted by sandbox capability: GET /items\n",
+            Reach::Guard => "ModuleNotFoundError No module named 'plimsoll_host'\n",
+            Reach::Process | Reach::Socket | Reach::Relay => {
+                "PermissionError host api call not permitted by sandbox capability: GET /items\n"
+            }
         };
         assert_eq!(out, want);
-        if reach == Reach::Socket {
+        if matches!(reach, Reach::Socket | Reach::Relay) {
             let (out, _) = cell(
                 &s,
                 "python",

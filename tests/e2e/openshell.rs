@@ -244,30 +244,56 @@ fn an_openshell_session_opened_with_a_grant_reaches_the_broker_from_every_cell()
     assert_eq!(super::fakes::settle(&g.fake, 0), 0, "the sessions' sandboxes were deleted");
 }
 
-/// A call naming its own grant in an openshell session opened without one is
-/// refused by name (a relay a call started would not outlive the agent's
-/// sweep), and the session lives on.
+/// The original's way on openshell: a session opened without a grant, whose
+/// snippet and project name one. The relay the host started at the open serves
+/// the call's grant, described beside the client for that call and removed
+/// after, so between calls no process holds a client (the socket answers 503).
 #[test]
-fn an_openshell_session_call_naming_a_grant_is_refused_by_name() {
+fn an_openshell_session_call_naming_its_grant_reaches_the_broker_for_that_call_alone() {
     let sessions = [("SANDBOX_MAX_SESSIONS", "2")];
     let Some(g) = super::fakes::guarded("openshell", (None, None), TOKEN, &sessions) else { return };
     let out = g.as_alice(
         r#"
 with alice.open_session() as s:
-    for call in (lambda: s.run_javascript("console.log(1)", grant_profile="inventory-per-call"),
-                 lambda: s.run_project({"m.py": "print(1)"}, ["python3 m.py"], [], grant_profile="inventory-per-call")):
-        try:
-            call()
-            raise AssertionError("ran")
-        except PlimsollError as e:
-            print(type(e).__name__, e.not_dispatched, e)
-    print(s.run_javascript("console.log(2)").stdout.decode().strip())
+    r = s.run_javascript('host.get("/items/*", [3]).then((i) => console.log(i.name))', grant_profile="inventory-per-call")
+    assert (r.stdout, r.exit_code, r.isolation) == (b"washer\n", 0, "container"), r
+    r = s.run_javascript("console.log(typeof host)")
+    assert r.stdout == b"undefined\n", r
+    granted = """
+import plimsoll_host as host
+name = host.get("/items/*", [2])["name"]
+open("seen.txt", "w").write(name)
+print(name)
+"""
+    r = s.run_project({"main.py": granted}, ["python3 main.py"], ["seen.txt"], grant_profile="inventory-per-call")
+    assert (r.outcome, r.steps[0].stdout) == ("completed", b"nut\n"), r
+    assert [(a.path, a.content) for a in r.artifacts] == [("seen.txt", b"nut")], r.artifacts
+    after = """
+import os
+print(open("seen.txt").read(), os.path.exists(os.path.join(os.environ["PYTHONPATH"], "grant.json")))
+try:
+    import plimsoll_host as host
+    host.get("/items/*", [2])
+    print("reached")
+except PermissionError as e:
+    print(type(e).__name__)
+status, _, body = host._over_socket("GET", "/items/2", None)
+print(status, body.decode())
+"""
+    r = s.run_project({"after.py": after}, ["python3 after.py"], [])
+    print(r.steps[0].stdout.decode(), end="")
+    try:
+        s.run_javascript("1", grant_profile="inventory")
+        raise AssertionError("a profile without allow_in_sessions ran")
+    except PlimsollError as e:
+        print("refused", e.not_dispatched)
+print("ok")
 "#,
     );
-    // A project naming its grant is refused as a snippet is, before anything runs.
-    let want = "UnsupportedError unsupported plimsoll: unimplemented: the openshell provider's session calls cannot name a grant; open the session with grant_profile, or name it in a Run call outside a session";
-    assert_eq!(out.matches(want).count(), 2, "{out}");
-    assert!(out.trim_end().ends_with('2'), "the session lives on: {out}");
+    let want = "nut False\nPermissionError\n503 {\"error\":\"no granted call of this session is running\"}\nrefused permission\nok\n";
+    assert_eq!(out, want);
+    let seen = g.api.seen();
+    assert_eq!(seen.iter().filter(|s| s.1.starts_with("/items") && s.2 == "alice").count(), 2, "{seen:?}");
 }
 
 /// The live suite: the same conformance suite against a real OpenShell gateway

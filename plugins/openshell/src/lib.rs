@@ -385,6 +385,30 @@ impl Sandbox {
         Ok(())
     }
 
+    /// Whether a relay to the host's broker runs in the sandbox.
+    fn relaying(&self) -> bool {
+        self.relay.get().is_some()
+    }
+
+    /// Writes `files` (bare names) beside the grant's client, or, after the call,
+    /// removes them: one call's description of its grant. `Err` names what failed.
+    fn describe_call(&self, files: &[File], write: bool) -> Result<(), String> {
+        if write {
+            for f in files {
+                self.upload(&format!("{CLIENT_DIR}/{}", f.path), &f.content)?;
+            }
+            return Ok(());
+        }
+        let paths: Vec<String> = files.iter().map(|f| format!("{CLIENT_DIR}/{}", f.path)).collect();
+        let mut argv = words(&["rm", "-f", "--"]);
+        argv.extend(paths);
+        let done = self.exec(argv, &[], Instant::now() + Duration::from_secs(20), 4096)?;
+        match done.exit_code {
+            Some(0) => Ok(()),
+            other => Err(format!("rm ended with {other:?}: {}", remote::vendor_text(&done.stderr))),
+        }
+    }
+
     /// Takes fresh forward tokens and has the host open forwards on each to
     /// the relay's `port`.
     fn open_forwards(&self, port: u16) -> Result<(), String> {

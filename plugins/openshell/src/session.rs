@@ -130,6 +130,51 @@ impl OpenshellSession {
         &self.agent.channel().sandbox
     }
 
+    /// A call naming its own grant, in a session whose relay the host started at
+    /// the open to serve each call's: the call's client described beside the
+    /// relay's (its routes, its preamble), `call` run, the description removed.
+    /// One that will not go ends the session (the host's slot is empty again
+    /// anyway, so nothing reaches the broker).
+    fn described(&self, g: &RelayGrant, call: impl FnOnce() -> Result<Answer, CallError>) -> Result<Answer, CallError> {
+        let sandbox = self.sandbox();
+        if !sandbox.relaying() {
+            return Err(CallError::Refused(refused(
+                RefusalReason::Unsupported,
+                "this openshell session was opened without a relay to the broker, so its calls cannot name a grant",
+            )));
+        }
+        if let Err(e) = sandbox.describe_call(&g.client, true) {
+            let why = format!("describing the call's grant in the session's openshell sandbox failed ({e})");
+            return Err(match sandbox.describe_call(&g.client, false) {
+                Ok(()) => CallError::Refused(refused(RefusalReason::Environment, format!("{why}; nothing ran"))),
+                Err(e) => ended(
+                    SessionEnd::BoundaryFailed,
+                    format!("{why}, and it could not be removed again ({e}); nothing ran"),
+                ),
+            });
+        }
+        let answer = call();
+        let Err(e) = sandbox.describe_call(&g.client, false) else { return answer };
+        let ending = Ending {
+            end: SessionEnd::BoundaryFailed,
+            detail: format!(
+                "the grant of a call could not be removed from the session's openshell sandbox after it ({e})"
+            ),
+        };
+        match answer {
+            Ok(mut a) => {
+                a.ended = a.ended.or(Some(ending));
+                Ok(a)
+            }
+            Err(CallError::MayHaveRun(mut f)) => {
+                f.ended = f.ended.or(Some(ending));
+                Err(CallError::MayHaveRun(f))
+            }
+            Err(CallError::Refused(_)) => Err(CallError::Ended(ending)),
+            Err(other) => Err(other),
+        }
+    }
+
     /// Reads the sandbox and its effective policy back before a call: refused
     /// when the gateway does not answer (the session goes on), ended when the
     /// sandbox is gone, no longer ready, or changed.
@@ -169,7 +214,9 @@ impl OpenshellSession {
 
 impl GuestSession for OpenshellSession {
     /// With a grant, every process of the session reaches the broker through
-    /// the relay, started at the open.
+    /// the relay, started at the open: the session's grant, or, when the
+    /// grant describes no client (the host serves each call's), the grant of
+    /// a call that names one, described for that call.
     fn open(limits: Limits, lifetime_s: u32, grant: Option<Grant>) -> Result<Session, Refusal> {
         let grant = crate::relay_grant(grant)?;
         OpenshellSession::open(&limits, lifetime_s, grant.as_ref()).map(Session::new)
@@ -192,14 +239,18 @@ impl GuestSession for OpenshellSession {
         limits: Limits,
         grant: Option<Grant>,
     ) -> Result<Answer, CallError> {
-        crate::no_grant(grant.as_ref()).map_err(CallError::Refused)?;
+        let grant = crate::relay_grant(grant).map_err(CallError::Refused)?;
         session_language("openshell", &language)?;
         self.check()?;
-        session_snippet(&self.agent, (&language, &code), &[], &limits)
+        let snippet = || session_snippet(&self.agent, (&language, &code), &[], &limits);
+        match &grant {
+            None => snippet(),
+            Some(g) => self.described(g, snippet),
+        }
     }
 
-    /// A session opened with a grant gives it to every step through the relay
-    /// started at the open; a call cannot name one of its own (as for snippets).
+    /// The steps reach the broker through the relay started at the open, with
+    /// the session's grant or, described for this call, the call's own.
     fn project(
         &self,
         files: Vec<File>,
@@ -208,13 +259,19 @@ impl GuestSession for OpenshellSession {
         limits: Limits,
         grant: Option<Grant>,
     ) -> Result<Answer, CallError> {
-        crate::no_grant(grant.as_ref()).map_err(CallError::Refused)?;
+        let grant = crate::relay_grant(grant).map_err(CallError::Refused)?;
         self.check()?;
         // The runner ends a step before the sandbox's memory runs out, so the kept
         // interpreters and the agent live on; the sandbox is a container of its
         // own, whose cgroup the policy lets the guest read.
         let memory = (self.sandbox().memory_mib, runner::MemorySource::Cgroup);
-        session_runner_project(&self.agent, (&files, &steps, &artifacts), &limits, memory, (&GUEST_ENV, Some(WORK)))
+        let project = || {
+            session_runner_project(&self.agent, (&files, &steps, &artifacts), &limits, memory, (&GUEST_ENV, Some(WORK)))
+        };
+        match &grant {
+            None => project(),
+            Some(g) => self.described(g, project),
+        }
     }
 
     /// OpenShell can only stop a sandbox, which ends its interpreters and empties

@@ -197,30 +197,42 @@ impl Way {
     }
 }
 
-/// The client's files a granted remote run installs.
-fn client_files(grant: &Grant) -> Vec<t::File> {
-    let file = |path: &str, text: &str| t::File { path: path.into(), content: text.as_bytes().to_vec() };
+fn file(path: &str, text: &str) -> t::File {
+    t::File { path: path.into(), content: text.as_bytes().to_vec() }
+}
+
+/// The client's files a granted remote run installs, with `preamble` when the
+/// grant has one.
+fn client_files(preamble: &str) -> Vec<t::File> {
     let mut client = vec![
         file("host.js", super::socket::NODE_CLIENT),
         file("routes.js", super::socket::ROUTE_CHECKS),
         file("plimsoll_host.py", super::socket::PYTHON_CLIENT),
     ];
-    if !grant.preamble.is_empty() {
-        client.push(file(super::socket::PREAMBLE, &grant.preamble));
+    if !preamble.is_empty() {
+        client.push(file(super::socket::PREAMBLE, preamble));
     }
     client
 }
 
 /// The client a relayed run installs: the socket's own variables, its paths
-/// in the plugin's directory.
-fn relay_grant(socket: &BrokerSocket, grant: &Grant) -> wit::RelayGrant {
+/// in the plugin's directory, and `preamble` (none for a session whose calls
+/// name their own grants: each call's is described with it).
+fn relay_grant(socket: &BrokerSocket, preamble: &str) -> wit::RelayGrant {
     let env = socket.mount().env.into_iter().map(|(k, v)| (k, v.replace(plimsoll_containers::BROKER_TARGET, "{dir}")));
-    wit::RelayGrant { socket: super::socket::SOCKET.into(), client: client_files(grant), env: env.collect() }
+    wit::RelayGrant { socket: super::socket::SOCKET.into(), client: client_files(preamble), env: env.collect() }
+}
+
+/// What a relayed session writes beside its client for one call naming `grant`
+/// (and removes after): the files that describe the call's client.
+pub(super) fn relay_call(grant: &Grant) -> wit::RelayGrant {
+    let client = super::socket::description(grant).into_iter().map(|(name, text)| file(name, &text)).collect();
+    wit::RelayGrant { socket: super::socket::SOCKET.into(), client, env: Vec::new() }
 }
 
 /// The client a granted remote run installs, and how it reaches `access`.
 pub(super) fn guard_grant(access: &GuardAccess, ticket: &Ticket, grant: &Grant) -> wit::GuardGrant {
-    let client = client_files(grant);
+    let client = client_files(&grant.preamble);
     let env = [
         ("PLIMSOLL_HOST_GUARD", access.url.clone()),
         ("PLIMSOLL_HOST_GLOBAL", grant.global.clone()),
@@ -700,7 +712,7 @@ impl PluginProvider {
             );
         }
         if self.grant_way == wit::GrantWay::Relay {
-            let (socket, record) = self.relayed(grant, ("run", kind))?;
+            let (socket, record) = self.relayed(Serving::Described(grant), ("run", kind))?;
             return Ok(Some(Way::Relay(socket, record)));
         }
         let access = self.guard.as_ref().ok_or_else(|| no_grants(&self.name, kind))?;
@@ -714,16 +726,38 @@ impl PluginProvider {
 
 impl PluginProvider {
     /// A relayed `whose` (run or session) broker socket, served on the gate's
-    /// runtime and mounted nowhere, and the client the plugin installs for
-    /// `grant`; refused as no grant for `kind` without a gate.
-    fn relayed(&self, grant: &Grant, (whose, kind): (&str, &str)) -> Result<(BrokerSocket, wit::RelayGrant), Refusal> {
+    /// runtime and mounted nowhere, and the client the plugin installs;
+    /// refused as no grant for `kind` without a gate.
+    fn relayed(
+        &self,
+        serving: Serving<'_>,
+        (whose, kind): (&str, &str),
+    ) -> Result<(BrokerSocket, wit::RelayGrant), Refusal> {
         let gate = self.http.as_ref().ok_or_else(|| no_grants(&self.name, kind))?;
-        let socket = BrokerSocket::open(grant, &gate.handle()).map_err(|e| {
+        let made = |e: std::io::Error| {
             Refusal::new(Reason::Environment, format!("the {whose}'s broker socket could not be made: {e}"))
-        })?;
-        let record = relay_grant(&socket, grant);
-        Ok((socket, record))
+        };
+        Ok(match serving {
+            Serving::Described(grant) => {
+                let socket = BrokerSocket::open(grant, &gate.handle()).map_err(made)?;
+                let record = relay_grant(&socket, &grant.preamble);
+                (socket, record)
+            }
+            Serving::PerCall(slot) => {
+                let socket = BrokerSocket::open_undescribed(slot, &gate.handle()).map_err(made)?;
+                let record = relay_grant(&socket, "");
+                (socket, record)
+            }
+        })
     }
+}
+
+/// What a relayed broker socket serves.
+enum Serving<'a> {
+    /// One grant, described to every process (a run, a session opened with it).
+    Described(&'a Grant),
+    /// Each call's grant, put in the slot around the call and described with it.
+    PerCall(Arc<GrantSlot>),
 }
 
 /// A remote session's way to the broker: the host's guard, open to the
@@ -735,6 +769,18 @@ pub(super) struct SessionGuard {
     /// The credential held for the session's life and the grant the plugin
     /// opened the sandbox with; none when each call names its own.
     pub(super) held: Option<(Ticket, wit::GuardGrant)>,
+}
+
+/// A relayed session's way to the broker, started when it opens.
+#[derive(Debug)]
+pub(super) struct SessionRelay {
+    /// The socket the relay's streams reach, mounted nowhere.
+    pub(super) socket: BrokerSocket,
+    /// The client the plugin installs at the open.
+    pub(super) record: wit::RelayGrant,
+    /// The slot the session fills around each call that names a grant; none
+    /// when the session holds one grant (the daemon fills that one's).
+    pub(super) per_call: Option<Arc<GrantSlot>>,
 }
 
 /// A session's way to the broker, mounted when it opens.
@@ -916,10 +962,6 @@ impl Provider for PluginProvider {
 
     /// A relayed backend's relay starts before the session's agent, which
     /// spares it: a call cannot start one the agent's sweep would not end.
-    fn per_call_session_grants(&self) -> bool {
-        self.session_grants() && self.grant_way != wit::GrantWay::Relay
-    }
-
     fn open_session(&self, floor: Option<Floor>, reach: SessionReach<'_>) -> Result<Opened, RunError> {
         if !self.sessions {
             return Err(provider::unsupported_kind(&self.name, "sessions").into());
@@ -929,11 +971,20 @@ impl Provider for PluginProvider {
         self.admit_remote()?;
         if self.wall.is_none() && self.grant_way == wit::GrantWay::Relay {
             // Its sandbox reaches the broker only through the host's relay,
-            // started at the open for a session that holds a grant.
+            // started at the open (a running sandbox's agent would sweep one
+            // started later): serving the session's grant, or each call's.
             let relay = match reach {
                 SessionReach::Nothing => None,
-                SessionReach::PerCall => return Err(no_grants(&self.name, "session calls").into()),
-                SessionReach::Held(g) => Some(self.relayed(g, ("session", "sessions"))?),
+                SessionReach::PerCall => {
+                    let slot = Arc::new(GrantSlot::default());
+                    let (socket, record) =
+                        self.relayed(Serving::PerCall(slot.clone()), ("session", "session calls"))?;
+                    Some(SessionRelay { socket, record, per_call: Some(slot) })
+                }
+                SessionReach::Held(g) => {
+                    let (socket, record) = self.relayed(Serving::Described(g), ("session", "sessions"))?;
+                    Some(SessionRelay { socket, record, per_call: None })
+                }
             };
             return super::session::PluginSession::open(self, &self.pre, floor, super::session::Way::Relay(relay));
         }
@@ -1100,7 +1151,7 @@ mod tests {
             api: echo,
         };
         let socket = BrokerSocket::open(&grant, rt.handle()).expect("opened");
-        let relayed = relay_grant(&socket, &grant);
+        let relayed = relay_grant(&socket, &grant.preamble);
         assert_eq!(relayed.socket, "host-api.sock");
         let files: Vec<&str> = relayed.client.iter().map(|f| f.path.as_str()).collect();
         assert_eq!(files, ["host.js", "routes.js", "plimsoll_host.py", "preamble.js"]);
@@ -1115,6 +1166,34 @@ mod tests {
         assert_eq!(way.redact(format!("the relay said {token}")), "the relay said [redacted]");
         assert!(matches!(way.grant(), Some(wit::Grant::Relay(_))));
         assert!(way.socket().is_none(), "the socket is mounted nowhere");
+    }
+
+    #[test]
+    fn a_relayed_session_serving_each_calls_grant_describes_none_until_a_call_names_one() {
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("rt");
+        let slot = Arc::new(GrantSlot::default());
+        let socket = BrokerSocket::open_undescribed(slot, rt.handle()).expect("opened");
+        // At the open: the relay's socket and token, but no routes and no preamble.
+        let opened = relay_grant(&socket, "");
+        let files: Vec<&str> = opened.client.iter().map(|f| f.path.as_str()).collect();
+        assert_eq!(files, ["host.js", "routes.js", "plimsoll_host.py"]);
+        let env: std::collections::BTreeMap<_, _> = opened.env.iter().cloned().collect();
+        assert_eq!(env["PLIMSOLL_HOST_API"], "{dir}/host-api.sock");
+        assert!(!env.contains_key("PLIMSOLL_HOST_ROUTES") && !env.contains_key("PLIMSOLL_HOST_GLOBAL"), "{env:?}");
+        // A call naming its grant: the files that describe it, nothing else.
+        let echo = Arc::new(super::super::socket::tests::Echo(std::sync::Mutex::default()));
+        let grant =
+            Grant { global: "api".into(), routes: vec!["GET /items/*".into()], preamble: "1;".into(), api: echo };
+        let call = relay_call(&grant);
+        let described: Vec<(&str, String)> =
+            call.client.iter().map(|f| (f.path.as_str(), String::from_utf8_lossy(&f.content).into_owned())).collect();
+        assert_eq!(
+            described,
+            [("grant.json", r#"{"global":"api","routes":["GET /items/*"]}"#.to_string()), ("preamble.js", "1;".into())]
+        );
+        assert!(call.env.is_empty());
+        let plain = Grant { preamble: String::new(), ..grant };
+        assert_eq!(relay_call(&plain).client.len(), 1, "no preamble file for a grant without one");
     }
 
     #[test]

@@ -36,7 +36,7 @@ use super::host::bindings::plimsoll::types::types as t;
 use super::host::bindings::{ProviderPlugin, ProviderPluginPre};
 use super::host::{PluginState, Used, Wall};
 use super::provider::{
-    PluginLimits, PluginProvider, SessionGuard, SessionSocket, after_run_floor, evidence_of, guard_grant,
+    PluginLimits, PluginProvider, SessionGuard, SessionRelay, SessionSocket, after_run_floor, evidence_of, guard_grant,
     project_result, reason, snippet_result, wit_files,
 };
 use super::socket::BrokerSocket;
@@ -72,10 +72,9 @@ pub(super) enum Way {
     Socket(Option<SessionSocket>),
     /// A remote backend: the host's guard, if its calls may name grants.
     Guard(Option<SessionGuard>),
-    /// A remote backend the host relays into: the session's broker socket,
-    /// mounted nowhere, and the client the plugin installs, when the session
-    /// holds a grant from its open.
-    Relay(Option<(BrokerSocket, wit::RelayGrant)>),
+    /// A remote backend the host relays into, when the session holds a grant
+    /// from its open or its calls may name one.
+    Relay(Option<SessionRelay>),
 }
 
 /// A plugin's ending in plimsoll's words, without the credentials `state`'s
@@ -105,8 +104,9 @@ pub(super) struct PluginSession {
     socket: Option<SessionSocket>,
     /// A remote session's guard, when its calls may reach the broker.
     guard: Option<SessionGuard>,
-    /// The broker socket a relayed session's streams reach, for its life.
-    relayed: Option<BrokerSocket>,
+    /// The broker socket a relayed session's streams reach, for its life, and
+    /// the slot its calls that name a grant fill.
+    relayed: Option<(BrokerSocket, Option<Arc<GrantSlot>>)>,
 }
 
 fn trap(detail: String) -> Ending {
@@ -192,9 +192,9 @@ impl PluginSession {
         store.data_mut().secrets =
             guard.iter().filter_map(|g| g.held.as_ref()).map(|(t, _)| t.credential().to_string()).collect();
         // A relayed session's streams, opened by the plugin's `open`, live with the store.
-        if let Some((socket, _)) = &relay {
-            store.data_mut().secrets.push(socket.token().to_string());
-            store.data_mut().relay_to = Some(socket.path());
+        if let Some(r) = &relay {
+            store.data_mut().secrets.push(r.socket.token().to_string());
+            store.data_mut().relay_to = Some(r.socket.path());
         }
         // Every container the open creates gets the session's socket and variables.
         store.data_mut().broker = socket.as_ref().map(|s| s.socket.mount());
@@ -204,7 +204,7 @@ impl PluginSession {
         let limits = facts.limits.wit(facts.limits.default_timeout, facts.limits.session_disk_mb);
         let lifetime = u32::try_from((facts.limits.session_lifetime + LABEL_MARGIN).as_secs()).unwrap_or(u32::MAX);
         let held = match (&guard, &relay) {
-            (_, Some((_, record))) => Some(wit::Grant::Relay(record.clone())),
+            (_, Some(r)) => Some(wit::Grant::Relay(r.record.clone())),
             (Some(g), None) => g.held.as_ref().map(|(_, record)| wit::Grant::Guard(record.clone())),
             (None, None) => None,
         };
@@ -271,7 +271,7 @@ impl PluginSession {
             broken: None,
             socket,
             guard,
-            relayed: relay.map(|(socket, _)| socket),
+            relayed: relay.map(|r| (r.socket, r.per_call)),
         };
         let evidence = session.evidence();
         if let Err(e) = after_run_floor(evidence.tier, floor) {
@@ -465,6 +465,19 @@ impl PluginSession {
         Ok(match grant {
             None => CallGrant::None,
             Some(g) if self.facts.wall.is_some() => CallGrant::Armed(self.arm(g)?),
+            Some(g) if self.relayed.is_some() => {
+                // The relay started at the open; the plugin describes the call's
+                // client beside it for the call and removes it after.
+                let Some((_, Some(slot))) = &self.relayed else {
+                    return Err(Refusal::request(format!(
+                        "this {} session holds the grant it was opened with; its calls cannot name another",
+                        self.facts.name
+                    ))
+                    .into());
+                };
+                slot.set(g.api.clone());
+                CallGrant::Relayed(slot.clone(), super::provider::relay_call(g))
+            }
             Some(g) => {
                 let (ticket, record) = self.guard_ticket(g)?;
                 CallGrant::Guard(ticket, record)
@@ -477,6 +490,10 @@ impl PluginSession {
         match opened {
             CallGrant::None => Ok(()),
             CallGrant::Armed(slot) => self.disarm(slot),
+            CallGrant::Relayed(slot, _) => {
+                slot.clear();
+                Ok(())
+            }
             CallGrant::Guard(ticket, _) => {
                 // The guard closes to the call's credential as the ticket drops; its
                 // words were redacted while the call ran.
@@ -511,6 +528,9 @@ enum CallGrant {
     /// A remote sandbox: the guard admits the ticket's credential; the plugin
     /// installs the record's client for the call.
     Guard(Ticket, wit::GuardGrant),
+    /// A relayed sandbox: the slot serves the grant's broker through the relay
+    /// started at the open; the plugin writes the record's description for the call.
+    Relayed(Arc<GrantSlot>, wit::RelayGrant),
 }
 
 impl CallGrant {
@@ -518,6 +538,7 @@ impl CallGrant {
     fn record(&self) -> Option<wit::Grant> {
         match self {
             CallGrant::Guard(_, r) => Some(wit::Grant::Guard(r.clone())),
+            CallGrant::Relayed(_, r) => Some(wit::Grant::Relay(r.clone())),
             CallGrant::None | CallGrant::Armed(_) => None,
         }
     }

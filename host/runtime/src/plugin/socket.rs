@@ -138,6 +138,18 @@ const DESCRIPTION: &str = "grant.json";
 /// Extra JavaScript `host.js` evaluates after installing the client.
 pub(super) const PREAMBLE: &str = "preamble.js";
 
+/// The files that describe `grant`'s client to the processes that start while
+/// they are there (the clients read them as they load): its global and routes,
+/// and its preamble when it has one. By bare name, for the client's directory.
+pub(super) fn description(grant: &Grant) -> Vec<(&'static str, String)> {
+    let mut files =
+        vec![(DESCRIPTION, serde_json::json!({ "global": grant.global, "routes": grant.routes }).to_string())];
+    if !grant.preamble.is_empty() {
+        files.push((PREAMBLE, grant.preamble.clone()));
+    }
+    files
+}
+
 /// Writes `text` to `dir/name` readable by the container's user; whole or not at
 /// all (renamed into place), so a process starting meanwhile never reads half.
 fn write_public(dir: &std::path::Path, name: &str, text: &str) -> std::io::Result<()> {
@@ -252,13 +264,13 @@ impl BrokerSocket {
     ///
     /// A file could not be written.
     pub fn describe(&self, grant: &Grant) -> std::io::Result<()> {
-        let description = serde_json::json!({ "global": grant.global, "routes": grant.routes });
         if grant.preamble.is_empty() {
             remove_if_there(&self.dir.join(PREAMBLE))?;
-        } else {
-            write_public(&self.dir, PREAMBLE, &grant.preamble)?;
         }
-        write_public(&self.dir, DESCRIPTION, &description.to_string())
+        for (name, text) in description(grant) {
+            write_public(&self.dir, name, &text)?;
+        }
+        Ok(())
     }
 
     /// Describes no client again.
