@@ -2,7 +2,7 @@
 
 /// Expanded in a provider plugin's root, where its `wit_bindgen::generate!`
 /// put the provider world's types: `session_language`, `session_cell`,
-/// `session_snippet` and `session_project` for calls through
+/// `session_snippet`, `session_project` and `session_ended_after` for calls through
 /// [`crate::session::Agent`]; `report_key`, `runner_plan` and `report_room` for
 /// the project runner's run, and `read_report` for its stdout (see
 /// [`crate::runner::read`]).
@@ -44,6 +44,28 @@ macro_rules! session_glue {
                 let files: Vec<(&str, &[u8])> = files.iter().map(|f| (f.path.as_str(), f.content.as_slice())).collect();
                 let a = agent.cell(language, code, &files, session_budget(limits)).map_err(session_failed)?;
                 Ok(cell_answer(a, memory_mb))
+            }
+
+            /// `answer` with the session ended by `ending`, something that went
+            /// wrong after the call (a way out that would not close): an answer or
+            /// a may-have-run failure keeps what the call did and ends the session;
+            /// a refusal becomes the ending (nothing ran, and no call can run now).
+            pub(crate) fn session_ended_after(
+                answer: Result<Answer, CallError>,
+                ending: Ending,
+            ) -> Result<Answer, CallError> {
+                match answer {
+                    Ok(mut a) => {
+                        a.ended = a.ended.or(Some(ending));
+                        Ok(a)
+                    }
+                    Err(CallError::MayHaveRun(mut f)) => {
+                        f.ended = f.ended.or(Some(ending));
+                        Err(CallError::MayHaveRun(f))
+                    }
+                    Err(CallError::Refused(_)) => Err(CallError::Ended(ending)),
+                    Err(other) => Err(other),
+                }
             }
 
             /// A snippet through `agent`.
@@ -250,8 +272,8 @@ macro_rules! session_glue {
             }
         }
         use session_glue::{
-            read_report, report_key, report_room, runner_plan, session_cell, session_language, session_project,
-            session_runner_project, session_snippet,
+            read_report, report_key, report_room, runner_plan, session_cell, session_ended_after, session_language,
+            session_project, session_runner_project, session_snippet,
         };
     };
 }

@@ -36,8 +36,8 @@ use crate::exports::plimsoll::provider::provider::{
 };
 use crate::plimsoll::types::types::{Evidence, File, Limits, Refusal, RefusalReason};
 use crate::{
-    GUEST_ENV, LIFETIME_MARGIN_S, Sandbox, api, api_guard, envd, log, refused, runner, session_cell, session_language,
-    session_runner_project, session_snippet,
+    GUEST_ENV, LIFETIME_MARGIN_S, Sandbox, api, api_guard, envd, log, refused, runner, session_cell,
+    session_ended_after, session_language, session_runner_project, session_snippet,
 };
 
 /// The resident session agent, as the sandbox image installs it.
@@ -179,18 +179,7 @@ impl E2bSession {
                 "the guard's rule could not be taken off the session's e2b sandbox after a granted call ({e})"
             ),
         };
-        match answer {
-            Ok(mut a) => {
-                a.ended = a.ended.or(Some(ending));
-                Ok(a)
-            }
-            Err(CallError::MayHaveRun(mut f)) => {
-                f.ended = f.ended.or(Some(ending));
-                Err(CallError::MayHaveRun(f))
-            }
-            Err(CallError::Refused(_)) => Err(CallError::Ended(ending)),
-            Err(other) => Err(other),
-        }
+        session_ended_after(answer, ending)
     }
 }
 

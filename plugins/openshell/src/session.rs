@@ -28,8 +28,8 @@ use crate::exports::plimsoll::provider::provider::{
 };
 use crate::plimsoll::types::types::{Evidence, File, Limits, Refusal, RefusalReason};
 use crate::{
-    AGENT, STDIN_CHUNK, Sandbox, gateway, refused, runner, session_cell, session_language, session_runner_project,
-    session_snippet, words,
+    AGENT, STDIN_CHUNK, Sandbox, gateway, refused, runner, session_cell, session_ended_after, session_language,
+    session_runner_project, session_snippet, words,
 };
 
 /// The session's work directory, under `/tmp`, the only writable directory.
@@ -161,18 +161,7 @@ impl OpenshellSession {
                 "the grant of a call could not be removed from the session's openshell sandbox after it ({e})"
             ),
         };
-        match answer {
-            Ok(mut a) => {
-                a.ended = a.ended.or(Some(ending));
-                Ok(a)
-            }
-            Err(CallError::MayHaveRun(mut f)) => {
-                f.ended = f.ended.or(Some(ending));
-                Err(CallError::MayHaveRun(f))
-            }
-            Err(CallError::Refused(_)) => Err(CallError::Ended(ending)),
-            Err(other) => Err(other),
-        }
+        session_ended_after(answer, ending)
     }
 
     /// Reads the sandbox and its effective policy back before a call: refused

@@ -460,7 +460,9 @@ impl PluginSession {
     }
 
     /// Opens the way to a call's `grant`: behind the host's own wall the session's
-    /// socket serves it; a remote sandbox gets a guard credential of its own.
+    /// socket serves it; in a relayed sandbox the relay's slot serves it and the
+    /// plugin describes its client for the call; any other remote sandbox gets a
+    /// guard credential of its own.
     fn open_grant(&mut self, grant: Option<&Grant>) -> Result<CallGrant, CallError> {
         Ok(match grant {
             None => CallGrant::None,
