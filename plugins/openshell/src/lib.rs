@@ -390,18 +390,16 @@ impl Sandbox {
         self.relay.get().is_some()
     }
 
-    /// Writes `files` (bare names) beside the grant's client, or, after the call,
-    /// removes them: one call's description of its grant. `Err` names what failed.
-    fn describe_call(&self, files: &[File], write: bool) -> Result<(), String> {
-        if write {
-            for f in files {
-                self.upload(&format!("{CLIENT_DIR}/{}", f.path), &f.content)?;
-            }
-            return Ok(());
-        }
-        let paths: Vec<String> = files.iter().map(|f| format!("{CLIENT_DIR}/{}", f.path)).collect();
+    /// Writes `files` (bare names) beside the grant's client: one call's
+    /// description of its grant.
+    fn write_call_description(&self, files: &[File]) -> Result<(), String> {
+        files.iter().try_for_each(|f| self.upload(&format!("{CLIENT_DIR}/{}", f.path), &f.content))
+    }
+
+    /// Removes what [`Sandbox::write_call_description`] wrote, once the call ended.
+    fn remove_call_description(&self, files: &[File]) -> Result<(), String> {
         let mut argv = words(&["rm", "-f", "--"]);
-        argv.extend(paths);
+        argv.extend(files.iter().map(|f| format!("{CLIENT_DIR}/{}", f.path)));
         let done = self.exec(argv, &[], Instant::now() + Duration::from_secs(20), 4096)?;
         match done.exit_code {
             Some(0) => Ok(()),

@@ -143,9 +143,9 @@ impl OpenshellSession {
                 "this openshell session was opened without a relay to the broker, so its calls cannot name a grant",
             )));
         }
-        if let Err(e) = sandbox.describe_call(&g.client, true) {
+        if let Err(e) = sandbox.write_call_description(&g.client) {
             let why = format!("describing the call's grant in the session's openshell sandbox failed ({e})");
-            return Err(match sandbox.describe_call(&g.client, false) {
+            return Err(match sandbox.remove_call_description(&g.client) {
                 Ok(()) => CallError::Refused(refused(RefusalReason::Environment, format!("{why}; nothing ran"))),
                 Err(e) => ended(
                     SessionEnd::BoundaryFailed,
@@ -154,7 +154,7 @@ impl OpenshellSession {
             });
         }
         let answer = call();
-        let Err(e) = sandbox.describe_call(&g.client, false) else { return answer };
+        let Err(e) = sandbox.remove_call_description(&g.client) else { return answer };
         let ending = Ending {
             end: SessionEnd::BoundaryFailed,
             detail: format!(
