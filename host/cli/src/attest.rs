@@ -281,7 +281,7 @@ fn signer(args: &SignerArgs) -> anyhow::Result<Box<dyn plimsoll_attest::Signer>>
         let headers = token.iter().map(|t| ("authorization".to_string(), format!("Bearer {t}"))).collect();
         endpoints.insert(alias.to_string(), Endpoint { base: url.to_string(), headers, ..Endpoint::default() });
     }
-    for alias in &verified.manifest.endpoints {
+    for alias in verified.manifest.endpoints.keys() {
         if !endpoints.contains_key(alias) {
             bail!("the signer plugin calls endpoint {alias:?}: map it with --signer-endpoint {alias}=URL");
         }

@@ -74,6 +74,7 @@ pub fn main(cmd: Command) -> anyhow::Result<ExitCode> {
             let m = Manifest::parse(std::str::from_utf8(&manifest_bytes).context("plugin.toml is not UTF-8")?)
                 .map_err(anyhow::Error::msg)?;
             println!("name          {}", m.name);
+            println!("kind          {}", m.kind);
             println!("version       {}", m.version);
             println!("component     {} ({} bytes)", m.component, component.len());
             println!("sha256        {}", hex_sha256(&component));
@@ -83,9 +84,7 @@ pub fn main(cmd: Command) -> anyhow::Result<ExitCode> {
             }
             let caps: Vec<&str> = m.capabilities.iter().map(|c| c.as_str()).collect();
             println!("capabilities  {}", caps.join(", "));
-            if !m.endpoints.is_empty() {
-                println!("endpoints     {}", m.endpoints.join(", "));
-            }
+            print_settings(&m);
             match std::fs::read_to_string(dir.join(SIGNATURE_FILE)) {
                 Ok(s) => {
                     let id = s.lines().find_map(|l| l.strip_prefix("key-id = ")).unwrap_or("?").trim_matches('"');
@@ -95,6 +94,52 @@ pub fn main(cmd: Command) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// The settings, endpoints, envelope and guard a manifest declares, as an
+/// operator sets them.
+fn print_settings(m: &Manifest) {
+    if m.kind == plugin::manifest::PluginKind::Provider {
+        let limits: Vec<&str> = m.envelope.iter().map(|l| l.as_str()).collect();
+        let limits = if limits.is_empty() { "none".to_string() } else { limits.join(", ") };
+        println!("envelope      {limits}");
+        if let Some(note) = &m.envelope_note {
+            println!("              ({note})");
+        }
+    }
+    for (alias, e) in &m.endpoints {
+        let mut parts = Vec::new();
+        if let Some(u) = &e.url {
+            parts.push(format!("url from {u}"));
+        }
+        for (h, s) in &e.headers {
+            parts.push(format!("{h} from secret {}", s.secret));
+        }
+        if let Some(x) = &e.exchange {
+            parts.push(format!("bearer traded for secret {} at {}", x.secret, x.url));
+        }
+        if e.client_cert.is_some() {
+            parts.push("client certificate".into());
+        }
+        println!(
+            "endpoint      {alias}: {}",
+            if parts.is_empty() { "mapped by the operator".into() } else { parts.join("; ") }
+        );
+    }
+    if let Some(g) = &m.guard_url {
+        println!("guard         url from {g}");
+    }
+    for (name, s) in &m.settings {
+        let need = match (&s.default, s.required) {
+            (Some(d), _) => format!("default {d}"),
+            (None, true) => "required".into(),
+            (None, false) => "optional".into(),
+        };
+        let mut vars = vec![m.variable(name)];
+        vars.extend(s.aliases.iter().cloned());
+        println!("setting       {name} ({}, {need}): {}", s.kind.as_str(), s.help);
+        println!("                set by {}", vars.join(" or "));
     }
 }
 

@@ -4,7 +4,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use plimsoll_daemon::config::{Config, ProcessEnv, VARIABLES};
+use plimsoll_daemon::config::{Config, PLUGIN_VARIABLES, ProcessEnv, VARIABLES};
 use plimsoll_daemon::log::Log;
 use plimsoll_daemon::server::{Server, signal};
 
@@ -15,6 +15,10 @@ fn variables_help() -> String {
     for (name, key, what) in VARIABLES {
         let key = if key.is_empty() { String::new() } else { format!(" [{key}]") };
         let _ = writeln!(s, "  {name}{key}\n      {what}");
+    }
+    s.push_str("\nThe provider plugin's (NAME is SANDBOX_PROVIDER in upper case, - as _):\n");
+    for (name, key, what) in PLUGIN_VARIABLES {
+        let _ = writeln!(s, "  {name} [{key}]\n      {what}");
     }
     s
 }

@@ -291,7 +291,7 @@ pub fn load_plugins(
         let verified = plugin::verify(dir, &keys, &approved).map_err(|e| format!("broker plugin: {e}"))?;
         let name = verified.manifest.name.clone();
         let mut endpoints = std::collections::BTreeMap::new();
-        for alias in &verified.manifest.endpoints {
+        for alias in verified.manifest.endpoints.keys() {
             let Some((_, _, url)) = cfg.endpoints.iter().find(|(p, a, _)| *p == name && a == alias) else {
                 return Err(format!(
                     "broker plugin {name} calls endpoint {alias:?}: map it with PLIMSOLL_BROKER_ENDPOINTS={name}.{alias}=URL"

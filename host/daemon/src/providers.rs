@@ -8,11 +8,12 @@ use plimsoll_core::{Refusal, Tier};
 use plimsoll_runtime::jail::frame::Hello;
 use plimsoll_runtime::jail::{Jail, JailConfig};
 use plimsoll_runtime::plugin::guard::Guard;
-use plimsoll_runtime::plugin::http::{GrpcBooking, HeldSecret};
+use plimsoll_runtime::plugin::http::GrpcBooking;
+use plimsoll_runtime::plugin::manifest::Booking;
 use plimsoll_runtime::plugin::{self, Capability, GuardAccess, PluginLimits, PluginProvider, Wall};
 use plimsoll_runtime::{Engine, EngineConfig, PythonGuest, WasmConfig, WasmProvider};
 
-use crate::config::{Config, DockerConfig, PluginConfig, ProviderKind, RemoteConfig, WasmEngine};
+use crate::config::{Backend, Config, DockerConfig, ProviderKind, ProviderPlugin, RemoteConfig, WasmEngine};
 use crate::log::Log;
 
 /// The text every run on a daemon without a provider gets.
@@ -52,7 +53,7 @@ impl Provider for Disabled {
 #[error("building the {provider} provider: {message}")]
 pub struct BuildError {
     /// The provider.
-    pub provider: &'static str,
+    pub provider: String,
     /// What failed.
     pub message: String,
 }
@@ -64,10 +65,11 @@ pub struct BuildError {
 /// [`BuildError`] when its engine or component cannot be made ready.
 pub fn build(config: &Config, log: Log) -> Result<Built, BuildError> {
     let mut guard = None;
-    let provider: Arc<dyn Provider> = match config.provider {
+    let provider: Arc<dyn Provider> = match &config.provider {
         ProviderKind::Disabled => Arc::new(Disabled),
         ProviderKind::Wasm => {
-            let err = |e: plimsoll_runtime::RuntimeError| BuildError { provider: "wasm", message: e.to_string() };
+            let err =
+                |e: plimsoll_runtime::RuntimeError| BuildError { provider: "wasm".into(), message: e.to_string() };
             let cache_dir = config.cache_dir.clone().or_else(EngineConfig::default_cache_dir);
             // Jailed, the daemon's own engine only loads the components (for their
             // identities and the workers' cache) and runs nothing.
@@ -82,14 +84,18 @@ pub fn build(config: &Config, log: Log) -> Result<Built, BuildError> {
             }
             let mut provider = WasmProvider::new(&engine, wasm.clone()).map_err(err)?;
             let python = plimsoll_runtime::python::component_path(config.wasm_python.as_deref())
-                .map_err(|message| BuildError { provider: "wasm", message })?;
+                .map_err(|message| BuildError { provider: "wasm".into(), message })?;
             if let Some(path) = &python {
                 provider = provider.with_python(PythonGuest::from_file(&engine, path).map_err(err)?);
             }
             if config.wasm_engine == WasmEngine::Jailed {
                 // The daemon loads every component first, so the workers find them
                 // precompiled in the cache they may read (and cannot write).
-                provider.sims().library().preload().map_err(|message| BuildError { provider: "wasm", message })?;
+                provider
+                    .sims()
+                    .library()
+                    .preload()
+                    .map_err(|message| BuildError { provider: "wasm".into(), message })?;
                 let python = python.as_deref().zip(provider.python().map(|g| hex::encode(g.digest())));
                 let jail = start_jail(config, &wasm, python)?;
                 log.info(
@@ -104,28 +110,19 @@ pub fn build(config: &Config, log: Log) -> Result<Built, BuildError> {
             }
             Arc::new(provider)
         }
-        ProviderKind::Docker => {
-            let docker = config.docker.as_ref().ok_or_else(|| docker_err("no docker settings".into()))?;
-            Arc::new(docker_provider(config, docker, log)?)
-        }
-        kind @ (ProviderKind::E2b
-        | ProviderKind::DockerCloud
-        | ProviderKind::OpenShell
-        | ProviderKind::AgentSandbox) => {
-            let wiring = match kind {
-                ProviderKind::E2b => e2b_wiring(),
-                ProviderKind::DockerCloud => dockercloud_wiring(),
-                ProviderKind::AgentSandbox => agentsandbox_wiring(),
-                _ => openshell_wiring(),
-            };
-            let name = kind.as_str();
-            let remote = config
-                .remote
+        ProviderKind::Plugin(name) => {
+            let plugin = config
+                .plugin
                 .as_ref()
-                .ok_or_else(|| BuildError { provider: name, message: format!("no {name} settings") })?;
-            let p = remote_provider(config, remote, wiring, log)?;
-            guard = p.guard();
-            p
+                .ok_or_else(|| BuildError { provider: name.clone(), message: "no plugin settings".into() })?;
+            match &plugin.backend {
+                Backend::Containers(docker) => Arc::new(docker_provider(config, plugin, docker, log)?),
+                Backend::Remote(remote) => {
+                    let p = remote_provider(config, plugin, remote, log)?;
+                    guard = p.guard();
+                    p
+                }
+            }
         }
     };
     Ok(Built { provider, guard })
@@ -154,7 +151,7 @@ fn start_jail(
     python: Option<(&std::path::Path, String)>,
 ) -> Result<Arc<Jail>, BuildError> {
     let fail = |message: String| BuildError {
-        provider: "wasm",
+        provider: "wasm".into(),
         message: format!(
             "{message}; the engine's jailed workers are the default: to run the engine in the daemon's own \
              process instead, set SANDBOX_WASM_ENGINE=in-process"
@@ -176,141 +173,65 @@ fn start_jail(
     Jail::start(JailConfig { exe, workers: workers as usize, hello }).map_err(fail)
 }
 
-/// A provider plugin verified against the keys its operator trusts, with the
-/// capabilities the operator approved (`approve_var` names where, for errors).
-fn verified_plugin(p: &PluginConfig, approve_var: &str) -> Result<(plugin::Verified, Vec<Capability>), String> {
+/// The provider plugin verified against the keys its operator trusts, with the
+/// capabilities the operator approved, and its signed manifest the one startup
+/// read its settings by.
+fn verified_plugin(p: &ProviderPlugin) -> Result<(plugin::Verified, Vec<Capability>), String> {
+    let approve_var = &crate::config::host_variables(p.name())[2];
     let mut keys = Vec::new();
-    for path in &p.trusted_keys {
+    for path in &p.location.trusted_keys {
         let pem = std::fs::read_to_string(path).map_err(|e| format!("reading trusted key {}: {e}", path.display()))?;
         keys.push(plugin::signature::public_key(&pem).map_err(|e| format!("trusted key {}: {e}", path.display()))?);
     }
     let approved: Vec<Capability> = p
+        .location
         .approve
         .iter()
         .map(|c| Capability::parse(c).map_err(|e| format!("{approve_var}: {e}")))
         .collect::<Result<_, _>>()?;
-    let verified = plugin::verify(&p.dir, &keys, &approved).map_err(|e| e.to_string())?;
+    let verified = plugin::verify(&p.location.dir, &keys, &approved).map_err(|e| e.to_string())?;
+    if verified.manifest != p.manifest {
+        return Err(format!(
+            "plugin {}: its plugin.toml changed after startup read its settings; start again",
+            p.location.dir.display()
+        ));
+    }
     Ok((verified, approved))
 }
 
-/// What e2b hands out that the host keeps: the create answer's envd access token,
-/// which the host attaches to that sandbox's envd requests.
-fn e2b_wiring() -> Wiring {
-    Wiring {
-        held: vec![HeldSecret {
-            from: "api".into(),
-            field: "envdAccessToken".into(),
-            target_field: "sandboxID".into(),
-            target_prefix: String::new(),
-            to: "envd".into(),
-            header: "x-access-token".into(),
-            value_prefix: String::new(),
-        }],
-        booking: Booking::None,
-    }
-}
-
-/// Docker mints a scoped bearer per sandbox endpoint (`{"token", "sandbox":
-/// "sandboxes/<uid>"}`), which goes only to that sandbox's endpoint; a create
-/// answers with the sandbox's `uid`, booked from then on.
-fn dockercloud_wiring() -> Wiring {
-    Wiring {
-        held: vec![HeldSecret {
-            from: "api".into(),
-            field: "token".into(),
-            target_field: "sandbox".into(),
-            target_prefix: "sandboxes/".into(),
-            to: "endpoint".into(),
-            header: "authorization".into(),
-            value_prefix: "Bearer ".into(),
-        }],
-        booking: Booking::Json("api", "uid"),
-    }
-}
-
-/// OpenShell's gateway holds no per-sandbox secret (the host's client
-/// certificate opens every call); a `CreateSandbox` answers with the sandbox's
-/// name (`SandboxResponse.sandbox.metadata.name`), booked from then on, and a
-/// `DeleteSandbox` names it in its request.
-fn openshell_wiring() -> Wiring {
-    Wiring {
-        held: vec![],
-        booking: Booking::Grpc(
-            "gateway",
-            GrpcBooking {
-                create: "/openshell.v1.OpenShell/CreateSandbox".into(),
-                made_at: vec![1, 1, 2],
-                delete: "/openshell.v1.OpenShell/DeleteSandbox".into(),
-                deleted_at: vec![1],
-            },
-        ),
-    }
-}
-
-/// The API server holds no per-pod secret (the host's credential opens every
-/// call, sandboxd's token is the operator's); a claim's create answers the
-/// claim, named at `metadata.name`, booked until a read or delete of it
-/// answers 404 (a foreground delete keeps it until its pod is gone).
-fn agentsandbox_wiring() -> Wiring {
-    Wiring { held: vec![], booking: Booking::Collection("api", "/sandboxclaims", "/metadata/name") }
-}
-
-/// How the host treats one remote backend's answers: the per-target secrets it
-/// keeps from the plugin, and how it books the sandboxes a create makes.
-struct Wiring {
-    held: Vec<HeldSecret>,
-    booking: Booking,
-}
-
-/// Where a create's answer names its sandbox.
-enum Booking {
-    /// The backend's answers hold per-sandbox secrets instead, which book it.
-    None,
-    /// A JSON answer's top-level field, at an endpoint.
-    Json(&'static str, &'static str),
-    /// A gRPC create and delete, at an endpoint.
-    Grpc(&'static str, GrpcBooking),
-    /// A Kubernetes collection at an endpoint, and where an answer names the object.
-    Collection(&'static str, &'static str, &'static str),
-}
-
 /// Verifies and loads a remote backend's plugin, gives it the gate to its
-/// endpoints, and runs its smoke test (which proves the tier the host then states,
-/// never above the operator's cap). Nothing is served unless all of it passes.
+/// endpoints (holding and booking as its manifest says), and runs its smoke
+/// test (which proves the tier the host then states, never above the
+/// operator's cap). Nothing is served unless all of it passes.
 fn remote_provider(
     config: &Config,
+    plugin: &ProviderPlugin,
     remote: &RemoteConfig,
-    wiring: Wiring,
     log: Log,
 ) -> Result<Arc<PluginProvider>, BuildError> {
-    let fail = |message: String| BuildError { provider: remote.provider, message };
-    let approve_var = format!("SANDBOX_{}_PLUGIN_APPROVE", remote.provider.to_ascii_uppercase());
-    let (verified, approved) = verified_plugin(&remote.plugin, &approve_var).map_err(fail)?;
-    if approved.contains(&Capability::Containers) {
-        return Err(fail(format!(
-            "the {} plugin drives a remote backend; it may not have the containers capability (remove it from {approve_var})",
-            remote.provider,
-        )));
-    }
-    if verified.manifest.name != remote.provider {
-        return Err(fail(format!(
-            "the plugin at {} is {:?}, not the {} plugin",
-            remote.plugin.dir.display(),
-            verified.manifest.name,
-            remote.provider
-        )));
-    }
-    for alias in &verified.manifest.endpoints {
+    let name = plugin.name().to_string();
+    let fail = |message: String| BuildError { provider: name.clone(), message };
+    let (verified, approved) = verified_plugin(plugin).map_err(fail)?;
+    for alias in verified.manifest.endpoints.keys() {
         if !remote.endpoints.contains_key(alias) {
             return Err(fail(format!("the plugin calls endpoint {alias:?}, which this host does not map")));
         }
     }
-    let mut gate = crate::outbound::gate(remote.provider, &remote.endpoints, wiring.held, log).map_err(fail)?;
-    gate = match wiring.booking {
-        Booking::None => gate,
-        Booking::Json(endpoint, field) => gate.booking(endpoint, field).map_err(fail)?,
-        Booking::Grpc(endpoint, booking) => gate.booking_grpc(endpoint, booking).map_err(fail)?,
-        Booking::Collection(endpoint, collection, name_at) => {
+    let held = verified.manifest.held_secrets.clone();
+    let mut gate = crate::outbound::gate(&name, &remote.endpoints, held, log).map_err(fail)?;
+    gate = match &verified.manifest.booking {
+        None => gate,
+        Some(Booking::Json { endpoint, field }) => gate.booking(endpoint, field).map_err(fail)?,
+        Some(Booking::Grpc { endpoint, create, made_at, delete, deleted_at }) => {
+            let booking = GrpcBooking {
+                create: create.clone(),
+                made_at: made_at.clone(),
+                delete: delete.clone(),
+                deleted_at: deleted_at.clone(),
+            };
+            gate.booking_grpc(endpoint, booking).map_err(fail)?
+        }
+        Some(Booking::Collection { endpoint, collection, name_at }) => {
             gate.booking_collection(endpoint, collection, name_at).map_err(fail)?
         }
     };
@@ -338,16 +259,16 @@ fn remote_provider(
     }
     // What a killed predecessor of this instance left goes before anything new is made.
     let swept = provider.sweep().map_err(fail)?;
-    log_remote_swept(&log, remote.provider, &swept);
+    log_remote_swept(&log, &name, &swept);
     let proven = provider.smoke_test().map_err(fail)?;
     log.info(
         "the remote backend passed its smoke test",
-        &[("provider", serde_json::json!(remote.provider)), ("tier", serde_json::json!(proven.tier.as_str()))],
+        &[("provider", serde_json::json!(name)), ("tier", serde_json::json!(proven.tier.as_str()))],
     );
     let provider = Arc::new(provider);
     let weak = Arc::downgrade(&provider);
-    let name = remote.provider;
     let release_log = log;
+    let sweep_name = name.clone();
     std::thread::Builder::new()
         .name("plimsoll-sweep".into())
         .spawn(move || {
@@ -355,10 +276,10 @@ fn remote_provider(
                 std::thread::sleep(RECHECK_EVERY);
                 let Some(provider) = weak.upgrade() else { return };
                 match provider.sweep() {
-                    Ok(swept) => log_remote_swept(&log, name, &swept),
+                    Ok(swept) => log_remote_swept(&log, &sweep_name, &swept),
                     Err(e) => log.warn(
                         "the remote backend's sweep failed; undeleted sandboxes keep holding capacity",
-                        &[("provider", serde_json::json!(name)), ("error", serde_json::json!(e))],
+                        &[("provider", serde_json::json!(sweep_name)), ("error", serde_json::json!(e))],
                     ),
                 }
             }
@@ -367,6 +288,7 @@ fn remote_provider(
     // Deletes off the result path: a call's sandboxes the plugin left (or failed
     // to delete) go as soon as its answer is out, their capacity held meanwhile.
     let weak = Arc::downgrade(&provider);
+    let release_name = name.clone();
     std::thread::Builder::new()
         .name("plimsoll-release".into())
         .spawn(move || {
@@ -378,7 +300,7 @@ fn remote_provider(
                 if let Err(e) = provider.release() {
                     release_log.warn(
                         "the remote backend's release failed; its sandboxes hold capacity until a sweep deletes them",
-                        &[("provider", serde_json::json!(name)), ("error", serde_json::json!(e))],
+                        &[("provider", serde_json::json!(release_name)), ("error", serde_json::json!(e))],
                     );
                 }
             }
@@ -413,10 +335,6 @@ fn log_swept(log: &Log, swept: &[String]) {
     );
 }
 
-fn docker_err(message: String) -> BuildError {
-    BuildError { provider: "docker", message }
-}
-
 /// `/tmp` and `/dev/shm` of a session's container, beside its disk budget in `/work`.
 const SESSION_SIDE_MOUNTS_MB: u32 = 32;
 /// Seconds a session container's lifetime label may outlast the session (the plugin
@@ -429,17 +347,25 @@ const RECHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(60);
 /// Verifies and loads the docker plugin, proves the engine (runtime, image, guest
 /// uid, resolver, the probe), runs the plugin's own smoke test, and starts the
 /// periodic re-check. Nothing is served unless all of it passes.
-fn docker_provider(config: &Config, docker: &DockerConfig, log: Log) -> Result<PluginProvider, BuildError> {
-    let (verified, approved) = verified_plugin(&docker.plugin, "SANDBOX_DOCKER_PLUGIN_APPROVE").map_err(docker_err)?;
+fn docker_provider(
+    config: &Config,
+    plugin: &ProviderPlugin,
+    docker: &DockerConfig,
+    log: Log,
+) -> Result<PluginProvider, BuildError> {
+    let name = plugin.name().to_string();
+    let fail = |message: String| BuildError { provider: name.clone(), message };
+    let (verified, approved) = verified_plugin(plugin).map_err(fail)?;
 
     let cache_dir = config.cache_dir.clone().or_else(EngineConfig::default_cache_dir);
     let seccomp = match &docker.seccomp {
-        Some(p) => std::fs::read_to_string(p)
-            .map_err(|e| docker_err(format!("SANDBOX_DOCKER_SECCOMP={}: {e}", p.display())))?,
+        Some(p) => {
+            std::fs::read_to_string(p).map_err(|e| fail(format!("SANDBOX_DOCKER_SECCOMP={}: {e}", p.display())))?
+        }
         None => plimsoll_containers::SECCOMP_PROFILE.to_string(),
     };
     serde_json::from_str::<serde_json::Value>(&seccomp)
-        .map_err(|e| docker_err(format!("the seccomp profile is not JSON: {e}")))?;
+        .map_err(|e| fail(format!("the seccomp profile is not JSON: {e}")))?;
     let resolv_path = cache_dir
         .clone()
         .unwrap_or_else(|| std::env::temp_dir().join(format!("plimsoll-{}", std::process::id())))
@@ -486,9 +412,9 @@ fn docker_provider(config: &Config, docker: &DockerConfig, log: Log) -> Result<P
         .thread_name("plimsoll-engine")
         .enable_all()
         .build()
-        .map_err(|e| docker_err(format!("starting the engine runtime: {e}")))?;
+        .map_err(|e| fail(format!("starting the engine runtime: {e}")))?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    let proven = rt.block_on(plimsoll_containers::startup::prove(&settings, now)).map_err(docker_err)?;
+    let proven = rt.block_on(plimsoll_containers::startup::prove(&settings, now)).map_err(fail)?;
     if !proven.swept.is_empty() {
         log_swept(&log, &proven.swept);
     }
@@ -496,10 +422,10 @@ fn docker_provider(config: &Config, docker: &DockerConfig, log: Log) -> Result<P
     let tiers = [(docker.runtime.clone(), tier)].into();
     let wall = Arc::new(Wall::new(proven.engine, proven.lockdown, tiers, rt).with_warm_pool(docker.warm_pool));
     let max_instances = (config.admission.max_concurrent * 2).max(16);
-    let engine = Engine::new(&EngineConfig { max_instances, cache_dir }).map_err(|e| docker_err(e.to_string()))?;
+    let engine = Engine::new(&EngineConfig { max_instances, cache_dir }).map_err(|e| fail(e.to_string()))?;
     let provider = PluginProvider::new(&engine, verified, approved, Some(Arc::clone(&wall)), &docker.runtime, limits)
-        .map_err(|e| docker_err(e.to_string()))?;
-    provider.smoke_test().map_err(docker_err)?;
+        .map_err(|e| fail(e.to_string()))?;
+    provider.smoke_test().map_err(fail)?;
     let weak = Arc::downgrade(&wall);
     std::thread::Builder::new()
         .name("plimsoll-recheck".into())
@@ -514,6 +440,6 @@ fn docker_provider(config: &Config, docker: &DockerConfig, log: Log) -> Result<P
                 }
             }
         })
-        .map_err(|e| docker_err(format!("starting the re-check: {e}")))?;
+        .map_err(|e| fail(format!("starting the re-check: {e}")))?;
     Ok(provider)
 }

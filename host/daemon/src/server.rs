@@ -140,7 +140,7 @@ impl Server {
             Some((c, k)) => Some(plimsoll_serve::tls::acceptor(c, k)?),
             None => None,
         };
-        if let (Some(guard), Some(g)) = (guard, config.remote.as_ref().and_then(|r| r.guard.as_ref())) {
+        if let (Some(guard), Some(g)) = (guard, config.remote().and_then(|r| r.guard.as_ref())) {
             let listener = TcpListener::bind(g.addr)
                 .await
                 .map_err(|source| StartError::Bind { addr: g.addr.to_string(), source })?;
@@ -170,13 +170,10 @@ impl Server {
                     DaemonGrants::load(path, &|name| plugins.get(name).cloned()).map_err(StartError::Grants)?;
                 let support = provider.grant_support();
                 if !grants.profiles().is_empty() && !support.snippets && !support.projects {
-                    // e2b's and dockercloud's sandboxes reach the broker through the host's guard, once it has one.
-                    let hint = match name.as_str() {
-                        "e2b" => " until it has the host's guard (E2B_GUARD_URL, PLIMSOLL_GUARD_ADDR)",
-                        "dockercloud" => {
-                            " until it has the host's guard (SANDBOX_DOCKERCLOUD_GUARD_URL, PLIMSOLL_GUARD_ADDR)"
-                        }
-                        _ => "",
+                    // A plugin whose manifest declares a guard reaches the broker through it, once it has one.
+                    let hint = match config.remote().and_then(|r| r.guard_variable.as_deref()) {
+                        Some(var) => format!(" until it has the host's guard ({var}, PLIMSOLL_GUARD_ADDR)"),
+                        None => String::new(),
                     };
                     return Err(StartError::Grants(format!(
                         "profiles are configured but the {name} provider has no credential-safe way to carry a grant{hint}; \

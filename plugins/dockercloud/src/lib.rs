@@ -78,14 +78,43 @@ struct Settings {
 fn settings() -> Result<Settings, Refusal> {
     let get = |key: &str| config::get(key).filter(|v| !v.is_empty());
     let missing = |what: &str| refused(RefusalReason::Environment, format!("the host gave no {what}"));
-    let number = |key: &str| get(key).and_then(|v| v.parse::<u32>().ok()).filter(|n| *n > 0);
+    let number = |key: &str| get(key).and_then(|v| v.parse::<u32>().ok());
+    let cpus_milli = number("envelope.cpus-milli").ok_or_else(|| missing("CPU limit"))?;
+    let memory_mb = number("envelope.memory-mb").ok_or_else(|| missing("memory limit"))?;
+    let (cpus, memory_mib) = size(cpus_milli, memory_mb).map_err(|e| refused(RefusalReason::Environment, e))?;
     Ok(Settings {
         image: get("image").ok_or_else(|| missing("image"))?,
         instance: get("instance").ok_or_else(|| missing("instance to stamp"))?,
         endpoint_url: get("endpoint-url").ok_or_else(|| missing("endpoint URL"))?,
-        cpus: number("cpus").ok_or_else(|| missing("CPU count"))?,
-        memory_mib: number("memory-mib").ok_or_else(|| missing("memory size"))?,
+        cpus,
+        memory_mib,
     })
+}
+
+/// The sizes Docker offers: (CPUs, MiB of memory), micro to xl.
+const SIZES: [(u32, u32); 5] = [(1, 2048), (2, 4096), (4, 8192), (8, 16384), (16, 32768)];
+
+/// The size for the operator's `SANDBOX_CPUS` (in thousandths) and
+/// `SANDBOX_MEMORY_MB` (0: unset): one of Docker's pairs, micro when neither is set.
+fn size(cpus_milli: u32, memory_mb: u32) -> Result<(u32, u32), String> {
+    let sizes = || SIZES.iter().map(|(c, m)| format!("{c} CPU(s) with {m} MiB")).collect::<Vec<_>>().join(", ");
+    if !cpus_milli.is_multiple_of(1000) {
+        return Err(format!(
+            "SANDBOX_CPUS={}: dockercloud sandboxes have whole CPUs, in Docker's sizes {}",
+            f64::from(cpus_milli) / 1000.0,
+            sizes()
+        ));
+    }
+    let cpus = cpus_milli / 1000;
+    let fit = SIZES.iter().find(|(c, m)| (cpus == 0 || *c == cpus) && (memory_mb == 0 || *m == memory_mb));
+    match (cpus, memory_mb, fit) {
+        (0, 0, _) => Ok(SIZES[0]),
+        (_, _, Some(&pair)) => Ok(pair),
+        _ => Err(format!(
+            "SANDBOX_CPUS={cpus} with SANDBOX_MEMORY_MB={memory_mb} is not a size Docker offers; use one of {}",
+            sizes()
+        )),
+    }
 }
 
 /// A sandbox of this run; deleted when dropped, whatever happened.
@@ -366,3 +395,20 @@ impl Guest for Plugin {
 }
 
 export!(Plugin);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_are_dockers_pairs_micro_when_unset() {
+        assert_eq!(size(0, 0), Ok((1, 2048)));
+        assert_eq!(size(2000, 0), Ok((2, 4096)));
+        assert_eq!(size(0, 8192), Ok((4, 8192)));
+        assert_eq!(size(8000, 16384), Ok((8, 16384)));
+        let e = size(1000, 1024).expect_err("no such pair");
+        assert!(e.starts_with("SANDBOX_CPUS=1 with SANDBOX_MEMORY_MB=1024 is not a size Docker offers; use one of 1 CPU(s) with 2048 MiB"), "{e}");
+        let e = size(1500, 0).expect_err("fraction");
+        assert!(e.starts_with("SANDBOX_CPUS=1.5: dockercloud sandboxes have whole CPUs"), "{e}");
+    }
+}

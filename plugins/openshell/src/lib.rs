@@ -90,16 +90,26 @@ struct Settings {
     disk_mib: u32,
 }
 
+/// A sandbox's memory when the operator names none, in MiB.
+const DEFAULT_MEMORY_MB: u32 = 256;
+/// A sandbox's CPU share when the operator names none, in thousandths.
+const DEFAULT_CPUS_MILLI: u32 = 1000;
+/// A sandbox's `/tmp` (its only writable directory) when the operator names none, in MiB.
+const DEFAULT_DISK_MB: u32 = 64;
+
 fn settings() -> Result<Settings, Refusal> {
     let get = |key: &str| config::get(key).filter(|v| !v.is_empty());
     let missing = |what: &str| refused(RefusalReason::Environment, format!("the host gave no {what}"));
-    let number = |key: &str| get(key).and_then(|v| v.parse::<u32>().ok()).filter(|n| *n > 0);
+    // The operator's envelope; 0 is unset, and the sandbox gets this plugin's default.
+    let limit = |key: &str, default: u32| {
+        get(key).and_then(|v| v.parse::<u32>().ok()).map(|n| if n == 0 { default } else { n })
+    };
     Ok(Settings {
         image: get("image").ok_or_else(|| missing("image"))?,
         instance: get("instance").ok_or_else(|| missing("instance to stamp"))?,
-        cpus_milli: number("cpus-milli").ok_or_else(|| missing("CPU share"))?,
-        memory_mib: number("memory-mib").ok_or_else(|| missing("memory size"))?,
-        disk_mib: number("disk-mib").ok_or_else(|| missing("disk size"))?,
+        cpus_milli: limit("envelope.cpus-milli", DEFAULT_CPUS_MILLI).ok_or_else(|| missing("CPU limit"))?,
+        memory_mib: limit("envelope.memory-mb", DEFAULT_MEMORY_MB).ok_or_else(|| missing("memory limit"))?,
+        disk_mib: limit("envelope.disk-mb", DEFAULT_DISK_MB).ok_or_else(|| missing("disk limit"))?,
     })
 }
 

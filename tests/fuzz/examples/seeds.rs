@@ -57,7 +57,7 @@ fn main() {
 
     // Each plugin's manifest, then a NUL, then its signature by the fuzz key.
     let key = SigningKey::from_bytes(&[7u8; 32]);
-    for plugin in ["docker", "inventory-broker", "kms-signer"] {
+    for plugin in ["docker", "e2b", "dockercloud", "openshell", "agentsandbox", "inventory-broker", "kms-signer"] {
         let manifest = std::fs::read(root().join("plugins").join(plugin).join("plugin.toml")).expect("manifest");
         let sig = signature::sign(&key, COMPONENT, &manifest).expect("sign");
         let mut seed = manifest.clone();

@@ -9,35 +9,26 @@ use std::time::Duration;
 use plimsoll_core::Floor;
 use serde::Deserialize;
 
-mod agentsandbox;
 mod docker;
-mod dockercloud;
-mod e2b;
 mod env;
 mod grants;
 mod guard;
-mod openshell;
-mod plugins;
-mod remote;
+mod plugin;
 mod variables;
 mod wasm;
 
-use agentsandbox::{AgentSandboxTable, agentsandbox_config};
 pub use docker::DockerConfig;
-use docker::{DockerTable, docker_config};
-use dockercloud::{DockerCloudTable, dockercloud_config};
-use e2b::{E2bTable, e2b_config};
+use docker::{DockerSettings, DockerTable};
 pub use env::{Env, ProcessEnv};
 use env::{Pick, parse_duration};
 pub use grants::BrokerPlugins;
 use grants::{GrantsTable, broker_plugins};
 pub use guard::GuardConfig;
-use openshell::{OpenShellTable, openshell_config};
-pub use plugins::PluginConfig;
-use plugins::PluginTable;
-pub use remote::{EndpointConfig, ExchangeConfig, RemoteConfig, Secret};
+pub use plugin::{
+    Backend, EndpointConfig, ExchangeConfig, PluginConfig, ProviderPlugin, RemoteConfig, Secret, host_variables,
+};
 use variables::CLIENT_VARIABLES;
-pub use variables::{BROKER_AUTH_PREFIX, VARIABLES};
+pub use variables::{BROKER_AUTH_PREFIX, PLUGIN_VARIABLES, VARIABLES};
 pub use wasm::WasmEngine;
 
 /// Why configuration was refused. Messages name the key or variable.
@@ -63,7 +54,7 @@ pub enum ConfigError {
     #[error("{0}")]
     Value(String),
     /// Variables this daemon does not know are set.
-    #[error("unknown variable{} {}: check the spelling (a misspelt safety setting must not be ignored)", if .0.len() == 1 { "" } else { "s" }, .0.join(", "))]
+    #[error("unknown variable{} {}: check the spelling (a misspelt safety setting must not be ignored; a plugin's settings are read only when SANDBOX_PROVIDER names it)", if .0.len() == 1 { "" } else { "s" }, .0.join(", "))]
     UnknownVariables(Vec<String>),
 }
 
@@ -89,6 +80,7 @@ struct DaemonTable {
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 struct SandboxTable {
     provider: Option<String>,
+    plugins_dir: Option<PathBuf>,
     min_isolation: Option<String>,
     wasm_python: Option<PathBuf>,
     wasm_engine: Option<String>,
@@ -119,53 +111,33 @@ struct File {
     sandbox: SandboxTable,
     #[serde(default)]
     docker: DockerTable,
+    /// `[plugins.NAME]`: each plugin's location, approvals and settings, checked
+    /// against its manifest.
     #[serde(default)]
-    e2b: E2bTable,
-    #[serde(default)]
-    dockercloud: DockerCloudTable,
-    #[serde(default)]
-    openshell: OpenShellTable,
-    #[serde(default)]
-    agentsandbox: AgentSandboxTable,
-    #[serde(default)]
-    plugins: std::collections::BTreeMap<String, PluginTable>,
+    plugins: std::collections::BTreeMap<String, toml::Table>,
     #[serde(default)]
     grants: GrantsTable,
 }
 
 /// Which provider the daemon runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ProviderKind {
     /// Runs nothing (the default).
     Disabled,
-    /// QuickJS in-process, the process tier.
+    /// QuickJS and CPython in the daemon's own engine, the process tier.
     Wasm,
-    /// Locked-down containers through the docker plugin: container (runc) or kernel (runsc).
-    Docker,
-    /// E2B's microVMs through the e2b plugin, over the host's outbound HTTP.
-    E2b,
-    /// Docker Cloud Sandboxes through the dockercloud plugin, over the host's
-    /// outbound HTTP.
-    DockerCloud,
-    /// An OpenShell gateway's docker sandboxes through the openshell plugin, over
-    /// the host's outbound HTTP/2 with mutual TLS.
-    OpenShell,
-    /// Pods claimed from a Kubernetes agent-sandbox warm pool through the
-    /// agentsandbox plugin, over the host's outbound HTTPS to the API server.
-    AgentSandbox,
+    /// The signed provider plugin of this name: the docker plugin on the host's
+    /// container engine, or a remote backend's plugin over the host's outbound HTTP.
+    Plugin(String),
 }
 
 impl ProviderKind {
     /// The provider's wire name.
-    pub fn as_str(self) -> &'static str {
+    pub fn as_str(&self) -> &str {
         match self {
             ProviderKind::Disabled => "disabled",
             ProviderKind::Wasm => "wasm",
-            ProviderKind::Docker => "docker",
-            ProviderKind::E2b => "e2b",
-            ProviderKind::DockerCloud => "dockercloud",
-            ProviderKind::OpenShell => "openshell",
-            ProviderKind::AgentSandbox => "agentsandbox",
+            ProviderKind::Plugin(name) => name,
         }
     }
 }
@@ -288,10 +260,8 @@ pub struct Config {
     pub wasm_python: Option<PathBuf>,
     /// `SANDBOX_WASM_ENGINE`: where the wasm provider's engine runs guests.
     pub wasm_engine: WasmEngine,
-    /// The docker provider's settings, when it is the provider.
-    pub docker: Option<DockerConfig>,
-    /// A remote backend's settings, when one is the provider.
-    pub remote: Option<RemoteConfig>,
+    /// The provider plugin, when a plugin is the provider.
+    pub plugin: Option<ProviderPlugin>,
     /// Sessions: off unless `SANDBOX_MAX_SESSIONS` is above 0.
     pub sessions: SessionSettings,
     /// Settings the operator stated explicitly (hardened mode wants some of them).
@@ -304,6 +274,22 @@ pub struct Config {
 pub const MAX_CONCURRENT_CEILING: u32 = 4096;
 
 impl Config {
+    /// The container engine's settings, when the provider plugin drives it.
+    pub fn docker(&self) -> Option<&DockerConfig> {
+        match self.plugin.as_ref().map(|p| &p.backend) {
+            Some(Backend::Containers(d)) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// The remote backend's settings, when the provider plugin drives one.
+    pub fn remote(&self) -> Option<&RemoteConfig> {
+        match self.plugin.as_ref().map(|p| &p.backend) {
+            Some(Backend::Remote(r)) => Some(r),
+            _ => None,
+        }
+    }
+
     /// How callers authenticate, for the log (never the token).
     pub fn auth_kind(&self) -> &'static str {
         match self.auth {
@@ -320,22 +306,6 @@ impl Config {
     ///
     /// [`ConfigError`] naming the first bad key or value, or every unknown variable.
     pub fn load(path: Option<&Path>, env: &dyn Env) -> Result<Config, ConfigError> {
-        let unknown: Vec<String> = {
-            let mut u: Vec<String> = env
-                .names()
-                .into_iter()
-                .filter(|n| n.starts_with("PLIMSOLL_") || n.starts_with("SANDBOX_"))
-                .filter(|n| !VARIABLES.iter().any(|(v, _, _)| v == n) && !CLIENT_VARIABLES.contains(&n.as_str()))
-                // One per broker plugin endpoint; a misspelt one leaves its endpoint without
-                // a credential, which the vendor's token endpoint refuses.
-                .filter(|n| !n.starts_with(BROKER_AUTH_PREFIX))
-                .collect();
-            u.sort();
-            u
-        };
-        if !unknown.is_empty() {
-            return Err(ConfigError::UnknownVariables(unknown));
-        }
         let file_path = path.map(Path::to_path_buf).or_else(|| env.get("PLIMSOLL_CONFIG").map(PathBuf::from));
         let file: File = match &file_path {
             None => File::default(),
@@ -346,18 +316,35 @@ impl Config {
                     .map_err(|e| ConfigError::File { path: p.display().to_string(), message: e.to_string() })?
             }
         };
-        let File {
-            daemon: d,
-            sandbox: s,
-            docker: docker_table,
-            e2b: e2b_table,
-            dockercloud: dockercloud_table,
-            openshell: openshell_table,
-            agentsandbox: agentsandbox_table,
-            mut plugins,
-            grants: grants_table,
-        } = file;
+        let File { daemon: d, sandbox: s, docker: docker_table, mut plugins, grants: grants_table } = file;
+        let provider = match env.get("SANDBOX_PROVIDER").or(s.provider.clone()).map(|p| p.trim().to_ascii_lowercase()) {
+            None => ProviderKind::Disabled,
+            Some(p) if p.is_empty() || p == "disabled" => ProviderKind::Disabled,
+            Some(p) if p == "wasm" => ProviderKind::Wasm,
+            Some(p) => ProviderKind::Plugin(plugin::plugin_name(&p)?),
+        };
+        // The provider plugin's own variables are checked against its manifest below.
+        let plugin_prefix = match &provider {
+            ProviderKind::Plugin(name) => Some(format!("{}_", plimsoll_plugin_trust::manifest::variable_prefix(name))),
+            _ => None,
+        };
+        let known = |n: &str| VARIABLES.iter().any(|(v, _, _)| *v == n) || CLIENT_VARIABLES.contains(&n);
+        let mut unknown: Vec<String> = env
+            .names()
+            .into_iter()
+            .filter(|n| n.starts_with("PLIMSOLL_") || n.starts_with("SANDBOX_"))
+            .filter(|n| !known(n))
+            // One per broker plugin endpoint; a misspelt one leaves its endpoint without
+            // a credential, which the vendor's token endpoint refuses.
+            .filter(|n| !n.starts_with(BROKER_AUTH_PREFIX))
+            .filter(|n| plugin_prefix.as_ref().is_none_or(|p| !n.starts_with(p.as_str())))
+            .collect();
+        unknown.sort();
+        if !unknown.is_empty() {
+            return Err(ConfigError::UnknownVariables(unknown));
+        }
         let mut pick = Pick { env, explicit: Vec::new() };
+        pick.string("SANDBOX_PROVIDER", s.provider);
 
         let addr = pick.string("PLIMSOLL_ADDR", d.addr).unwrap_or_else(|| ":8746".into());
         let metrics_addr = match pick.string("PLIMSOLL_METRICS_ADDR", d.metrics_addr) {
@@ -422,43 +409,11 @@ impl Config {
         let broker_plugins = broker_plugins(&mut pick, grants_table)?;
         let guard_addr = pick.string("PLIMSOLL_GUARD_ADDR", d.guard_addr).filter(|a| !a.is_empty());
 
-        let provider = match pick
-            .string("SANDBOX_PROVIDER", s.provider)
-            .map(|p| p.trim().to_ascii_lowercase())
-            .as_deref()
-        {
-            None | Some("") | Some("disabled") => ProviderKind::Disabled,
-            Some("wasm") => ProviderKind::Wasm,
-            Some("docker") => ProviderKind::Docker,
-            Some("e2b") => ProviderKind::E2b,
-            Some("dockercloud") => ProviderKind::DockerCloud,
-            Some("openshell") => ProviderKind::OpenShell,
-            Some("agentsandbox") => ProviderKind::AgentSandbox,
-            Some(other) => {
-                return Err(ConfigError::Value(format!(
-                    "SANDBOX_PROVIDER={other:?} is not a provider; use wasm, docker, e2b, dockercloud, openshell or agentsandbox (or leave it unset)"
-                )));
-            }
-        };
-        if guard_addr.is_some() && !matches!(provider, ProviderKind::E2b | ProviderKind::DockerCloud) {
-            return Err(ConfigError::Value(format!(
-                "PLIMSOLL_GUARD_ADDR is set, but SANDBOX_PROVIDER is {}; only e2b and dockercloud sandboxes reach a guard: unset it",
-                provider.as_str()
-            )));
-        }
-        let docker = docker_config(&mut pick, provider, docker_table, plugins.remove("docker"))?;
-        let e2b = e2b_config(&mut pick, env, provider, e2b_table, plugins.remove("e2b"), guard_addr.clone())?;
-        let dockercloud =
-            dockercloud_config(&mut pick, env, provider, dockercloud_table, plugins.remove("dockercloud"), guard_addr)?;
-        let openshell = openshell_config(&mut pick, provider, openshell_table, plugins.remove("openshell"))?;
-        let agentsandbox =
-            agentsandbox_config(&mut pick, env, provider, agentsandbox_table, plugins.remove("agentsandbox"))?;
-        let mut remote = e2b.or(dockercloud).or(openshell).or(agentsandbox);
-        if let Some(name) = plugins.keys().next() {
-            return Err(ConfigError::Value(format!(
-                "[plugins.{name}]: this build loads provider plugins docker, e2b, dockercloud, openshell and agentsandbox only"
-            )));
-        }
+        let plugins_dir = pick
+            .string("SANDBOX_PLUGINS_DIR", s.plugins_dir.map(|p| p.display().to_string()))
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from);
+        let docker_settings = DockerSettings::read(&mut pick, docker_table)?;
         let min_isolation = match pick.string("SANDBOX_MIN_ISOLATION", s.min_isolation) {
             None => None,
             Some(v) if v.is_empty() => None,
@@ -493,46 +448,47 @@ impl Config {
                 c
             }
         };
+        if cpus > 0.0 && (cpus * 1000.0).round() == 0.0 {
+            return Err(ConfigError::Value(format!("SANDBOX_CPUS={cpus} is under a thousandth of a CPU")));
+        }
         let pids = pick.u32("SANDBOX_PIDS", s.pids)?.unwrap_or(0);
         let disk_mb = pick.u32("SANDBOX_DISK_MB", s.disk_mb)?.unwrap_or(0);
-        if provider == ProviderKind::E2b && pids != 0 {
-            return Err(ConfigError::Value(
-                "SANDBOX_PIDS is set, but e2b cannot limit processes in its sandboxes; unset it".into(),
-            ));
-        }
-        if provider == ProviderKind::DockerCloud {
-            for (name, set) in [("SANDBOX_PIDS", pids != 0), ("SANDBOX_DISK_MB", disk_mb != 0)] {
-                if set {
+        let resources = Resources { memory_mb, cpus, pids, disk_mb };
+        let plugin = match &provider {
+            ProviderKind::Plugin(name) => {
+                let input = plugin::Inputs {
+                    env,
+                    table: plugins.remove(name).unwrap_or_default(),
+                    plugins_dir,
+                    docker: docker_settings,
+                    resources: &resources,
+                    guard_addr: guard_addr.clone(),
+                };
+                let p = plugin::provider_plugin(name, input)?;
+                plugin::check_variables(&p.manifest, env)?;
+                Some(p)
+            }
+            ProviderKind::Disabled | ProviderKind::Wasm => {
+                if let Some(var) = docker_settings.first_set() {
                     return Err(ConfigError::Value(format!(
-                        "{name} is set, but Docker Cloud Sandboxes offer no such limit; unset it"
+                        "{var} is set, but SANDBOX_PROVIDER is {}; set SANDBOX_PROVIDER=docker or unset it",
+                        provider.as_str()
                     )));
                 }
+                if guard_addr.is_some() {
+                    return Err(ConfigError::Value(format!(
+                        "PLIMSOLL_GUARD_ADDR is set, but SANDBOX_PROVIDER is {}; only a provider plugin whose manifest declares a guard-url reaches a guard: unset it",
+                        provider.as_str()
+                    )));
+                }
+                None
             }
-            let (cpus, memory) = dockercloud::size(cpus, memory_mb)?;
-            if let Some(r) = remote.as_mut() {
-                r.settings.insert("cpus".into(), cpus.to_string());
-                r.settings.insert("memory-mib".into(), memory.to_string());
-            }
-        }
-        if provider == ProviderKind::AgentSandbox {
-            let set = [
-                ("SANDBOX_CPUS", cpus != 0.0),
-                ("SANDBOX_MEMORY_MB", memory_mb != 0),
-                ("SANDBOX_PIDS", pids != 0),
-                ("SANDBOX_DISK_MB", disk_mb != 0),
-            ];
-            if let Some((name, _)) = set.iter().find(|(_, set)| *set) {
-                return Err(ConfigError::Value(format!(
-                    "{name} is set, but agentsandbox pods are sized by their template (its container's resources \
-                     and its emptyDir's sizeLimit), which the read-back holds them to; unset it"
-                )));
-            }
-        }
-        if provider == ProviderKind::OpenShell {
-            let size = openshell::size(cpus, memory_mb, disk_mb, pids)?;
-            if let Some(r) = remote.as_mut() {
-                r.settings.extend(size);
-            }
+        };
+        if let Some(name) = plugins.keys().next() {
+            return Err(ConfigError::Value(format!(
+                "[plugins.{name}] is set, but SANDBOX_PROVIDER is {}; set SANDBOX_PROVIDER={name} or remove the table",
+                provider.as_str()
+            )));
         }
         if provider == ProviderKind::Wasm {
             for (name, set) in
@@ -561,7 +517,11 @@ impl Config {
         let max_concurrent = if total_memory_mb > 0 {
             let per_run = if memory_mb > 0 { memory_mb } else { 256 };
             // Each container the warm pool may keep holds a run's memory limit.
-            let pooled = docker.as_ref().map_or(0, |d| d.warm_pool * plimsoll_containers::pool::MAX_SHAPES as u32);
+            let warm_pool = match plugin.as_ref().map(|p| &p.backend) {
+                Some(Backend::Containers(d)) => d.warm_pool,
+                _ => 0,
+            };
+            let pooled = warm_pool * plimsoll_containers::pool::MAX_SHAPES as u32;
             let fit = (total_memory_mb / per_run).saturating_sub(pooled);
             if fit < 1 {
                 let beside = if pooled > 0 {
@@ -649,7 +609,7 @@ impl Config {
             tls,
             provider,
             min_isolation,
-            resources: Resources { memory_mb, cpus, pids, disk_mb },
+            resources,
             admission: Admission { max_concurrent, per_key_concurrent, rate_per_min, rate_burst },
             total_memory_mb,
             cache_dir,
@@ -657,8 +617,7 @@ impl Config {
             broker_plugins,
             wasm_python,
             wasm_engine,
-            docker,
-            remote,
+            plugin,
             sessions,
             explicit: pick.explicit,
         })

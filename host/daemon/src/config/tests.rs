@@ -10,6 +10,38 @@ fn load(pairs: &[(&str, &str)]) -> Result<Config, ConfigError> {
     Config::load(None, &env(pairs))
 }
 
+/// A plugin of this repository, whose manifest startup reads.
+fn plugin_dir(name: &str) -> String {
+    format!("{}/../../plugins/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A file that exists, for settings of kind `file`.
+fn a_file(tag: &str) -> String {
+    let p = std::env::temp_dir().join(format!("plimsoll-config-{tag}-{}", std::process::id()));
+    std::fs::write(&p, "-----BEGIN CERTIFICATE-----\n").expect("write");
+    p.display().to_string()
+}
+
+/// `full` with `name` left out, and with `pair` added (or replacing its name).
+fn without(full: &[(&'static str, String)], name: &str) -> Vec<(&'static str, String)> {
+    full.iter().filter(|(k, _)| *k != name).cloned().collect()
+}
+fn with(full: &[(&'static str, String)], pair: (&'static str, &str)) -> Vec<(&'static str, String)> {
+    let mut v = without(full, pair.0);
+    v.push((pair.0, pair.1.to_string()));
+    v
+}
+fn load_owned(pairs: &[(&'static str, String)]) -> Result<Config, ConfigError> {
+    let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    load(&pairs)
+}
+fn refusals(cases: Vec<(Vec<(&'static str, String)>, String)>) {
+    for (pairs, want) in cases {
+        let got = load_owned(&pairs).map(|_| ()).expect_err(&want).to_string();
+        assert_eq!(got, want);
+    }
+}
+
 #[test]
 fn defaults_are_the_originals() {
     let c = load(&[]).expect("defaults");
@@ -71,7 +103,7 @@ fn an_unknown_variable_fails_startup_naming_it() {
     let e = load(&[("SANDBOX_MIN_ISOLATON", "kernel"), ("PLIMSOLL_CALLER_TOKEN", "x")]).expect_err("typo");
     assert_eq!(
         e.to_string(),
-        "unknown variable SANDBOX_MIN_ISOLATON: check the spelling (a misspelt safety setting must not be ignored)"
+        "unknown variable SANDBOX_MIN_ISOLATON: check the spelling (a misspelt safety setting must not be ignored; a plugin's settings are read only when SANDBOX_PROVIDER names it)"
     );
 }
 
@@ -87,8 +119,8 @@ fn malformed_values_name_the_variable() {
             "SANDBOX_MIN_ISOLATION: minimum isolation \"none\" is not a floor; use process, container, kernel or vm, or leave it empty",
         ),
         (
-            &[("SANDBOX_PROVIDER", "dokcer")],
-            "SANDBOX_PROVIDER=\"dokcer\" is not a provider; use wasm, docker, e2b, dockercloud, openshell or agentsandbox (or leave it unset)",
+            &[("SANDBOX_PROVIDER", "dock er")],
+            "SANDBOX_PROVIDER=\"dock er\" is not a provider: use wasm, or the name of a provider plugin (lowercase letters, digits and dashes), or leave it unset",
         ),
         (
             &[("PLIMSOLL_TOKEN", "short")],
@@ -117,16 +149,17 @@ fn the_wasm_engine_is_jailed_unless_opted_out() {
 
 #[test]
 fn docker_settings_are_required_for_docker_and_refused_elsewhere() {
+    let dir = plugin_dir("docker");
     let full: [(&str, &str); 4] = [
         ("SANDBOX_PROVIDER", "docker"),
         ("SANDBOX_DOCKER_IMAGE", "sha256:abc"),
-        ("SANDBOX_DOCKER_PLUGIN", "/opt/plimsoll/docker"),
+        ("SANDBOX_DOCKER_PLUGIN", &dir),
         ("SANDBOX_DOCKER_PLUGIN_KEYS", "/etc/plimsoll/ops.pub, /etc/plimsoll/ci.pub"),
     ];
     let c = load(&full).expect("loads");
-    let d = c.docker.expect("docker settings");
+    let d = c.docker().expect("docker settings");
     assert_eq!((d.runtime.as_str(), d.guest_uid), ("runc", 61000));
-    assert_eq!(d.plugin.trusted_keys.len(), 2);
+    assert_eq!(c.plugin.as_ref().expect("plugin").location.trusted_keys.len(), 2);
     let without = |name: &str| full.iter().copied().filter(|(k, _)| *k != name).collect::<Vec<_>>();
     let with = |pair: (&'static str, &'static str)| {
         let mut v = full.to_vec();
@@ -140,7 +173,7 @@ fn docker_settings_are_required_for_docker_and_refused_elsewhere() {
         ),
         (
             without("SANDBOX_DOCKER_PLUGIN"),
-            "SANDBOX_PROVIDER=docker needs SANDBOX_DOCKER_PLUGIN: the signed plugin's directory (plugins/build.sh, then plimsoll-host plugin sign)",
+            "SANDBOX_PROVIDER=docker needs SANDBOX_DOCKER_PLUGIN (or path in [plugins.docker], or SANDBOX_PLUGINS_DIR): the signed plugin's directory (plugins/build.sh, then plimsoll-host plugin sign)",
         ),
         (
             without("SANDBOX_DOCKER_PLUGIN_KEYS"),
@@ -160,16 +193,17 @@ fn docker_settings_are_required_for_docker_and_refused_elsewhere() {
 
 #[test]
 fn the_warm_pool_is_off_by_default_bounded_docker_only_and_counted_against_total_memory() {
+    let dir = plugin_dir("docker");
     let docker: [(&str, &str); 4] = [
         ("SANDBOX_PROVIDER", "docker"),
         ("SANDBOX_DOCKER_IMAGE", "sha256:abc"),
-        ("SANDBOX_DOCKER_PLUGIN", "/opt/plimsoll/docker"),
+        ("SANDBOX_DOCKER_PLUGIN", &dir),
         ("SANDBOX_DOCKER_PLUGIN_KEYS", "/etc/plimsoll/ops.pub"),
     ];
     let with = |extra: &[(&'static str, &'static str)]| [&docker[..], extra].concat();
-    assert_eq!(load(&docker).expect("loads").docker.expect("docker").warm_pool, 0);
+    assert_eq!(load(&docker).expect("loads").docker().expect("docker").warm_pool, 0);
     let c = load(&with(&[("SANDBOX_WARM_POOL", "64")])).expect("loads");
-    assert_eq!(c.docker.expect("docker").warm_pool, 64);
+    assert_eq!(c.docker().expect("docker").warm_pool, 64);
     let cases: [(Vec<(&str, &str)>, &str); 4] = [
         (with(&[("SANDBOX_WARM_POOL", "65")]), "SANDBOX_WARM_POOL=65 is outside 0..64"),
         (with(&[("SANDBOX_WARM_POOL", "some")]), "SANDBOX_WARM_POOL=\"some\" is not a whole number"),
@@ -193,7 +227,7 @@ fn the_warm_pool_is_off_by_default_bounded_docker_only_and_counted_against_total
     let toml = std::env::temp_dir().join(format!("plimsoll-pool-{}.toml", std::process::id()));
     std::fs::write(&toml, "[docker]\nwarm-pool = 3\n").expect("write");
     let c = Config::load(Some(&toml), &env(&docker)).expect("loads the file");
-    assert_eq!(c.docker.expect("docker").warm_pool, 3);
+    assert_eq!(c.docker().expect("docker").warm_pool, 3);
     let _ = std::fs::remove_file(&toml);
 }
 
@@ -248,108 +282,120 @@ fn loopback_addresses() {
     assert!(!is_loopback("0.0.0.0:8746"));
 }
 
+// The four remote plugins this repository ships, read through their own
+// manifests: the daemon's code names none of them.
+
 #[test]
-fn e2b_settings_are_required_for_e2b_checked_and_refused_elsewhere() {
-    let full: [(&str, &str); 4] = [
-        ("SANDBOX_PROVIDER", "e2b"),
-        ("E2B_API_KEY", "e2b_0123456789abcdef"),
-        ("SANDBOX_E2B_PLUGIN", "/opt/plimsoll/e2b"),
-        ("SANDBOX_E2B_PLUGIN_KEYS", "/etc/plimsoll/vendor.pub"),
+fn e2b_settings_come_from_its_manifest_checked_by_kind() {
+    let full: Vec<(&str, String)> = vec![
+        ("SANDBOX_PROVIDER", "e2b".into()),
+        ("E2B_API_KEY", "e2b_0123456789abcdef".into()),
+        ("SANDBOX_E2B_PLUGIN", plugin_dir("e2b")),
+        ("SANDBOX_E2B_PLUGIN_KEYS", "/etc/plimsoll/vendor.pub".into()),
     ];
-    let c = load(&full).expect("loads");
-    let r = c.remote.as_ref().expect("e2b settings");
-    assert_eq!((r.provider, r.max_tier), ("e2b", plimsoll_core::Tier::Vm));
+    let c = load_owned(&full).expect("loads");
+    let r = c.remote().expect("remote settings");
+    assert_eq!((c.provider.as_str(), r.max_tier), ("e2b", plimsoll_core::Tier::Vm));
     assert_eq!(r.endpoints["api"].url, "https://api.e2b.app");
     assert_eq!(r.endpoints["envd"].url, "https://49983-{target}.e2b.app");
     assert_eq!(r.settings.get("template").map(String::as_str), Some("base"));
     assert!(r.settings["instance"].starts_with("plimsoll@"), "{:?}", r.settings);
-    // The key rides only as the api endpoint's header, and no Debug shows it.
+    // The envelope it enforces reaches it; the key rides only as the api endpoint's header.
+    assert_eq!(r.settings.get("envelope.memory-mb").map(String::as_str), Some("0"));
+    assert!(!r.settings.contains_key("api-key") && !r.settings.contains_key("envelope.pids"));
     assert_eq!(r.endpoints["api"].headers[0].0, "x-api-key");
     assert_eq!(r.endpoints["api"].headers[0].1.expose(), "e2b_0123456789abcdef");
     assert!(r.endpoints["envd"].headers.is_empty());
     assert!(!format!("{c:?}").contains("e2b_0123456789abcdef"));
-    let without = |name: &str| full.iter().copied().filter(|(k, _)| *k != name).collect::<Vec<_>>();
-    let with = |pair: (&'static str, &'static str)| {
-        let mut v = full.to_vec();
-        v.push(pair);
-        v
-    };
-    let cases: [(Vec<(&str, &str)>, &str); 10] = [
-        (
-            with(("SANDBOX_E2B_INSTANCE", "two words")),
-            "SANDBOX_E2B_INSTANCE=\"two words\" must be 1 to 64 letters, digits and @ . _ -",
-        ),
-        (
-            without("E2B_API_KEY"),
-            "SANDBOX_PROVIDER=e2b needs E2B_API_KEY (or e2b.api-key-file): the host holds it; the plugin never sees it",
-        ),
-        (
-            without("SANDBOX_E2B_PLUGIN"),
-            "SANDBOX_PROVIDER=e2b needs SANDBOX_E2B_PLUGIN: the signed plugin's directory (plugins/build.sh, then plimsoll-host plugin sign)",
-        ),
-        (
-            with(("SANDBOX_E2B_API_URL", "http://api.e2b.app")),
-            "SANDBOX_E2B_API_URL=\"http://api.e2b.app\" must be https (http only to loopback)",
-        ),
-        (
-            with(("SANDBOX_E2B_ENVD_URL", "https://envd.e2b.app")),
-            "SANDBOX_E2B_ENVD_URL=\"https://envd.e2b.app\" must name {target} once, where the sandbox's ID goes (as in https://49983-{target}.e2b.app)",
-        ),
-        (with(("SANDBOX_E2B_CONNECT_TO", "localhost")), "SANDBOX_E2B_CONNECT_TO=\"localhost\" is not an IP address"),
-        (
-            with(("SANDBOX_E2B_MAX_TIER", "hypervisor")),
-            "SANDBOX_E2B_MAX_TIER=\"hypervisor\": use vm, kernel, container or process",
-        ),
-        (with(("E2B_TEMPLATE", "base;rm")), "E2B_TEMPLATE=\"base;rm\" must be letters, digits, dashes and underscores"),
-        (
-            with(("SANDBOX_PIDS", "64")),
-            "SANDBOX_PIDS is set, but e2b cannot limit processes in its sandboxes; unset it",
-        ),
-        (
-            vec![("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_E2B_API_URL", "https://api.e2b.app")],
-            "SANDBOX_E2B_API_URL is set, but SANDBOX_PROVIDER is wasm; set SANDBOX_PROVIDER=e2b or unset it",
-        ),
-    ];
-    for (pairs, want) in cases {
-        assert_eq!(load(&pairs).expect_err(want).to_string(), want);
-    }
-    // A local fake over plain HTTP on loopback is allowed; the caps and the CA carry through.
-    let c = load(
+    assert_eq!(r.guard_variable.as_deref(), Some("E2B_GUARD_URL"));
+    let ca = a_file("e2b-ca");
+    let c = load_owned(
         &[
             &full[..],
             &[
-                ("SANDBOX_E2B_API_URL", "http://127.0.0.1:9000"),
-                ("SANDBOX_E2B_ENVD_URL", "https://49983-{target}.e2b.test:9000"),
-                ("SANDBOX_E2B_CONNECT_TO", "127.0.0.1"),
-                ("SANDBOX_E2B_CA_FILE", "/tmp/ca.pem"),
-                ("SANDBOX_E2B_MAX_TIER", "container"),
+                ("SANDBOX_E2B_API_URL", "http://127.0.0.1:9000".into()),
+                ("SANDBOX_E2B_ENVD_URL", "https://49983-{target}.e2b.test:9000".into()),
+                ("SANDBOX_E2B_CONNECT_TO", "127.0.0.1".into()),
+                ("SANDBOX_E2B_CA_FILE", ca.clone()),
+                ("SANDBOX_E2B_MAX_TIER", "container".into()),
+                ("SANDBOX_E2B_TEMPLATE", "code-interpreter".into()),
             ],
         ]
         .concat(),
     )
-    .expect("a local fake");
-    let r = c.remote.expect("e2b settings");
+    .expect("a local fake over plain HTTP on loopback");
+    let r = c.remote().expect("remote");
     assert_eq!(r.max_tier, plimsoll_core::Tier::Container);
-    assert_eq!(r.endpoints["envd"].ca_file.as_deref(), Some(std::path::Path::new("/tmp/ca.pem")));
+    assert_eq!(r.endpoints["envd"].ca_file.as_deref(), Some(std::path::Path::new(&ca)));
     assert_eq!(r.endpoints["api"].connect_to, Some([127, 0, 0, 1].into()));
+    assert_eq!(r.settings["template"], "code-interpreter");
+    refusals(vec![
+        (
+            with(&full, ("SANDBOX_E2B_INSTANCE", "two words")),
+            "SANDBOX_E2B_INSTANCE=\"two words\" must be 1 to 64 letters, digits and @ . _ -".into(),
+        ),
+        (
+            without(&full, "E2B_API_KEY"),
+            "SANDBOX_PROVIDER=e2b needs SANDBOX_E2B_API_KEY (or E2B_API_KEY, or api-key-file in [plugins.e2b]): the team's API key; the host attaches it, the plugin never sees it".into(),
+        ),
+        (
+            without(&full, "SANDBOX_E2B_PLUGIN"),
+            "SANDBOX_PROVIDER=e2b needs SANDBOX_E2B_PLUGIN (or path in [plugins.e2b], or SANDBOX_PLUGINS_DIR): the signed plugin's directory (plugins/build.sh, then plimsoll-host plugin sign)".into(),
+        ),
+        (
+            with(&full, ("SANDBOX_E2B_API_URL", "http://api.e2b.app")),
+            "SANDBOX_E2B_API_URL=\"http://api.e2b.app\" must be https (http only to loopback)".into(),
+        ),
+        (
+            with(&full, ("SANDBOX_E2B_ENVD_URL", "https://envd.e2b.app")),
+            "SANDBOX_E2B_ENVD_URL=\"https://envd.e2b.app\" must name {target} once, where the sandbox's ID goes (as in https://49983-{target}.e2b.app)".into(),
+        ),
+        (
+            with(&full, ("SANDBOX_E2B_CONNECT_TO", "localhost")),
+            "SANDBOX_E2B_CONNECT_TO=\"localhost\" is not an IP address".into(),
+        ),
+        (
+            with(&full, ("SANDBOX_E2B_MAX_TIER", "hypervisor")),
+            "SANDBOX_E2B_MAX_TIER=\"hypervisor\": use vm, kernel, container or process".into(),
+        ),
+        (
+            with(&full, ("E2B_TEMPLATE", "base;rm")),
+            "E2B_TEMPLATE=\"base;rm\" must be letters, digits, dashes and underscores".into(),
+        ),
+        (
+            with(&full, ("SANDBOX_E2B_CA_FILE", "/nonexistent/ca.pem")),
+            "SANDBOX_E2B_CA_FILE=\"/nonexistent/ca.pem\" is not a file this daemon can read (a CA trusted for both endpoints instead of the system's (a proxy, a fake))".into(),
+        ),
+        (
+            with(&full, ("SANDBOX_PIDS", "64")),
+            "SANDBOX_PIDS is set, but the e2b plugin does not enforce it (e2b cannot limit processes in its sandboxes); unset it".into(),
+        ),
+        (
+            with(&full, ("SANDBOX_E2B_TEMPLTE", "base")),
+            "SANDBOX_E2B_TEMPLTE is not a variable of the e2b plugin; it reads SANDBOX_E2B_PLUGIN, SANDBOX_E2B_PLUGIN_KEYS, SANDBOX_E2B_PLUGIN_APPROVE, SANDBOX_E2B_MAX_TIER, SANDBOX_E2B_API_KEY, E2B_API_KEY, SANDBOX_E2B_API_URL, SANDBOX_E2B_CA_FILE, SANDBOX_E2B_CONNECT_TO, SANDBOX_E2B_ENVD_URL, SANDBOX_E2B_GUARD_URL, E2B_GUARD_URL, SANDBOX_E2B_INSTANCE, SANDBOX_E2B_TEMPLATE, E2B_TEMPLATE (plimsoll-host plugin inspect shows what each is for)".into(),
+        ),
+        (
+            vec![("SANDBOX_PROVIDER", "wasm".into()), ("SANDBOX_E2B_API_URL", "https://api.e2b.app".into())],
+            "unknown variable SANDBOX_E2B_API_URL: check the spelling (a misspelt safety setting must not be ignored; a plugin's settings are read only when SANDBOX_PROVIDER names it)".into(),
+        ),
+    ]);
 }
 
 #[test]
-fn dockercloud_settings_are_required_for_dockercloud_checked_and_refused_elsewhere() {
+fn dockercloud_settings_come_from_its_manifest_with_an_exchange_a_guard_and_its_envelope() {
     const IMAGE: &str =
         "docker.io/library/python@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
-    let full: [(&str, &str); 7] = [
-        ("SANDBOX_PROVIDER", "dockercloud"),
-        ("DOCKER_SBX_USERNAME", "ops"),
-        ("DOCKER_SBX_TOKEN", "dckr_pat_0123456789abcdef"),
-        ("SANDBOX_DOCKERCLOUD_IMAGE", IMAGE),
-        ("SANDBOX_DOCKERCLOUD_ENDPOINT_URL", "https://{target}.sandboxes.example"),
-        ("SANDBOX_DOCKERCLOUD_PLUGIN", "/opt/plimsoll/dockercloud"),
-        ("SANDBOX_DOCKERCLOUD_PLUGIN_KEYS", "/etc/plimsoll/vendor.pub"),
+    let full: Vec<(&str, String)> = vec![
+        ("SANDBOX_PROVIDER", "dockercloud".into()),
+        ("DOCKER_SBX_USERNAME", "ops".into()),
+        ("DOCKER_SBX_TOKEN", "dckr_pat_0123456789abcdef".into()),
+        ("SANDBOX_DOCKERCLOUD_IMAGE", IMAGE.into()),
+        ("SANDBOX_DOCKERCLOUD_ENDPOINT_URL", "https://{target}.sandboxes.example".into()),
+        ("SANDBOX_DOCKERCLOUD_PLUGIN", plugin_dir("dockercloud")),
+        ("SANDBOX_DOCKERCLOUD_PLUGIN_KEYS", "/etc/plimsoll/vendor.pub".into()),
     ];
-    let c = load(&full).expect("loads");
-    let r = c.remote.as_ref().expect("dockercloud settings");
-    assert_eq!((r.provider, r.max_tier), ("dockercloud", plimsoll_core::Tier::Vm));
+    let c = load_owned(&full).expect("loads");
+    let r = c.remote().expect("remote settings");
     assert_eq!(r.endpoints["api"].url, "https://connect.docker.com/sandboxes");
     assert_eq!(r.endpoints["endpoint"].url, "https://{target}.sandboxes.example");
     // The token is traded by the host at Docker Hub; the endpoint gets no bearer of its.
@@ -359,186 +405,118 @@ fn dockercloud_settings_are_required_for_dockercloud_checked_and_refused_elsewhe
     assert!(r.endpoints["endpoint"].exchange.is_none() && r.endpoints["endpoint"].headers.is_empty());
     assert!(!format!("{c:?}").contains("dckr_pat_0123456789abcdef"));
     let setting = |k: &str| r.settings.get(k).map(String::as_str);
-    assert_eq!((setting("image"), setting("cpus"), setting("memory-mib")), (Some(IMAGE), Some("1"), Some("2048")));
-    assert_eq!(setting("endpoint-url"), Some("https://{target}.sandboxes.example"));
-    let sized = load(&[&full[..], &[("SANDBOX_CPUS", "4"), ("SANDBOX_MEMORY_MB", "8192")]].concat()).expect("medium");
-    let r = sized.remote.expect("settings");
-    assert_eq!((r.settings["cpus"].as_str(), r.settings["memory-mib"].as_str()), ("4", "8192"));
-    let without = |name: &str| full.iter().copied().filter(|(k, _)| *k != name).collect::<Vec<_>>();
-    let with = |pair: (&'static str, &'static str)| {
-        let mut v = full.to_vec();
-        v.push(pair);
-        v
-    };
+    assert_eq!((setting("image"), setting("endpoint-url")), (Some(IMAGE), Some("https://{target}.sandboxes.example")));
+    assert_eq!((setting("envelope.cpus-milli"), setting("envelope.memory-mb")), (Some("0"), Some("0")));
     assert!(r.guard.is_none(), "no guard unless one is set");
-    let guarded = load(
-        &[
-            &full[..],
-            &[
-                ("SANDBOX_DOCKERCLOUD_GUARD_URL", "https://guard.example.com"),
-                ("PLIMSOLL_GUARD_ADDR", "127.0.0.1:9443"),
-            ],
-        ]
-        .concat(),
-    )
-    .expect("a guard");
-    let g = guarded.remote.expect("settings").guard.expect("the guard");
+    let sized = load_owned(&with(&with(&full, ("SANDBOX_CPUS", "4")), ("SANDBOX_MEMORY_MB", "8192"))).expect("medium");
+    let r = sized.remote().expect("settings");
+    assert_eq!(
+        (r.settings["envelope.cpus-milli"].as_str(), r.settings["envelope.memory-mb"].as_str()),
+        ("4000", "8192")
+    );
+    let guarded = with(
+        &with(&full, ("SANDBOX_DOCKERCLOUD_GUARD_URL", "https://guard.example.com")),
+        ("PLIMSOLL_GUARD_ADDR", "127.0.0.1:9443"),
+    );
+    let g = load_owned(&guarded).expect("a guard").remote().expect("settings").guard.clone().expect("the guard");
     assert_eq!((g.url.as_str(), g.host.as_str()), ("https://guard.example.com/v1/guard", "guard.example.com"));
-    let cases: [(Vec<(&str, &str)>, &str); 13] = [
+    refusals(vec![
         (
-            with(("SANDBOX_DOCKERCLOUD_GUARD_URL", "https://guard.example.com")),
-            "SANDBOX_DOCKERCLOUD_GUARD_URL is set but PLIMSOLL_GUARD_ADDR is not: the daemon serves the guard on that address, behind the TLS terminator the URL names",
+            with(&full, ("SANDBOX_DOCKERCLOUD_GUARD_URL", "https://guard.example.com")),
+            "SANDBOX_DOCKERCLOUD_GUARD_URL is set but PLIMSOLL_GUARD_ADDR is not: the daemon serves the guard on that address, behind the TLS terminator the URL names".into(),
         ),
         (
-            with(("PLIMSOLL_GUARD_ADDR", "127.0.0.1:9443")),
-            "PLIMSOLL_GUARD_ADDR is set but SANDBOX_DOCKERCLOUD_GUARD_URL is not: name the https URL sandboxes reach the guard at",
+            with(&full, ("PLIMSOLL_GUARD_ADDR", "127.0.0.1:9443")),
+            "PLIMSOLL_GUARD_ADDR is set but SANDBOX_DOCKERCLOUD_GUARD_URL is not: name the https URL sandboxes reach the guard at".into(),
         ),
         (
-            vec![("SANDBOX_PROVIDER", "docker"), ("PLIMSOLL_GUARD_ADDR", "127.0.0.1:9443")],
-            "PLIMSOLL_GUARD_ADDR is set, but SANDBOX_PROVIDER is docker; only e2b and dockercloud sandboxes reach a guard: unset it",
+            without(&full, "DOCKER_SBX_TOKEN"),
+            "SANDBOX_PROVIDER=dockercloud needs SANDBOX_DOCKERCLOUD_TOKEN (or DOCKER_SBX_TOKEN, or token-file in [plugins.dockercloud]): a personal access token the host trades for a short-lived bearer; the plugin never sees either".into(),
         ),
         (
-            without("DOCKER_SBX_TOKEN"),
-            "SANDBOX_PROVIDER=dockercloud needs DOCKER_SBX_TOKEN (or dockercloud.token-file): a personal access token the host trades for a short-lived bearer; the plugin never sees either",
+            with(&full, ("SANDBOX_DOCKERCLOUD_IMAGE", "python:3.12")),
+            "SANDBOX_DOCKERCLOUD_IMAGE=\"python:3.12\" must be pinned by digest (<name>@sha256:<64 hex>), so the read-back can prove what runs".into(),
         ),
         (
-            without("DOCKER_SBX_USERNAME"),
-            "SANDBOX_PROVIDER=dockercloud needs DOCKER_SBX_USERNAME: the Docker account whose access token the host exchanges",
+            with(&full, ("SANDBOX_DOCKERCLOUD_ENDPOINT_URL", "https://sandboxes.example/{target}")),
+            "SANDBOX_DOCKERCLOUD_ENDPOINT_URL=\"https://sandboxes.example/{target}\" must name {target} once, in its host, where the sandbox's ID goes".into(),
         ),
         (
-            with(("SANDBOX_DOCKERCLOUD_IMAGE", "python:3.12")),
-            "SANDBOX_DOCKERCLOUD_IMAGE=\"python:3.12\" must be pinned by digest (<name>@sha256:<64 hex>), so the read-back can prove what booted",
+            with(&full, ("SANDBOX_DOCKERCLOUD_AUTH_URL", "http://hub.docker.com/v2/auth/token")),
+            "SANDBOX_DOCKERCLOUD_AUTH_URL=\"http://hub.docker.com/v2/auth/token\" must be https (http only to loopback)".into(),
         ),
         (
-            without("SANDBOX_DOCKERCLOUD_ENDPOINT_URL"),
-            "SANDBOX_PROVIDER=dockercloud needs SANDBOX_DOCKERCLOUD_ENDPOINT_URL: the URL of a sandbox's endpoint with {target} where its uid goes (as the sandbox's core.endpoint.uri shows it); a sandbox whose endpoint is elsewhere is refused",
+            with(&full, ("SANDBOX_DISK_MB", "1024")),
+            "SANDBOX_DISK_MB is set, but the dockercloud plugin does not enforce it (Docker Cloud Sandboxes come in Docker's sizes of CPUs and memory and offer no other limit); unset it".into(),
         ),
-        (
-            with(("SANDBOX_DOCKERCLOUD_ENDPOINT_URL", "https://sandboxes.example/{target}")),
-            "SANDBOX_DOCKERCLOUD_ENDPOINT_URL=\"https://sandboxes.example/{target}\" must name {target} once, in its host, where the sandbox's uid goes",
-        ),
-        (
-            with(("SANDBOX_DOCKERCLOUD_AUTH_URL", "http://hub.docker.com/v2/auth/token")),
-            "SANDBOX_DOCKERCLOUD_AUTH_URL=\"http://hub.docker.com/v2/auth/token\" must be https (http only to loopback)",
-        ),
-        (
-            with(("SANDBOX_MEMORY_MB", "1024")),
-            "SANDBOX_CPUS=0 with SANDBOX_MEMORY_MB=1024 is not a size Docker offers; use one of 1 CPU(s) with 2048 MiB, 2 CPU(s) with 4096 MiB, 4 CPU(s) with 8192 MiB, 8 CPU(s) with 16384 MiB, 16 CPU(s) with 32768 MiB",
-        ),
-        (
-            with(("SANDBOX_DISK_MB", "1024")),
-            "SANDBOX_DISK_MB is set, but Docker Cloud Sandboxes offer no such limit; unset it",
-        ),
-        (with(("SANDBOX_PIDS", "64")), "SANDBOX_PIDS is set, but Docker Cloud Sandboxes offer no such limit; unset it"),
-        (
-            vec![("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_DOCKERCLOUD_IMAGE", IMAGE)],
-            "SANDBOX_DOCKERCLOUD_IMAGE is set, but SANDBOX_PROVIDER is wasm; set SANDBOX_PROVIDER=dockercloud or unset it",
-        ),
-    ];
-    for (pairs, want) in cases {
-        assert_eq!(load(&pairs).expect_err(want).to_string(), want);
-    }
+    ]);
 }
 
 #[test]
-fn openshell_settings_are_required_for_openshell_checked_and_refused_elsewhere() {
-    let digest = "b".repeat(64);
-    let image = format!("plimsoll-sandbox@sha256:{digest}");
-    let full: Vec<(&str, &str)> = vec![
-        ("SANDBOX_PROVIDER", "openshell"),
-        ("SANDBOX_OPENSHELL_GATEWAY_URL", "https://gateway.openshell.test:17670"),
-        ("SANDBOX_OPENSHELL_CERT_FILE", "/etc/plimsoll/openshell/tls.crt"),
-        ("SANDBOX_OPENSHELL_KEY_FILE", "/etc/plimsoll/openshell/tls.key"),
-        ("SANDBOX_OPENSHELL_IMAGE", &image),
-        ("SANDBOX_OPENSHELL_INSTANCE", "plimsoll-ci"),
-        ("SANDBOX_OPENSHELL_PLUGIN", "/opt/plimsoll/openshell"),
-        ("SANDBOX_OPENSHELL_PLUGIN_KEYS", "/etc/plimsoll/vendor.pub"),
+fn openshell_settings_come_from_its_manifest_with_a_client_certificate_and_a_label_instance() {
+    let image = format!("plimsoll-sandbox@sha256:{}", "b".repeat(64));
+    let (cert, key) = (a_file("openshell-crt"), a_file("openshell-key"));
+    let full: Vec<(&str, String)> = vec![
+        ("SANDBOX_PROVIDER", "openshell".into()),
+        ("SANDBOX_OPENSHELL_GATEWAY_URL", "https://gateway.openshell.test:17670".into()),
+        ("SANDBOX_OPENSHELL_CERT_FILE", cert.clone()),
+        ("SANDBOX_OPENSHELL_KEY_FILE", key.clone()),
+        ("SANDBOX_OPENSHELL_IMAGE", image.clone()),
+        ("SANDBOX_OPENSHELL_INSTANCE", "plimsoll-ci".into()),
+        ("SANDBOX_OPENSHELL_PLUGIN", plugin_dir("openshell")),
+        ("SANDBOX_OPENSHELL_PLUGIN_KEYS", "/etc/plimsoll/vendor.pub".into()),
     ];
-    let c = load(&full).expect("loads");
-    let r = c.remote.as_ref().expect("openshell settings");
-    assert_eq!((r.provider, r.max_tier), ("openshell", plimsoll_core::Tier::Container));
+    let c = load_owned(&full).expect("loads");
+    let r = c.remote().expect("remote settings");
+    assert_eq!(r.max_tier, plimsoll_core::Tier::Container, "the manifest's max-tier is the default cap");
     let gw = &r.endpoints["gateway"];
     assert_eq!(gw.url, "https://gateway.openshell.test:17670");
-    assert_eq!(
-        gw.client_cert.as_ref().map(|(c, k)| (c.display().to_string(), k.display().to_string())),
-        Some(("/etc/plimsoll/openshell/tls.crt".into(), "/etc/plimsoll/openshell/tls.key".into()))
-    );
+    assert_eq!(gw.client_cert, Some((cert.into(), key.into())));
     assert!(gw.headers.is_empty(), "the client certificate is the only credential");
-    let setting = |k: &str| r.settings.get(k).map(String::as_str);
-    assert_eq!(
-        [setting("image"), setting("instance"), setting("cpus-milli"), setting("memory-mib"), setting("disk-mib")],
-        [Some(image.as_str()), Some("plimsoll-ci"), Some("1000"), Some("256"), Some("64")]
-    );
-    // The default instance's `@` becomes a dot: a gateway label has none.
-    let unnamed: Vec<(&str, &str)> = full.iter().copied().filter(|(k, _)| *k != "SANDBOX_OPENSHELL_INSTANCE").collect();
-    let c = load(&unnamed).expect("default instance");
-    let instance = &c.remote.as_ref().expect("remote").settings["instance"];
+    assert_eq!((r.settings["image"].as_str(), r.settings["instance"].as_str()), (image.as_str(), "plimsoll-ci"));
+    assert_eq!(r.guard_variable, None);
+    let c = load_owned(&without(&full, "SANDBOX_OPENSHELL_INSTANCE")).expect("default instance");
+    let instance = &c.remote().expect("remote").settings["instance"];
     assert!(instance.starts_with("plimsoll.") && !instance.contains('@'), "{instance}");
-    let without = |name: &str| full.iter().copied().filter(|(k, _)| *k != name).collect::<Vec<_>>();
-    let with = |pair: (&'static str, &'static str)| {
-        let mut v = full.clone();
-        v.push(pair);
-        v
-    };
-    let cases: [(Vec<(&str, &str)>, &str); 9] = [
+    refusals(vec![
         (
-            without("SANDBOX_OPENSHELL_GATEWAY_URL"),
-            "SANDBOX_PROVIDER=openshell needs SANDBOX_OPENSHELL_GATEWAY_URL: the gateway's https URL (an OpenShell gateway serves https://127.0.0.1:17670 by default)",
+            without(&full, "SANDBOX_OPENSHELL_GATEWAY_URL"),
+            "SANDBOX_PROVIDER=openshell needs SANDBOX_OPENSHELL_GATEWAY_URL (or gateway-url in [plugins.openshell]): the gateway's https URL (https://127.0.0.1:17670 for a local gateway); the host proves itself with a client certificate".into(),
         ),
         (
-            with(("SANDBOX_OPENSHELL_GATEWAY_URL", "http://127.0.0.1:17670")),
-            "SANDBOX_OPENSHELL_GATEWAY_URL=\"http://127.0.0.1:17670\" must be https: the host proves itself to the gateway with a client certificate",
+            with(&full, ("SANDBOX_OPENSHELL_GATEWAY_URL", "http://127.0.0.1:17670")),
+            "SANDBOX_OPENSHELL_GATEWAY_URL=\"http://127.0.0.1:17670\" must be https".into(),
         ),
         (
-            without("SANDBOX_OPENSHELL_KEY_FILE"),
-            "SANDBOX_PROVIDER=openshell needs SANDBOX_OPENSHELL_KEY_FILE: the client certificate and key the gateway knows this host by (an OpenShell CLI bundle's mtls/tls.crt and mtls/tls.key); only the host reads them",
+            with(&full, ("SANDBOX_OPENSHELL_INSTANCE", "plimsoll@ci")),
+            "SANDBOX_OPENSHELL_INSTANCE=\"plimsoll@ci\" must be a label value: at most 63 letters, digits, - _ ., a letter or digit at each end".into(),
         ),
         (
-            with(("SANDBOX_OPENSHELL_IMAGE", "plimsoll-sandbox:latest")),
-            "SANDBOX_OPENSHELL_IMAGE=\"plimsoll-sandbox:latest\" must be pinned by digest (<name>@sha256:<64 hex>), so the read-back can prove what runs",
+            with(&full, ("SANDBOX_PIDS", "64")),
+            "SANDBOX_PIDS is set, but the openshell plugin does not enforce it (an OpenShell gateway sets its sandboxes' process limit itself (its sandbox_pids_limit)); unset it".into(),
         ),
         (
-            with(("SANDBOX_OPENSHELL_INSTANCE", "-ci")),
-            "SANDBOX_OPENSHELL_INSTANCE=\"-ci\" must be a gateway label value: at most 63 letters, digits, - _ ., a letter or digit at each end",
+            with(&full, ("PLIMSOLL_GUARD_ADDR", "127.0.0.1:9443")),
+            "PLIMSOLL_GUARD_ADDR is set, but the openshell plugin's sandboxes reach no guard (its manifest declares no guard-url); unset it".into(),
         ),
-        (
-            with(("SANDBOX_OPENSHELL_CONNECT_TO", "gateway")),
-            "SANDBOX_OPENSHELL_CONNECT_TO=\"gateway\" is not an IP address",
-        ),
-        (
-            with(("SANDBOX_OPENSHELL_MAX_TIER", "hypervisor")),
-            "SANDBOX_OPENSHELL_MAX_TIER=\"hypervisor\": use vm, kernel, container or process",
-        ),
-        (
-            with(("SANDBOX_PIDS", "64")),
-            "SANDBOX_PIDS is set, but an OpenShell gateway sets its sandboxes' process limit itself (its sandbox_pids_limit); unset it",
-        ),
-        (
-            vec![("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_OPENSHELL_GATEWAY_URL", "https://gw.test")],
-            "SANDBOX_OPENSHELL_GATEWAY_URL is set, but SANDBOX_PROVIDER is wasm; set SANDBOX_PROVIDER=openshell or unset it",
-        ),
-    ];
-    for (pairs, want) in cases {
-        assert_eq!(load(&pairs).expect_err(want).to_string(), want);
-    }
+    ]);
 }
 
 #[test]
-fn agentsandbox_settings_are_required_for_agentsandbox_checked_and_refused_elsewhere() {
+fn agentsandbox_settings_come_from_its_manifest_with_groups_and_a_secrets_digest() {
     let sandboxd = "0123456789abcdef0123456789abcdef";
-    let full: [(&str, &str); 8] = [
-        ("SANDBOX_PROVIDER", "agentsandbox"),
-        ("SANDBOX_AGENTSANDBOX_API_URL", "https://k8s.example:6443"),
-        ("SANDBOX_AGENTSANDBOX_TOKEN", "eyJhbGciOiJSUzI1NiJ9.sa-token"),
-        ("SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN", sandboxd),
-        ("SANDBOX_AGENTSANDBOX_NAMESPACE", "plimsoll"),
-        ("SANDBOX_AGENTSANDBOX_WARM_POOL", "python"),
-        ("SANDBOX_AGENTSANDBOX_PLUGIN", "/opt/plimsoll/agentsandbox"),
-        ("SANDBOX_AGENTSANDBOX_PLUGIN_KEYS", "/etc/plimsoll/vendor.pub"),
+    let full: Vec<(&str, String)> = vec![
+        ("SANDBOX_PROVIDER", "agentsandbox".into()),
+        ("SANDBOX_AGENTSANDBOX_API_URL", "https://k8s.example:6443".into()),
+        ("SANDBOX_AGENTSANDBOX_TOKEN", "eyJhbGciOiJSUzI1NiJ9.sa-token".into()),
+        ("SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN", sandboxd.into()),
+        ("SANDBOX_AGENTSANDBOX_NAMESPACE", "plimsoll".into()),
+        ("SANDBOX_AGENTSANDBOX_WARM_POOL", "python".into()),
+        ("SANDBOX_AGENTSANDBOX_PLUGIN", plugin_dir("agentsandbox")),
+        ("SANDBOX_AGENTSANDBOX_PLUGIN_KEYS", "/etc/plimsoll/vendor.pub".into()),
     ];
-    let c = load(&full).expect("loads");
-    let r = c.remote.as_ref().expect("agentsandbox settings");
-    assert_eq!((r.provider, r.max_tier), ("agentsandbox", plimsoll_core::Tier::Vm));
+    let c = load_owned(&full).expect("loads");
+    let r = c.remote().expect("remote settings");
     // Both endpoints are the API server; the pod proxy also carries sandboxd's token.
     assert_eq!(
         (r.endpoints["api"].url.as_str(), r.endpoints["pods"].url.as_str()),
@@ -560,55 +538,206 @@ fn agentsandbox_settings_are_required_for_agentsandbox_checked_and_refused_elsew
         setting("sandboxd-token-sha256"),
         Some("3eb1bd439947eb762998e566ccc2e099c791118b2f40579cc4f7da2b5061b7f9")
     );
-    let without = |name: &str| full.iter().copied().filter(|(k, _)| *k != name).collect::<Vec<_>>();
-    let with = |pair: (&'static str, &'static str)| {
-        let mut v = full.to_vec();
-        v.push(pair);
-        v
+    assert!(!r.settings.keys().any(|k| k.starts_with("envelope.")), "{:?}", r.settings);
+    let (cert, key) = (a_file("k8s-crt"), a_file("k8s-key"));
+    let by_cert = with(
+        &with(&without(&full, "SANDBOX_AGENTSANDBOX_TOKEN"), ("SANDBOX_AGENTSANDBOX_CERT_FILE", &cert)),
+        ("SANDBOX_AGENTSANDBOX_KEY_FILE", &key),
+    );
+    let c = load_owned(&by_cert).expect("a client certificate instead of a token");
+    assert!(c.remote().expect("remote").endpoints["api"].headers.is_empty());
+    refusals(vec![
+        (
+            without(&full, "SANDBOX_AGENTSANDBOX_TOKEN"),
+            "SANDBOX_PROVIDER=agentsandbox needs one of SANDBOX_AGENTSANDBOX_TOKEN (or token-file in [plugins.agentsandbox]) (the service account's bearer token; the host attaches it, the plugin never sees it) or SANDBOX_AGENTSANDBOX_CERT_FILE (or cert-file in [plugins.agentsandbox]) (a client certificate (PEM) the host presents instead of a token)".into(),
+        ),
+        (
+            with(&full, ("SANDBOX_AGENTSANDBOX_CERT_FILE", &cert)),
+            "SANDBOX_AGENTSANDBOX_TOKEN and SANDBOX_AGENTSANDBOX_CERT_FILE exclude each other: set one".into(),
+        ),
+        (
+            with(&without(&full, "SANDBOX_AGENTSANDBOX_TOKEN"), ("SANDBOX_AGENTSANDBOX_CERT_FILE", &cert)),
+            "SANDBOX_AGENTSANDBOX_CERT_FILE and SANDBOX_AGENTSANDBOX_KEY_FILE go together: set all of them or none".into(),
+        ),
+        (
+            with(&full, ("SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN", "short")),
+            "SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN must be at least 32 characters".into(),
+        ),
+        (
+            with(&full, ("SANDBOX_AGENTSANDBOX_NAMESPACE", "Plimsoll")),
+            "SANDBOX_AGENTSANDBOX_NAMESPACE=\"Plimsoll\" must be a DNS label: 1 to 63 lowercase letters, digits and -, a letter or digit at each end".into(),
+        ),
+        (
+            with(&full, ("SANDBOX_AGENTSANDBOX_SANDBOXD_PORT", "0")),
+            "SANDBOX_AGENTSANDBOX_SANDBOXD_PORT=\"0\" is outside 1..65535".into(),
+        ),
+        (
+            with(&full, ("SANDBOX_MEMORY_MB", "1024")),
+            "SANDBOX_MEMORY_MB is set, but the agentsandbox plugin does not enforce it (agentsandbox pods are sized by their template (its container's resources and its emptyDir's sizeLimit), which the read-back holds them to); unset it".into(),
+        ),
+    ]);
+}
+
+// A plugin this project never saw, in a plugins directory, set from the file.
+
+/// A scratch directory that goes when the test ends.
+struct Scratch(std::path::PathBuf);
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+const ACME: &str = r#"
+schema = 1
+name = "acme-cloud"
+kind = "provider"
+version = "0.1.0"
+component = "acme-cloud.wasm"
+max-tier = "vm"
+capabilities = ["http", "log"]
+envelope = ["memory-mb"]
+
+[settings.api-url]
+kind = "url"
+required = true
+help = "the control plane"
+
+[settings.api-key]
+kind = "secret"
+required = true
+help = "the key"
+
+[settings.region]
+kind = "string"
+choices = ["eu", "us"]
+default = "eu"
+help = "where sandboxes run"
+
+[settings.boot-within]
+kind = "duration"
+default = "30s"
+help = "how long a sandbox may take to boot"
+
+[endpoints.api]
+url = "api-url"
+headers = { authorization = { secret = "api-key", prefix = "Token " } }
+"#;
+
+fn acme(tag: &str, manifest: &str) -> Scratch {
+    let root = std::env::temp_dir().join(format!("plimsoll-acme-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(root.join("acme-cloud")).expect("mkdir");
+    std::fs::write(root.join("acme-cloud/plugin.toml"), manifest).expect("write");
+    Scratch(root)
+}
+
+#[test]
+fn a_plugin_nobody_named_loads_from_the_plugins_directory_and_its_table() {
+    let dir = acme("table", ACME);
+    let key_file = dir.0.join("api.key");
+    std::fs::write(&key_file, "acme-secret-1\n").expect("write");
+    let toml = dir.0.join("plimsoll.toml");
+    let file = |extra: &str| {
+        let text = format!(
+            "[sandbox]\nprovider = \"acme-cloud\"\nplugins-dir = {:?}\n[plugins.acme-cloud]\ntrusted-keys = [\"/k.pub\"]\napprove = [\"http\", \"log\"]\napi-url = \"https://api.acme.test\"\napi-key-file = {:?}\n{extra}",
+            dir.0.display().to_string(),
+            key_file.display().to_string()
+        );
+        std::fs::write(&toml, text).expect("write");
     };
-    let cases: [(Vec<(&str, &str)>, &str); 10] = [
+    file("region = \"us\"\nmax-tier = \"kernel\"\n");
+    let c = Config::load(Some(&toml), &env(&[("SANDBOX_MEMORY_MB", "512")])).expect("loads");
+    let p = c.plugin.as_ref().expect("the plugin");
+    assert_eq!((p.name(), p.location.dir.clone()), ("acme-cloud", dir.0.join("acme-cloud")));
+    assert_eq!(p.location.approve, ["http", "log"]);
+    let r = c.remote().expect("remote");
+    assert_eq!(r.max_tier, plimsoll_core::Tier::Kernel);
+    assert_eq!(r.endpoints["api"].headers[0].1.expose(), "Token acme-secret-1");
+    let setting = |k: &str| r.settings.get(k).map(String::as_str);
+    assert_eq!(
+        (setting("region"), setting("boot-within"), setting("envelope.memory-mb")),
+        (Some("us"), Some("30000"), Some("512"))
+    );
+    // The environment wins over the table, by the generic name.
+    let c = Config::load(Some(&toml), &env(&[("SANDBOX_ACME_CLOUD_REGION", "eu")])).expect("loads");
+    assert_eq!(c.remote().expect("remote").settings["region"], "eu");
+    let cases = [
         (
-            without("SANDBOX_AGENTSANDBOX_API_URL"),
-            "SANDBOX_PROVIDER=agentsandbox needs SANDBOX_AGENTSANDBOX_API_URL: the Kubernetes API server's https URL (a kubeconfig's cluster.server)",
+            "regoin = \"us\"\n",
+            "[plugins.acme-cloud] regoin is not a setting of the acme-cloud plugin; it takes path, trusted-keys, approve, max-tier, api-key-file, api-url, boot-within, region (plimsoll-host plugin inspect shows them)",
         ),
+        ("region = \"asia\"\n", "plugins.acme-cloud.region=\"asia\" is not one of eu, us"),
         (
-            without("SANDBOX_AGENTSANDBOX_TOKEN"),
-            "SANDBOX_PROVIDER=agentsandbox needs SANDBOX_AGENTSANDBOX_TOKEN (or agentsandbox.token-file), or SANDBOX_AGENTSANDBOX_CERT_FILE and _KEY_FILE: the service account's credential the host presents to the API server; the plugin never sees it",
+            "boot-within = \"soon\"\n",
+            "plugins.acme-cloud.boot-within=\"soon\" is not a duration: write it as 90s, 5m, 1h30m or 250ms",
         ),
+        ("region = [\"eu\"]\n", "[plugins.acme-cloud] region must be a string or a number, not a array"),
         (
-            with(("SANDBOX_AGENTSANDBOX_CERT_FILE", "/etc/k8s/client.pem")),
-            "SANDBOX_AGENTSANDBOX_CERT_FILE and SANDBOX_AGENTSANDBOX_KEY_FILE go together: set both or neither",
-        ),
-        (
-            without("SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN"),
-            "SANDBOX_PROVIDER=agentsandbox needs SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN (or agentsandbox.sandboxd-token-file): the token sandboxd in each pod answers to; the pod's template carries only its SHA-256 (--token-sha256)",
-        ),
-        (
-            with(("SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN", "short")),
-            "SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN must be at least 32 visible ASCII characters (openssl rand -hex 32 makes one)",
-        ),
-        (
-            with(("SANDBOX_AGENTSANDBOX_NAMESPACE", "Plimsoll")),
-            "SANDBOX_AGENTSANDBOX_NAMESPACE=\"Plimsoll\" is not a Kubernetes name: 1 to 63 lowercase letters, digits and -, a letter or digit at each end",
-        ),
-        (
-            with(("SANDBOX_AGENTSANDBOX_API_URL", "http://k8s.example:6443")),
-            "SANDBOX_AGENTSANDBOX_API_URL=\"http://k8s.example:6443\" must be https (http only to loopback)",
-        ),
-        (
-            with(("SANDBOX_AGENTSANDBOX_SANDBOXD_PORT", "0")),
-            "SANDBOX_AGENTSANDBOX_SANDBOXD_PORT=\"0\" is not a port (1 to 65535)",
-        ),
-        (
-            with(("SANDBOX_MEMORY_MB", "1024")),
-            "SANDBOX_MEMORY_MB is set, but agentsandbox pods are sized by their template (its container's resources and its emptyDir's sizeLimit), which the read-back holds them to; unset it",
-        ),
-        (
-            vec![("SANDBOX_PROVIDER", "wasm"), ("SANDBOX_AGENTSANDBOX_NAMESPACE", "plimsoll")],
-            "SANDBOX_AGENTSANDBOX_NAMESPACE is set, but SANDBOX_PROVIDER is wasm; set SANDBOX_PROVIDER=agentsandbox or unset it",
+            "api-key = \"in-the-file\"\n",
+            "[plugins.acme-cloud] api-key would hold a secret in the file: write api-key-file = PATH (a file only the daemon reads), or set SANDBOX_ACME_CLOUD_API_KEY",
         ),
     ];
-    for (pairs, want) in cases {
-        assert_eq!(load(&pairs).expect_err(want).to_string(), want);
+    for (extra, want) in cases {
+        file(extra);
+        let got = Config::load(Some(&toml), &env(&[])).map(|_| ()).expect_err(want).to_string();
+        assert_eq!(got, want);
     }
+    file("");
+    let got = Config::load(Some(&toml), &env(&[("SANDBOX_PIDS", "10")])).map(|_| ()).expect_err("pids").to_string();
+    assert_eq!(
+        got,
+        "SANDBOX_PIDS is set, but the acme-cloud plugin does not enforce it (it enforces memory-mb); unset it"
+    );
+}
+
+#[test]
+fn a_plugin_is_refused_by_name_when_it_is_missing_misnamed_or_not_a_provider() {
+    let dir = acme("refusals", ACME);
+    let base = |extra: &[(&'static str, String)]| {
+        let mut v: Vec<(&'static str, String)> = vec![
+            ("SANDBOX_PROVIDER", "acme-cloud".into()),
+            ("SANDBOX_PLUGINS_DIR", dir.0.display().to_string()),
+            ("SANDBOX_ACME_CLOUD_PLUGIN_KEYS", "/k.pub".into()),
+            ("SANDBOX_ACME_CLOUD_API_URL", "https://api.acme.test".into()),
+            ("SANDBOX_ACME_CLOUD_API_KEY", "k".into()),
+        ];
+        v.extend(extra.iter().cloned());
+        v
+    };
+    load_owned(&base(&[])).expect("loads");
+    let other = acme("other", &ACME.replace("\"acme-cloud\"", "\"acme-other\""));
+    let kind = acme(
+        "kind",
+        &ACME
+            .replace("kind = \"provider\"", "kind = \"broker\"")
+            .replace("max-tier = \"vm\"\n", "")
+            .replace("envelope = [\"memory-mb\"]\n", ""),
+    );
+    let (other_dir, kind_dir) = (other.0.join("acme-cloud"), kind.0.join("acme-cloud"));
+    refusals(vec![
+        (
+            base(&[("SANDBOX_PROVIDER", "acme-clod".into())]).into_iter().filter(|(k, _)| !k.starts_with("SANDBOX_ACME")).collect(),
+            format!("SANDBOX_PROVIDER=acme-clod: no plugin named acme-clod in SANDBOX_PLUGINS_DIR ({}/acme-clod has no plugin.toml); set SANDBOX_ACME_CLOD_PLUGIN to its directory", dir.0.display()),
+        ),
+        (
+            base(&[("SANDBOX_ACME_CLOUD_PLUGIN", other_dir.display().to_string())]),
+            format!("SANDBOX_PROVIDER=acme-cloud: the plugin at {} is named \"acme-other\" in its manifest; point SANDBOX_ACME_CLOUD_PLUGIN at the acme-cloud plugin, or set SANDBOX_PROVIDER=acme-other", other_dir.display()),
+        ),
+        (
+            base(&[("SANDBOX_ACME_CLOUD_PLUGIN", kind_dir.display().to_string())]),
+            format!("SANDBOX_PROVIDER=acme-cloud: the plugin at {} is a broker, not a provider", kind_dir.display()),
+        ),
+        (
+            base(&[("SANDBOX_DOCKER_IMAGE", "sha256:abc".into())]),
+            "SANDBOX_DOCKER_IMAGE is set, but the acme-cloud plugin does not drive the host's container engine; unset it".into(),
+        ),
+    ]);
+    let toml = dir.0.join("plimsoll.toml");
+    std::fs::write(&toml, "[plugins.acme-cloud]\napi-url = \"https://api.acme.test\"\n").expect("write");
+    let got = Config::load(Some(&toml), &env(&[("SANDBOX_PROVIDER", "wasm")])).map(|_| ()).expect_err("a stray table");
+    assert_eq!(
+        got.to_string(),
+        "[plugins.acme-cloud] is set, but SANDBOX_PROVIDER is wasm; set SANDBOX_PROVIDER=acme-cloud or remove the table"
+    );
 }

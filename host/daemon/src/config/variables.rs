@@ -5,7 +5,7 @@ pub const BROKER_AUTH_PREFIX: &str = "PLIMSOLL_BROKER_AUTH_";
 
 /// Every variable the daemon reads, with the file key it overrides and what it does.
 /// `serve --help` prints this table, so the usage text and the code cannot drift.
-pub const VARIABLES: [(&str, &str, &str); 95] = [
+pub const VARIABLES: [(&str, &str, &str); 41] = [
     ("PLIMSOLL_CONFIG", "", "path of plimsoll.toml"),
     ("PLIMSOLL_ADDR", "daemon.addr", "RPC listener, default :8746"),
     ("PLIMSOLL_METRICS_ADDR", "daemon.metrics-addr", "metrics listener, default 127.0.0.1:9464; off"),
@@ -29,7 +29,17 @@ pub const VARIABLES: [(&str, &str, &str); 95] = [
         "grants.broker-endpoints",
         "PLUGIN.ALIAS=URL per endpoint; PLIMSOLL_BROKER_AUTH_<PLUGIN>_<ALIAS> is its Authorization",
     ),
-    ("SANDBOX_PROVIDER", "sandbox.provider", "unset = disabled (runs nothing); wasm"),
+    ("SANDBOX_PROVIDER", "sandbox.provider", "unset = disabled (runs nothing); wasm; or a provider plugin's name"),
+    (
+        "SANDBOX_PLUGINS_DIR",
+        "sandbox.plugins-dir",
+        "a directory of signed plugins, one per subdirectory named as the plugin",
+    ),
+    (
+        "PLIMSOLL_GUARD_ADDR",
+        "daemon.guard-addr",
+        "the address the daemon serves the guard on, behind the guard URL's TLS terminator (plugins with a guard-url)",
+    ),
     ("SANDBOX_WASM_PYTHON", "sandbox.wasm-python", "wasm: the CPython component (guests/python/build.sh)"),
     (
         "SANDBOX_WASM_ENGINE",
@@ -61,157 +71,20 @@ pub const VARIABLES: [(&str, &str, &str); 95] = [
     ("SANDBOX_DOCKER_GUEST_UID", "docker.guest-uid", "the guest's uid and gid, default 61000"),
     ("SANDBOX_DOCKER_SECCOMP", "docker.seccomp", "a seccomp profile replacing the built-in one (runc)"),
     ("SANDBOX_WARM_POOL", "docker.warm-pool", "started containers kept per snippet shape, 0..64, default 0 = off"),
-    ("SANDBOX_DOCKER_PLUGIN", "plugins.docker.path", "the docker plugin's directory"),
-    ("SANDBOX_DOCKER_PLUGIN_KEYS", "plugins.docker.trusted-keys", "trusted public keys (PEM files), comma-separated"),
-    ("SANDBOX_DOCKER_PLUGIN_APPROVE", "plugins.docker.approve", "capabilities approved, comma-separated"),
-    ("E2B_API_KEY", "e2b.api-key-file", "e2b: the API key; the host attaches it, the plugin never sees it"),
-    ("E2B_TEMPLATE", "e2b.template", "e2b: the sandbox template's name, default base"),
-    ("SANDBOX_E2B_API_URL", "e2b.api-url", "e2b: the control plane, default https://api.e2b.app"),
-    ("SANDBOX_E2B_ENVD_URL", "e2b.envd-url", "e2b: a sandbox's envd, default https://49983-{target}.e2b.app"),
-    ("SANDBOX_E2B_CA_FILE", "e2b.ca-file", "e2b: a CA trusted for both instead of the system's (a proxy, a fake)"),
-    ("SANDBOX_E2B_CONNECT_TO", "e2b.connect-to", "e2b: an IP every connection goes to, whatever the names resolve to"),
-    ("SANDBOX_E2B_MAX_TIER", "e2b.max-tier", "e2b: the strongest tier the host credits, default vm"),
+];
+
+/// The variables of the provider plugin `SANDBOX_PROVIDER` names, as patterns:
+/// the host's four, and one per setting its manifest declares (with the aliases
+/// it declares). `serve --help` prints these under the table above.
+pub const PLUGIN_VARIABLES: [(&str, &str, &str); 5] = [
+    ("SANDBOX_<NAME>_PLUGIN", "plugins.<name>.path", "the plugin's directory (else SANDBOX_PLUGINS_DIR/<name>)"),
+    ("SANDBOX_<NAME>_PLUGIN_KEYS", "plugins.<name>.trusted-keys", "trusted public keys (PEM files), comma-separated"),
+    ("SANDBOX_<NAME>_PLUGIN_APPROVE", "plugins.<name>.approve", "capabilities approved, comma-separated"),
+    ("SANDBOX_<NAME>_MAX_TIER", "plugins.<name>.max-tier", "the strongest tier credited, default the manifest's"),
     (
-        "SANDBOX_E2B_INSTANCE",
-        "e2b.instance",
-        "e2b: this daemon's stamp on its sandboxes, default plimsoll@<hostname>; one per daemon sharing a key",
-    ),
-    (
-        "E2B_GUARD_URL",
-        "e2b.guard-url",
-        "e2b: the https URL (port 443, a host name) granted sandboxes reach the host's guard at",
-    ),
-    (
-        "PLIMSOLL_GUARD_ADDR",
-        "daemon.guard-addr",
-        "e2b, dockercloud: the address the daemon serves the guard on, behind the guard URL's TLS terminator",
-    ),
-    ("SANDBOX_E2B_PLUGIN", "plugins.e2b.path", "the e2b plugin's directory"),
-    ("SANDBOX_E2B_PLUGIN_KEYS", "plugins.e2b.trusted-keys", "trusted public keys (PEM files), comma-separated"),
-    ("SANDBOX_E2B_PLUGIN_APPROVE", "plugins.e2b.approve", "capabilities approved, comma-separated (http,log)"),
-    ("DOCKER_SBX_USERNAME", "dockercloud.username", "dockercloud: the Docker account"),
-    (
-        "DOCKER_SBX_TOKEN",
-        "dockercloud.token-file",
-        "dockercloud: a personal access token; the host trades it for a bearer, the plugin never sees either",
-    ),
-    ("SANDBOX_DOCKERCLOUD_IMAGE", "dockercloud.image", "dockercloud: the image, pinned <name>@sha256:<digest>"),
-    (
-        "SANDBOX_DOCKERCLOUD_API_URL",
-        "dockercloud.api-url",
-        "dockercloud: the management API, default https://connect.docker.com/sandboxes",
-    ),
-    (
-        "SANDBOX_DOCKERCLOUD_AUTH_URL",
-        "dockercloud.auth-url",
-        "dockercloud: the token exchange, default https://hub.docker.com/v2/auth/token",
-    ),
-    (
-        "SANDBOX_DOCKERCLOUD_ENDPOINT_URL",
-        "dockercloud.endpoint-url",
-        "dockercloud: a sandbox's endpoint, {target} where its uid goes; any other is refused",
-    ),
-    ("SANDBOX_DOCKERCLOUD_CA_FILE", "dockercloud.ca-file", "dockercloud: a CA trusted instead of the system's"),
-    ("SANDBOX_DOCKERCLOUD_CONNECT_TO", "dockercloud.connect-to", "dockercloud: an IP every connection goes to"),
-    ("SANDBOX_DOCKERCLOUD_MAX_TIER", "dockercloud.max-tier", "dockercloud: the strongest tier credited, default vm"),
-    (
-        "SANDBOX_DOCKERCLOUD_INSTANCE",
-        "dockercloud.instance",
-        "dockercloud: this daemon's stamp on its sandboxes, default plimsoll@<hostname>",
-    ),
-    (
-        "SANDBOX_DOCKERCLOUD_GUARD_URL",
-        "dockercloud.guard-url",
-        "dockercloud: the https URL (port 443, a host name) granted sandboxes reach the host's guard at",
-    ),
-    ("SANDBOX_DOCKERCLOUD_PLUGIN", "plugins.dockercloud.path", "the dockercloud plugin's directory"),
-    (
-        "SANDBOX_DOCKERCLOUD_PLUGIN_KEYS",
-        "plugins.dockercloud.trusted-keys",
-        "trusted public keys (PEM files), comma-separated",
-    ),
-    (
-        "SANDBOX_DOCKERCLOUD_PLUGIN_APPROVE",
-        "plugins.dockercloud.approve",
-        "capabilities approved, comma-separated (http,log)",
-    ),
-    (
-        "SANDBOX_OPENSHELL_GATEWAY_URL",
-        "openshell.gateway-url",
-        "openshell: the gateway's https URL (https://127.0.0.1:17670 for a local gateway)",
-    ),
-    ("SANDBOX_OPENSHELL_CA_FILE", "openshell.ca-file", "openshell: a CA trusted instead of the system's"),
-    (
-        "SANDBOX_OPENSHELL_CERT_FILE",
-        "openshell.cert-file",
-        "openshell: the client certificate (PEM) the host presents; the plugin never sees it",
-    ),
-    ("SANDBOX_OPENSHELL_KEY_FILE", "openshell.key-file", "openshell: the client certificate's key (PEM)"),
-    ("SANDBOX_OPENSHELL_IMAGE", "openshell.image", "openshell: the image, pinned <name>@sha256:<digest>"),
-    ("SANDBOX_OPENSHELL_CONNECT_TO", "openshell.connect-to", "openshell: an IP every connection goes to"),
-    ("SANDBOX_OPENSHELL_MAX_TIER", "openshell.max-tier", "openshell: the strongest tier credited, default container"),
-    (
-        "SANDBOX_OPENSHELL_INSTANCE",
-        "openshell.instance",
-        "openshell: this daemon's label on its sandboxes, default plimsoll.<hostname>",
-    ),
-    ("SANDBOX_OPENSHELL_PLUGIN", "plugins.openshell.path", "the openshell plugin's directory"),
-    (
-        "SANDBOX_OPENSHELL_PLUGIN_KEYS",
-        "plugins.openshell.trusted-keys",
-        "trusted public keys (PEM files), comma-separated",
-    ),
-    (
-        "SANDBOX_OPENSHELL_PLUGIN_APPROVE",
-        "plugins.openshell.approve",
-        "capabilities approved, comma-separated (http,log)",
-    ),
-    (
-        "SANDBOX_AGENTSANDBOX_API_URL",
-        "agentsandbox.api-url",
-        "agentsandbox: the Kubernetes API server's https URL (a kubeconfig's cluster.server)",
-    ),
-    ("SANDBOX_AGENTSANDBOX_CA_FILE", "agentsandbox.ca-file", "agentsandbox: the cluster's CA (PEM)"),
-    (
-        "SANDBOX_AGENTSANDBOX_TOKEN",
-        "agentsandbox.token-file",
-        "agentsandbox: the service account's bearer token; the host attaches it, the plugin never sees it",
-    ),
-    (
-        "SANDBOX_AGENTSANDBOX_CERT_FILE",
-        "agentsandbox.cert-file",
-        "agentsandbox: a client certificate (PEM) the host presents instead of a token",
-    ),
-    ("SANDBOX_AGENTSANDBOX_KEY_FILE", "agentsandbox.key-file", "agentsandbox: the client certificate's key (PEM)"),
-    (
-        "SANDBOX_AGENTSANDBOX_SANDBOXD_TOKEN",
-        "agentsandbox.sandboxd-token-file",
-        "agentsandbox: the token sandboxd answers to (32+ characters); the template carries its SHA-256",
-    ),
-    ("SANDBOX_AGENTSANDBOX_SANDBOXD_PORT", "agentsandbox.sandboxd-port", "agentsandbox: sandboxd's port, default 8787"),
-    ("SANDBOX_AGENTSANDBOX_NAMESPACE", "agentsandbox.namespace", "agentsandbox: the namespace of the pool and claims"),
-    ("SANDBOX_AGENTSANDBOX_WARM_POOL", "agentsandbox.warm-pool", "agentsandbox: the SandboxWarmPool runs claim from"),
-    ("SANDBOX_AGENTSANDBOX_CONNECT_TO", "agentsandbox.connect-to", "agentsandbox: an IP every connection goes to"),
-    (
-        "SANDBOX_AGENTSANDBOX_MAX_TIER",
-        "agentsandbox.max-tier",
-        "agentsandbox: the strongest tier credited, default vm (the tier itself is the runtime class's handler)",
-    ),
-    (
-        "SANDBOX_AGENTSANDBOX_INSTANCE",
-        "agentsandbox.instance",
-        "agentsandbox: this daemon's label on its claims, default plimsoll.<hostname>",
-    ),
-    ("SANDBOX_AGENTSANDBOX_PLUGIN", "plugins.agentsandbox.path", "the agentsandbox plugin's directory"),
-    (
-        "SANDBOX_AGENTSANDBOX_PLUGIN_KEYS",
-        "plugins.agentsandbox.trusted-keys",
-        "trusted public keys (PEM files), comma-separated",
-    ),
-    (
-        "SANDBOX_AGENTSANDBOX_PLUGIN_APPROVE",
-        "plugins.agentsandbox.approve",
-        "capabilities approved, comma-separated (http,log)",
+        "SANDBOX_<NAME>_<SETTING>",
+        "plugins.<name>.<setting>",
+        "each setting the manifest declares (a secret: its value, or <setting>-file in the table); plugin inspect lists them",
     ),
 ];
 

@@ -151,7 +151,11 @@ pub struct Allowed {
 impl Allowed {
     /// What a plugin's manifest allows.
     pub fn of(m: &plimsoll_plugin_trust::Manifest) -> Allowed {
-        Allowed { endpoints: m.endpoints.clone(), headers: m.headers.clone(), runs_code_at: m.runs_code_at.clone() }
+        Allowed {
+            endpoints: m.endpoints.keys().cloned().collect(),
+            headers: m.headers.clone(),
+            runs_code_at: m.runs_code_at.clone(),
+        }
     }
 
     /// Whether a write to `endpoint` may start code.

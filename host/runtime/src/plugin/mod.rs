@@ -148,7 +148,7 @@ mod tests {
         }
     }
 
-    const MANIFEST: &str = "name = \"docker\"\nversion = \"0.1.0\"\ncomponent = \"docker.wasm\"\nmax-tier = \"kernel\"\ncapabilities = [\"containers\", \"log\"]\n";
+    const MANIFEST: &str = "schema = 1\nname = \"docker\"\nkind = \"provider\"\nversion = \"0.1.0\"\ncomponent = \"docker.wasm\"\nmax-tier = \"kernel\"\ncapabilities = [\"containers\", \"log\"]\n";
 
     /// A signed plugin directory (the component need not be valid wasm to test
     /// verification) and the public key that verifies it.

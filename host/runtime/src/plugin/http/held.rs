@@ -1,31 +1,14 @@
 //! Secrets a backend hands out per target, which the host keeps and the plugin
-//! never sees: e2b answers a sandbox's create with the access token of that
-//! sandbox's data plane; Docker mints a scoped bearer per sandbox endpoint. The
+//! never sees (a backend answering a sandbox's create with the access token of
+//! that sandbox's data plane, or minting a scoped bearer per sandbox). The
 //! host takes the field out of the answer before the plugin reads it, and
 //! attaches it as a header to the plugin's later requests to that target.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Mutex;
 
-/// One kind of held secret.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HeldSecret {
-    /// The endpoint whose JSON answers carry it.
-    pub from: String,
-    /// The top-level field holding it; taken out of every answer from `from`.
-    pub field: String,
-    /// The top-level field of the same answer naming its target.
-    pub target_field: String,
-    /// What the target field's value starts with before the target
-    /// (`sandboxes/` in Docker's resource names); a value without it names none.
-    pub target_prefix: String,
-    /// The endpoint whose requests to that target carry it.
-    pub to: String,
-    /// The header it travels in there.
-    pub header: String,
-    /// What goes before it in that header (`Bearer ` for a bearer token).
-    pub value_prefix: String,
-}
+/// One kind of held secret, as the plugin's manifest declares it.
+pub use plimsoll_plugin_trust::manifest::HeldSecret;
 
 /// The most secrets held at once; past it the oldest is forgotten (its target,
 /// long gone in any sane use, then answers 401 to the plugin).
