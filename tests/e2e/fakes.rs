@@ -112,24 +112,38 @@ fn binary() -> PathBuf {
 /// Copies the built plugin `name` into `dir/<name>`, signs it with a throwaway key
 /// and returns its directory and the public key.
 pub(super) fn signed(name: &str, dir: &Path) -> Option<(PathBuf, PathBuf)> {
+    let plugin = copy_built(name, &dir.join(name))?;
+    let key = sign(&plugin, dir);
+    Some((plugin, key))
+}
+
+/// Copies the built plugin `name`'s component and manifest into `to`; None (with
+/// a skipped line) when it is not built, outside required mode.
+pub(super) fn copy_built(name: &str, to: &Path) -> Option<PathBuf> {
     let built = Path::new(ROOT).join("plugins/out").join(name);
     if !built.join(format!("{name}.wasm")).exists() {
         assert!(!required(), "required mode: no {name} plugin (run plugins/build.sh)");
         skipped(&format!("no {name} plugin in {} (run plugins/build.sh)", built.display()));
         return None;
     }
-    let plugin = dir.join(name);
-    std::fs::create_dir_all(&plugin).expect("mkdir");
+    std::fs::create_dir_all(to).expect("mkdir");
     for f in [format!("{name}.wasm"), "plugin.toml".into()] {
-        std::fs::copy(built.join(&f), plugin.join(&f)).expect("copy the plugin");
+        std::fs::copy(built.join(&f), to.join(&f)).expect("copy the plugin");
     }
+    Some(to.to_path_buf())
+}
+
+/// Signs the plugin directory `plugin` with a throwaway key made in `dir` (as
+/// `plimsoll-host plugin keygen` and `plugin sign` do); the public key's path.
+pub(super) fn sign(plugin: &Path, dir: &Path) -> PathBuf {
     let key = dir.join("vendor");
-    let o = host().args(["plugin", "keygen"]).arg(&key).output().expect("keygen");
+    if !key.with_extension("pub").exists() {
+        let o = host().args(["plugin", "keygen"]).arg(&key).output().expect("keygen");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let o = host().args(["plugin", "sign", "--key"]).arg(key.with_extension("key")).arg(plugin).output().expect("sign");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let o =
-        host().args(["plugin", "sign", "--key"]).arg(key.with_extension("key")).arg(&plugin).output().expect("sign");
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    Some((plugin, key.with_extension("pub")))
+    key.with_extension("pub")
 }
 
 /// Waits up to 30 s for `fake` to hold `n` sandboxes; how many it holds then.

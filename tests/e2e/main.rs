@@ -22,6 +22,7 @@ mod mcp_http;
 mod mcp_tour;
 mod openshell;
 mod place;
+mod plugins;
 mod pr_receipt;
 mod probes;
 mod python;

@@ -115,6 +115,7 @@ impl BrokerPlugin {
         let name = verified.manifest.name.clone();
         let err = |e: String| PluginError::Component { name: name.clone(), error: e };
         let loaded = engine.load(&name, &verified.component).map_err(|e| err(e.to_string()))?;
+        super::check_contract(&verified, super::manifest::PluginKind::Broker, &loaded.component, engine)?;
         let mut linker: Linker<PluginState> = Linker::new(engine.wasmtime());
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| err(e.to_string()))?;
         World::add_to_linker::<PluginState, wasmtime::component::HasSelf<PluginState>>(&mut linker, |s| s)

@@ -2,8 +2,8 @@
 //! sandbox cannot be handed a host socket, so a granted run's code reaches the
 //! broker over HTTPS at the guard, the one host its network rules let it reach,
 //! presenting the run's guard credential (`crg_` and 64 hex digits: 32 random
-//! bytes). Where the vendor's proxy can add a header on the way out (E2B's), the
-//! credential never enters the sandbox; where it cannot (Docker's), the guest
+//! bytes). Where the vendor's proxy can add a header on the way out, the
+//! credential never enters the sandbox; where it cannot, the guest
 //! holds it, and it opens nothing but this run's broker.
 //!
 //! The guard holds only each credential's SHA-256, and a run's entry only while

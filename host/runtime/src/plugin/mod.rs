@@ -18,6 +18,7 @@ mod provider;
 mod session;
 pub mod signer;
 pub mod socket;
+pub mod versions;
 
 use std::path::{Path, PathBuf};
 
@@ -82,6 +83,26 @@ pub enum PluginError {
         /// What failed.
         error: String,
     },
+}
+
+/// Checks a compiled plugin is the `kind` the host loads it as, by its manifest
+/// and by the WIT packages and versions its component names.
+///
+/// # Errors
+///
+/// [`PluginError::Component`] naming what does not fit.
+pub(crate) fn check_contract(
+    verified: &Verified,
+    kind: manifest::PluginKind,
+    component: &wasmtime::component::Component,
+    engine: &crate::Engine,
+) -> Result<(), PluginError> {
+    let name = &verified.manifest.name;
+    let err = |error: String| PluginError::Component { name: name.clone(), error };
+    if verified.manifest.kind != kind {
+        return Err(err(format!("its manifest says {}, so it does not load as a {kind}", verified.manifest.kind)));
+    }
+    versions::check(kind, component, engine.wasmtime()).map_err(err)
 }
 
 /// A plugin whose signature and approvals checked out: safe to compile.

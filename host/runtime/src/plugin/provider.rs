@@ -309,6 +309,7 @@ impl PluginProvider {
             )
         })?;
         let loaded = engine.load(&name, &verified.component).map_err(|e| component_error(&name, e))?;
+        super::check_contract(&verified, super::manifest::PluginKind::Provider, &loaded.component, engine)?;
         let mut linker: Linker<PluginState> = Linker::new(engine.wasmtime());
         wasmtime_wasi::p2::add_to_linker_sync(&mut linker).map_err(|e| component_error(&name, e))?;
         ProviderPlugin::add_to_linker::<PluginState, wasmtime::component::HasSelf<PluginState>>(&mut linker, |s| s)
@@ -347,9 +348,8 @@ impl PluginProvider {
             .call(Duration::from_secs(10), 0, |store, plugin| plugin.plimsoll_provider_provider().call_describe(store))
             .0
             .map_err(|e| component_error(&name, format!("describe: {e}")))?;
-        if d.name != name {
-            return Err(component_error(&name, format!("describes itself as {:?}, not its manifest's name", d.name)));
-        }
+        // The wire name is the manifest's (the operator may sign a vendor's
+        // component under a name of their own); the plugin's is the backend's.
         p.description = p.describe_from(&d);
         p.sessions = d.sessions;
         p.grant_way = d.grants;

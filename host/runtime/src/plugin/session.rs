@@ -398,7 +398,7 @@ impl PluginSession {
 }
 
 impl PluginSession {
-    /// Asks a remote plugin to suspend its sandbox (E2B's pause), under the
+    /// Asks a remote plugin to suspend its sandbox (a backend's pause), under the
     /// grace of a call; what it says is redacted as its calls' words are.
     fn suspend_remote(&mut self) -> Result<Suspension, String> {
         let Some(handle) = self.handle else { return Ok(Suspension::KeptRunning) };

@@ -1,5 +1,5 @@
 //! Relay streams: a granted run's way to the broker where its sandbox has no
-//! way out (OpenShell's: no network rule at all). The plugin starts a relay
+//! way out (a gateway whose sandboxes have no network rule at all). The plugin starts a relay
 //! inside and names a vendor's port forward (a bidirectional gRPC stream that
 //! opens with an init message and then carries a connection's bytes, each
 //! piece in one field of a message); the host opens those streams itself and
