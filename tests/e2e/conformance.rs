@@ -9,9 +9,8 @@
 //! under runc and runsc, e2b, dockercloud), on a daemon with the demo API's
 //! profiles; a backend adds one line with its [`Grants`].
 
-use plimsoll_client::{Client, Options, SessionOptions};
-use plimsoll_core::wire::ProjectOutcome;
-use plimsoll_core::{Floor, Reason};
+use plimsoll_client::Client;
+use plimsoll_core::Floor;
 
 use super::{Daemon, rt};
 
@@ -29,92 +28,26 @@ pub(super) struct Backend<'a> {
     pub output_cap: usize,
 }
 
-fn opts(timeout_ms: i32) -> Options {
-    Options { timeout_ms, ..Options::default() }
-}
-
 fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// The suite against `d`, whose callers present `token`.
+/// The suite against `d`, whose callers present `token`: the shared checks
+/// (`plimsoll-conformance`, which `plimsoll-host plugin check` runs too), then the
+/// published Python client.
 pub(super) fn suite(d: &Daemon, token: &str, b: &Backend<'_>) {
     let client = Client::new(&d.url(), Some(token.into())).expect("client");
-    let rt = rt();
     let name = b.provider;
-
-    let desc = rt.block_on(client.describe()).expect("describe");
-    assert_eq!((desc.sandbox.as_str(), desc.isolation.as_str()), (name, b.tier));
-
-    // A JavaScript snippet, with the tier and what it ran behind.
-    let r = rt.block_on(client.run_javascript("console.log(6*7)", &opts(0))).expect("js snippet");
-    assert_eq!(text(&r.javascript.as_ref().expect("js").stdout), "42\n", "{name}");
-    let rec = r.record.expect("record");
-    assert_eq!((rec.provider.as_str(), rec.isolation.as_str()), (name, b.tier));
-    assert!(rec.environment.starts_with(b.environment), "{name}: {}", rec.environment);
-
-    // An uncaught exception is a result.
-    let r = rt.block_on(client.run_javascript("throw new Error('boom')", &opts(0))).expect("throw");
-    let js = r.javascript.expect("js");
-    assert_eq!(js.exit_code, 1, "{name}");
-    assert!(text(&js.stderr).contains("boom"), "{name}: {}", text(&js.stderr));
-
-    // A snippet past its budget: exit 124.
-    let r = rt.block_on(client.run_javascript("for(;;){}", &opts(2000))).expect("loop");
-    let js = r.javascript.expect("js");
-    assert_eq!((js.exit_code, js.timed_out), (124, true), "{name}");
-
-    // Output beyond the cap is cut and flagged.
-    let r = rt.block_on(client.run_javascript("console.log('x'.repeat(3*1024*1024))", &opts(0))).expect("big");
-    let js = r.javascript.expect("js");
-    assert!(js.stdout_truncated && js.stdout.len() == b.output_cap, "{name}: {} bytes", js.stdout.len());
-
-    // A project: four files, two steps, an artifact a step made.
-    let files = [
-        ("two.py", "print(1 + 1)\n"),
-        ("main.py", "import helper\nopen('out.txt', 'w').write(str(helper.answer()) + '\\n')\nprint('built')\n"),
-        ("helper.py", "def answer():\n    return 6 * 7\n"),
-        ("spin.py", "while True:\n    pass\n"),
-    ];
-    let r = rt
-        .block_on(client.run_project(
-            &files,
-            &["python3 two.py", "python3 main.py"],
-            &["out.txt", "not-made.txt"],
-            &opts(60_000),
-        ))
-        .expect("project");
-    let p = r.project.expect("project");
-    assert_eq!(p.outcome, ProjectOutcome::Completed, "{name}: {}", p.outcome_detail);
-    assert_eq!(p.steps.len(), 2, "{name}");
-    assert_eq!((text(&p.steps[0].stdout), text(&p.steps[1].stdout)), ("2\n".into(), "built\n".into()), "{name}");
-    assert_eq!(p.artifacts.len(), 1, "{name}: an artifact that was not made is left out");
-    assert_eq!((p.artifacts[0].path.as_str(), text(&p.artifacts[0].content)), ("out.txt", "42\n".into()));
-
-    // A failing step stops the plan.
-    let stop = [("fail.py", "import sys\nsys.exit(3)\n"), ("never.py", "print('never')\n")];
-    let r = rt.block_on(client.run_project(&stop, &["python3 fail.py", "python3 never.py"], &[], &opts(30_000)));
-    let r = r.expect("stop");
-    let p = r.project.expect("project");
-    assert_eq!((p.outcome, p.steps.len(), p.steps[0].exit_code), (ProjectOutcome::Completed, 1, 3), "{name}");
-
-    // A step past the budget: timed out.
-    let r = rt.block_on(client.run_project(&files, &["python3 spin.py"], &[], &opts(3000))).expect("slow");
-    assert_eq!(r.project.expect("project").outcome, ProjectOutcome::TimedOut, "{name}");
-
-    // A floor above the tier is refused before dispatch.
-    if let Some(floor) = b.above {
-        let above = Options { floor: Some(floor), ..Options::default() };
-        let err = rt.block_on(client.run_javascript("console.log(1)", &above)).expect_err("floor above");
-        assert_eq!(err.not_dispatched(), Some(Reason::Isolation), "{name}: {err}");
-    }
-
-    // Sessions: where Describe offers none, opening one is refused before anything
-    // is made (where it offers them, tests/e2e/session_suite.rs is their suite).
-    if !desc.supports_sessions {
-        let err = rt.block_on(client.open_session(&SessionOptions::default())).expect_err("no sessions");
-        assert_eq!(err.not_dispatched(), Some(Reason::Unsupported), "{name}: {err}");
-    }
+    let expected = plimsoll_conformance::Expected {
+        provider: b.provider.into(),
+        tier: b.tier.into(),
+        environment: b.environment.into(),
+        above: b.above,
+        output_cap: b.output_cap,
+    };
+    let checks = rt().block_on(plimsoll_conformance::run(&client, &expected));
+    let failed: Vec<String> = checks.iter().filter(|c| c.outcome.is_err()).map(|c| c.line()).collect();
+    assert!(failed.is_empty(), "{name}: {failed:#?}");
 
     // The published Python client, which recomputes every record and checks every tier.
     let above = b.above.map(|f| f.as_str().to_string()).unwrap_or_default();

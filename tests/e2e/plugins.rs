@@ -3,7 +3,9 @@
 //! under a new name (`e2b` to `acme`), signed and approved, serves the
 //! conformance suite against the e2b fake with the same settings under
 //! `SANDBOX_ACME_*`; a plugin built against another major version of the WIT
-//! packages is refused by name before it runs.
+//! packages is refused by name before it runs; and the author's kit works end
+//! to end: `plugin new` writes a project that builds, and `plugin check` passes
+//! it on the local engine and a shipped plugin against its fake.
 
 use super::fakes::{Fake, copy_built, pairs, settle, sign};
 use super::{Daemon, refused_start, scratch};
@@ -117,4 +119,98 @@ fn a_plugin_built_against_another_major_version_of_the_host_packages_is_refused_
         "{stderr}"
     );
     assert_eq!(fake.sandboxes(), 0, "nothing was made");
+}
+
+/// `plimsoll-host plugin check DIR` with `env` and `args`: its exit code and its
+/// report (one line per check on stdout; the daemon's log goes to stderr).
+fn plugin_check(
+    dir: &std::path::Path,
+    key: &std::path::Path,
+    env: &[(String, String)],
+    args: &[&str],
+) -> (Option<i32>, String) {
+    let mut cmd = super::host();
+    cmd.args(["plugin", "check"]).arg(dir).arg("--trusted-key").arg(key).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let o = cmd.output().expect("plugin check");
+    (o.status.code(), String::from_utf8_lossy(&o.stdout).into_owned())
+}
+
+/// Every line of a report that is not `ok`.
+fn failures(report: &str) -> Vec<&str> {
+    report.lines().filter(|l| !l.starts_with("ok   ")).collect()
+}
+
+/// The kit end to end on this machine: `plugin new demo --kind provider` writes a
+/// project that builds for wasm32-wasip2 as it is; signed, it loads on the local
+/// docker engine and passes every check of `plugin check`.
+#[test]
+fn a_new_provider_plugin_builds_signs_and_passes_plugin_check_on_the_local_engine() {
+    let Some(fx) = super::docker::fixture("runc") else { return };
+    let dir = scratch("plugins-new");
+    let project = dir.join("demo");
+    let o = super::host().args(["plugin", "new", "demo", "--kind", "provider"]).arg(&project).output().expect("new");
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).starts_with("wrote the provider plugin demo in "));
+    // A second `new` into the same directory is refused, so nothing is overwritten.
+    let again =
+        super::host().args(["plugin", "new", "demo", "--kind", "provider"]).arg(&project).output().expect("new");
+    assert!(String::from_utf8_lossy(&again.stderr).contains("is not empty; name a new directory"), "{again:?}");
+    // Its own build script, with a target directory kept between runs of the suite.
+    let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugin-kit-target");
+    let built = std::process::Command::new(project.join("build.sh"))
+        .env("CARGO_TARGET_DIR", &target)
+        .output()
+        .expect("build.sh");
+    assert!(built.status.success(), "{}", String::from_utf8_lossy(&built.stderr));
+    assert!(project.join("demo.wasm").is_file());
+    let key = sign(&project, &dir);
+    let env = [("SANDBOX_DOCKER_IMAGE".to_string(), fx.image().to_string())];
+    let (code, report) = plugin_check(&project, &key, &env, &[]);
+    assert_eq!((code, failures(&report)), (Some(0), vec![]), "{report}");
+    for check in
+        ["load", "tier", "snippet", "project with a binary artifact", "floor above the tier", "session cell", "sweep"]
+    {
+        assert!(report.contains(&format!("ok   {check}: ")), "{check}: {report}");
+    }
+    assert!(report.contains("ok   tier: demo states container; its manifest allows at most kernel"), "{report}");
+    // Signed again by a key the check does not trust, it does not load.
+    let stranger = scratch("plugins-new-stranger");
+    let stranger_key = sign(&project, &stranger);
+    let (code, report) = plugin_check(&project, &key, &env, &[]);
+    assert_eq!(code, Some(1), "{report}");
+    assert!(report.contains("FAIL load: ") && report.contains("signature check failed"), "{report}");
+    let (code, report) = plugin_check(&project, &stranger_key, &env, &[]);
+    assert_eq!((code, failures(&report)), (Some(0), vec![]), "{report}");
+}
+
+/// `plugin check` against a remote plugin and its vendor's fake, with the
+/// settings the fake prints: the suite passes and a fresh start's sweep finds
+/// nothing of the instance left; a bad setting fails the check by name first.
+#[test]
+fn plugin_check_passes_a_remote_plugin_against_its_fake_and_names_a_bad_setting() {
+    let Some(fake) = Fake::start("e2b", None) else { return };
+    let dir = scratch("plugins-check-e2b");
+    let Some(plugin) = copy_built("e2b", &dir.join("e2b")) else { return };
+    let key = sign(&plugin, &dir);
+    let env: Vec<(String, String)> = fake.settings.iter().filter(|(k, _)| k != "SANDBOX_PROVIDER").cloned().collect();
+    let (code, report) = plugin_check(&plugin, &key, &env, &[]);
+    assert_eq!((code, failures(&report)), (Some(0), vec![]), "{report}");
+    assert!(report.contains("ok   tier: e2b states vm; its manifest allows at most vm"), "{report}");
+    assert!(
+        report
+            .contains("ok   sweep: a fresh start's sweep listed this instance's sandboxes and found none left behind"),
+        "{report}"
+    );
+    assert_eq!(settle(&fake, 0), 0, "sandboxes left behind");
+    let mut bad = env.clone();
+    bad.push(("E2B_TEMPLATE".into(), "base;rm".into()));
+    let (code, report) = plugin_check(&plugin, &key, &bad, &[]);
+    assert_eq!(code, Some(1), "{report}");
+    assert_eq!(
+        report.trim(),
+        "FAIL settings: E2B_TEMPLATE=\"base;rm\" must be letters, digits, dashes and underscores"
+    );
 }

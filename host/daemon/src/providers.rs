@@ -65,6 +65,7 @@ pub struct BuildError {
 /// [`BuildError`] when its engine or component cannot be made ready.
 pub fn build(config: &Config, log: Log) -> Result<Built, BuildError> {
     let mut guard = None;
+    let mut swept = Vec::new();
     let provider: Arc<dyn Provider> = match &config.provider {
         ProviderKind::Disabled => Arc::new(Disabled),
         ProviderKind::Wasm => {
@@ -116,16 +117,21 @@ pub fn build(config: &Config, log: Log) -> Result<Built, BuildError> {
                 .as_ref()
                 .ok_or_else(|| BuildError { provider: name.clone(), message: "no plugin settings".into() })?;
             match &plugin.backend {
-                Backend::Containers(docker) => Arc::new(docker_provider(config, plugin, docker, log)?),
+                Backend::Containers(docker) => {
+                    let (p, gone) = docker_provider(config, plugin, docker, log)?;
+                    swept = gone;
+                    Arc::new(p)
+                }
                 Backend::Remote(remote) => {
-                    let p = remote_provider(config, plugin, remote, log)?;
+                    let (p, gone) = remote_provider(config, plugin, remote, log)?;
                     guard = p.guard();
+                    swept = gone;
                     p
                 }
             }
         }
     };
-    Ok(Built { provider, guard })
+    Ok(Built { provider, guard, swept })
 }
 
 /// A built provider, and the guard the daemon serves for it (a remote backend
@@ -135,11 +141,14 @@ pub struct Built {
     pub provider: Arc<dyn Provider>,
     /// Its guard, when the operator set one.
     pub guard: Option<Arc<Guard>>,
+    /// What the startup sweep deleted: a killed predecessor's sandboxes, or
+    /// containers past their lifetime (`plugin check` wants none after its runs).
+    pub swept: Vec<String>,
 }
 
 impl std::fmt::Debug for Built {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Built").field("guard", &self.guard).finish_non_exhaustive()
+        f.debug_struct("Built").field("guard", &self.guard).field("swept", &self.swept).finish_non_exhaustive()
     }
 }
 
@@ -208,7 +217,7 @@ fn remote_provider(
     plugin: &ProviderPlugin,
     remote: &RemoteConfig,
     log: Log,
-) -> Result<Arc<PluginProvider>, BuildError> {
+) -> Result<(Arc<PluginProvider>, Vec<String>), BuildError> {
     let name = plugin.name().to_string();
     let fail = |message: String| BuildError { provider: name.clone(), message };
     let (verified, approved) = verified_plugin(plugin).map_err(fail)?;
@@ -306,7 +315,7 @@ fn remote_provider(
             }
         })
         .map_err(|e| fail(format!("starting the releaser: {e}")))?;
-    Ok(provider)
+    Ok((provider, swept))
 }
 
 /// How long the releaser waits for leftovers before it looks again whether the
@@ -352,7 +361,7 @@ fn docker_provider(
     plugin: &ProviderPlugin,
     docker: &DockerConfig,
     log: Log,
-) -> Result<PluginProvider, BuildError> {
+) -> Result<(PluginProvider, Vec<String>), BuildError> {
     let name = plugin.name().to_string();
     let fail = |message: String| BuildError { provider: name.clone(), message };
     let (verified, approved) = verified_plugin(plugin).map_err(fail)?;
@@ -415,8 +424,9 @@ fn docker_provider(
         .map_err(|e| fail(format!("starting the engine runtime: {e}")))?;
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
     let proven = rt.block_on(plimsoll_containers::startup::prove(&settings, now)).map_err(fail)?;
-    if !proven.swept.is_empty() {
-        log_swept(&log, &proven.swept);
+    let swept = proven.swept.clone();
+    if !swept.is_empty() {
+        log_swept(&log, &swept);
     }
     let tier = if docker.runtime == "runsc" { Tier::Kernel } else { Tier::Container };
     let tiers = [(docker.runtime.clone(), tier)].into();
@@ -441,5 +451,5 @@ fn docker_provider(
             }
         })
         .map_err(|e| fail(format!("starting the re-check: {e}")))?;
-    Ok(provider)
+    Ok((provider, swept))
 }

@@ -113,7 +113,7 @@ impl Server {
         }
         // Building and preflight block (a plugin drives its engine synchronously), so
         // both run off the async workers.
-        let providers::Built { provider, guard } = {
+        let providers::Built { provider, guard, .. } = {
             let config = config.clone();
             tokio::task::spawn_blocking(move || {
                 let built = providers::build(&config, log)?;

@@ -1,10 +1,15 @@
-//! `plimsoll-host plugin`: keys and signatures for provider plugins.
+//! `plimsoll-host plugin`: a plugin author's kit (a new project, its manifest
+//! read back, the conformance suite against it) and the keys and signatures
+//! that vouch for plugins.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use plimsoll_runtime::plugin::{self, MANIFEST_FILE, Manifest, SIGNATURE_FILE, signature};
+
+mod check;
+mod new;
 
 /// `plugin` subcommands.
 #[derive(Debug, clap::Subcommand)]
@@ -33,11 +38,48 @@ pub enum Command {
         /// The plugin directory.
         dir: PathBuf,
     },
-    /// Print a plugin's manifest, component digest and signing key.
+    /// Print a plugin's manifest: its settings and how to set them, endpoints,
+    /// envelope, capabilities and tier, its component's digest and signing key.
     Inspect {
         /// The plugin directory.
         dir: PathBuf,
     },
+    /// Write a new plugin project that builds for wasm32-wasip2 as it is: its
+    /// manifest, this host's WIT packages and a skeleton of its kind.
+    New {
+        /// The plugin's name (lowercase letters, digits and dashes).
+        name: String,
+        /// What it is: provider, broker or signer.
+        #[arg(long, value_parser = parse_kind)]
+        kind: plugin::manifest::PluginKind,
+        /// The plugins/ directory of a plimsoll checkout, whose shared libraries
+        /// the skeleton builds on (default: this build's).
+        #[arg(long)]
+        kit: Option<PathBuf>,
+        /// Where to write it (default: ./NAME); it must not exist or be empty.
+        dir: Option<PathBuf>,
+    },
+    /// Load a provider plugin as the daemon would (settings, signature,
+    /// approvals, WIT packages, smoke test) and run the shared conformance suite
+    /// against it: one line per check, exit 1 on any failure.
+    Check {
+        /// A plimsoll.toml with the plugin's settings ([plugins.NAME]) and the
+        /// engine's ([docker]); the environment wins over it, as for serve.
+        #[arg(long, value_name = "FILE")]
+        settings: Option<PathBuf>,
+        /// A trusted public key (SPKI PEM); repeat for several (else the settings').
+        #[arg(long = "trusted-key")]
+        trusted_keys: Vec<PathBuf>,
+        /// Capabilities approved, comma-separated (default: what the manifest asks).
+        #[arg(long, value_delimiter = ',')]
+        approve: Vec<String>,
+        /// The plugin directory (plugin.toml, the component, plugin.sig).
+        dir: PathBuf,
+    },
+}
+
+fn parse_kind(s: &str) -> Result<plugin::manifest::PluginKind, String> {
+    plugin::manifest::PluginKind::parse(s)
 }
 
 /// Runs a `plugin` subcommand.
@@ -47,6 +89,10 @@ pub enum Command {
 /// What failed; verification failures name the check.
 pub fn main(cmd: Command) -> anyhow::Result<ExitCode> {
     match cmd {
+        Command::New { name, kind, kit, dir } => new::new(&name, kind, dir, kit),
+        Command::Check { settings, trusted_keys, approve, dir } => {
+            check::check(&dir, settings.as_deref(), &trusted_keys, &approve)
+        }
         Command::Keygen { prefix } => keygen(&prefix),
         Command::Sign { key, dir } => {
             let pem = std::fs::read_to_string(&key).with_context(|| format!("reading {}", key.display()))?;
