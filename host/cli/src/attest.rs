@@ -272,9 +272,24 @@ fn signer(args: &SignerArgs) -> anyhow::Result<Box<dyn plimsoll_attest::Signer>>
         .iter()
         .map(|c| plugin::Capability::parse(c).map_err(anyhow::Error::msg))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    // Endpoints whose URL the manifest makes a setting are read as a provider's
+    // settings are (SANDBOX_<NAME>_<SETTING>); the rest are --signer-endpoint's.
+    let read = plimsoll_daemon::config::adapter_plugin(
+        dir,
+        plugin::manifest::PluginKind::Signer,
+        &plimsoll_daemon::config::ProcessEnv,
+        &mut std::collections::BTreeMap::new(),
+    )
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
     let verified = plugin::verify(dir, &trusted, &approved)?;
+    if verified.manifest != read.manifest {
+        bail!("the signer plugin's plugin.toml changed while it was read; try again");
+    }
     let token = std::env::var(SIGNER_TOKEN_VAR).ok().filter(|t| !t.is_empty());
     let mut endpoints = std::collections::BTreeMap::new();
+    for (alias, e) in &read.endpoints {
+        endpoints.insert(alias.clone(), plimsoll_daemon::outbound::endpoint(alias, e).map_err(anyhow::Error::msg)?);
+    }
     for e in &args.signer_endpoints {
         let (alias, url) =
             e.split_once('=').ok_or_else(|| anyhow::anyhow!("--signer-endpoint {e:?} must be ALIAS=URL"))?;

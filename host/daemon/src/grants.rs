@@ -14,7 +14,6 @@ use plimsoll_grants::profile::{AdviceAudience, Retention, SessionCredential, not
 use plimsoll_grants::route::Route;
 use plimsoll_grants::token::{Credential, MintError, MintScope, Minter, PluginBroker, Secret, Shaped, Shaper};
 use plimsoll_runtime::plugin::broker::BrokerPlugin;
-use plimsoll_runtime::plugin::http::{Endpoint, HttpGate};
 use plimsoll_runtime::plugin::{self, Capability};
 use plimsoll_runtime::{Engine, EngineConfig};
 
@@ -287,11 +286,18 @@ pub fn load_plugins(
     let approved = vec![Capability::Http, Capability::Log];
     let engine = Engine::new(&EngineConfig { max_instances: 64, cache_dir: EngineConfig::default_cache_dir() })
         .map_err(|e| format!("starting the broker plugins' engine: {e}"))?;
-    for dir in &cfg.dirs {
-        let verified = plugin::verify(dir, &keys, &approved).map_err(|e| format!("broker plugin: {e}"))?;
+    for read in &cfg.read {
+        let verified = plugin::verify(&read.dir, &keys, &approved).map_err(|e| format!("broker plugin: {e}"))?;
         let name = verified.manifest.name.clone();
-        let mut endpoints = std::collections::BTreeMap::new();
-        for alias in verified.manifest.endpoints.keys() {
+        if verified.manifest != read.manifest {
+            return Err(format!(
+                "broker plugin {name}: its plugin.toml changed after startup read its settings; start again"
+            ));
+        }
+        // Endpoints whose URL is a setting were read with the settings; the rest
+        // the operator maps by name.
+        let mut endpoints = read.endpoints.clone();
+        for alias in verified.manifest.endpoints.keys().filter(|a| !read.endpoints.contains_key(*a)) {
             let Some((_, _, url)) = cfg.endpoints.iter().find(|(p, a, _)| *p == name && a == alias) else {
                 return Err(format!(
                     "broker plugin {name} calls endpoint {alias:?}: map it with PLIMSOLL_BROKER_ENDPOINTS={name}.{alias}=URL"
@@ -300,12 +306,21 @@ pub fn load_plugins(
             let headers = std::env::var(auth_var(&name, alias))
                 .ok()
                 .filter(|v| !v.is_empty())
-                .map(|v| vec![("authorization".to_string(), v)])
+                .map(|v| vec![("authorization".to_string(), crate::config::Secret::new(v))])
                 .unwrap_or_default();
-            endpoints.insert(alias.clone(), Endpoint { base: url.clone(), headers, ..Endpoint::default() });
+            let endpoint = crate::config::EndpointConfig {
+                url: url.clone(),
+                ca_file: None,
+                client_cert: None,
+                connect_to: None,
+                headers,
+                exchange: None,
+            };
+            endpoints.insert(alias.clone(), endpoint);
         }
-        let gate = HttpGate::new(endpoints).map_err(|e| format!("broker plugin {name}: {e}"))?;
-        let gate = Arc::new(gate.logging(crate::outbound::call_log(log, &name)));
+        let gate = crate::outbound::gate(&name, &endpoints, Vec::new(), log)
+            .map_err(|e| format!("broker plugin {name}: {e}"))?;
+        let gate = Arc::new(gate);
         let loaded = Arc::new(
             BrokerPlugin::new(&engine, verified, approved.clone(), Some(gate))
                 .map_err(|e| format!("broker plugin {name}: {e}"))?,

@@ -41,9 +41,40 @@ pub fn call_log(log: Log, plugin: &str) -> CallLog {
     })
 }
 
-/// The gate a remote plugin's requests pass: each endpoint the operator set, its
-/// credential, CA, client certificate and fixed address read here (the plugin
-/// sees none of them), and every call logged.
+/// How the gate reaches one endpoint alias: its URL, the credential and TLS
+/// files the host reads (the plugin sees none of them), its fixed address.
+///
+/// # Errors
+///
+/// A TLS file that cannot be read.
+pub fn endpoint(
+    alias: &str,
+    e: &crate::config::EndpointConfig,
+) -> Result<plimsoll_runtime::plugin::http::Endpoint, String> {
+    use plimsoll_runtime::plugin::http::{Endpoint, EndpointTls, TokenExchange};
+    let read = |what: &str, p: &std::path::Path| {
+        std::fs::read(p).map_err(|e| format!("endpoint {alias}: reading its {what} {}: {e}", p.display()))
+    };
+    let ca_pem = e.ca_file.as_deref().map(|p| read("CA file", p)).transpose()?;
+    let client_pem = match &e.client_cert {
+        Some((cert, key)) => Some((read("client certificate", cert)?, read("client key", key)?)),
+        None => None,
+    };
+    Ok(Endpoint {
+        base: e.url.clone(),
+        headers: e.headers.iter().map(|(k, v)| (k.clone(), v.expose().to_string())).collect(),
+        tls: EndpointTls { ca_pem, client_pem },
+        connect_to: e.connect_to,
+        exchange: e.exchange.as_ref().map(|x| TokenExchange {
+            url: x.url.clone(),
+            identifier: x.identifier.clone(),
+            secret: x.secret.expose().to_string(),
+        }),
+    })
+}
+
+/// The gate a plugin's requests pass: each endpoint the operator set (see
+/// [`endpoint`]), the secrets it holds from answers, and every call logged.
 ///
 /// # Errors
 ///
@@ -54,32 +85,9 @@ pub fn gate(
     held: Vec<plimsoll_runtime::plugin::http::HeldSecret>,
     log: Log,
 ) -> Result<plimsoll_runtime::plugin::http::HttpGate, String> {
-    use plimsoll_runtime::plugin::http::{Endpoint, EndpointTls, HttpGate, TokenExchange};
-    let read = |what: &str, alias: &str, p: &std::path::Path| {
-        std::fs::read(p).map_err(|e| format!("endpoint {alias}: reading its {what} {}: {e}", p.display()))
-    };
     let mut out = std::collections::BTreeMap::new();
     for (alias, e) in endpoints {
-        let ca_pem = e.ca_file.as_deref().map(|p| read("CA file", alias, p)).transpose()?;
-        let client_pem = match &e.client_cert {
-            Some((cert, key)) => Some((read("client certificate", alias, cert)?, read("client key", alias, key)?)),
-            None => None,
-        };
-        let headers = e.headers.iter().map(|(k, v)| (k.clone(), v.expose().to_string())).collect();
-        out.insert(
-            alias.clone(),
-            Endpoint {
-                base: e.url.clone(),
-                headers,
-                tls: EndpointTls { ca_pem, client_pem },
-                connect_to: e.connect_to,
-                exchange: e.exchange.as_ref().map(|x| TokenExchange {
-                    url: x.url.clone(),
-                    identifier: x.identifier.clone(),
-                    secret: x.secret.expose().to_string(),
-                }),
-            },
-        );
+        out.insert(alias.clone(), endpoint(alias, e)?);
     }
-    HttpGate::new(out)?.holding(held).map(|g| g.logging(call_log(log, plugin)))
+    plimsoll_runtime::plugin::http::HttpGate::new(out)?.holding(held).map(|g| g.logging(call_log(log, plugin)))
 }

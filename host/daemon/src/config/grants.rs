@@ -24,8 +24,21 @@ pub struct BrokerPlugins {
     pub dirs: Vec<PathBuf>,
     /// Vendor keys the operator trusts (PEM files).
     pub trusted_keys: Vec<PathBuf>,
-    /// `(plugin, alias, url)` for each endpoint a plugin calls.
+    /// `(plugin, alias, url)` for each endpoint a plugin calls that its manifest
+    /// gives no URL setting.
     pub endpoints: Vec<(String, String, String)>,
+    /// Each plugin as its manifest declares it, with the endpoints its settings set.
+    pub read: Vec<super::plugin::AdapterPlugin>,
+}
+
+impl GrantsTable {
+    /// The broker plugin directories: `PLIMSOLL_BROKER_PLUGINS`, else the table's.
+    pub(super) fn dirs(&self, env: &dyn super::Env) -> Vec<PathBuf> {
+        match env.get("PLIMSOLL_BROKER_PLUGINS") {
+            Some(v) => list(v).into_iter().map(PathBuf::from).collect(),
+            None => self.broker_plugins.clone().unwrap_or_default(),
+        }
+    }
 }
 
 /// Reads the broker plugin settings: environment first, then `[grants]`.
@@ -55,5 +68,5 @@ pub(super) fn broker_plugins(pick: &mut Pick<'_>, t: GrantsTable) -> Result<Brok
             "PLIMSOLL_BROKER_PLUGINS is set but PLIMSOLL_BROKER_PLUGIN_KEYS names no vendor key; a broker plugin loads only when a key the operator trusts signed it".into(),
         ));
     }
-    Ok(BrokerPlugins { dirs, trusted_keys, endpoints: parsed })
+    Ok(BrokerPlugins { dirs, trusted_keys, endpoints: parsed, read: Vec::new() })
 }

@@ -25,7 +25,8 @@ pub use grants::BrokerPlugins;
 use grants::{GrantsTable, broker_plugins};
 pub use guard::GuardConfig;
 pub use plugin::{
-    Backend, EndpointConfig, ExchangeConfig, PluginConfig, ProviderPlugin, RemoteConfig, Secret, host_variables,
+    AdapterPlugin, Backend, EndpointConfig, ExchangeConfig, PluginConfig, ProviderPlugin, RemoteConfig, Secret,
+    adapter_plugin, host_variables,
 };
 use variables::CLIENT_VARIABLES;
 pub use variables::{BROKER_AUTH_PREFIX, PLUGIN_VARIABLES, VARIABLES};
@@ -323,11 +324,17 @@ impl Config {
             Some(p) if p == "wasm" => ProviderKind::Wasm,
             Some(p) => ProviderKind::Plugin(plugin::plugin_name(&p)?),
         };
-        // The provider plugin's own variables are checked against its manifest below.
-        let plugin_prefix = match &provider {
-            ProviderKind::Plugin(name) => Some(format!("{}_", plimsoll_plugin_trust::manifest::variable_prefix(name))),
-            _ => None,
-        };
+        // The provider's and the broker plugins' own variables are checked against
+        // their manifests below.
+        let mut plugin_prefixes: Vec<String> =
+            grants_table.dirs(env).iter().filter_map(|d| plugin::manifest_name(d)).collect();
+        if let ProviderKind::Plugin(name) = &provider {
+            plugin_prefixes.push(name.clone());
+        }
+        let plugin_prefixes: Vec<String> = plugin_prefixes
+            .iter()
+            .map(|n| format!("{}_", plimsoll_plugin_trust::manifest::variable_prefix(n)))
+            .collect();
         let known = |n: &str| VARIABLES.iter().any(|(v, _, _)| *v == n) || CLIENT_VARIABLES.contains(&n);
         let mut unknown: Vec<String> = env
             .names()
@@ -337,7 +344,7 @@ impl Config {
             // One per broker plugin endpoint; a misspelt one leaves its endpoint without
             // a credential, which the vendor's token endpoint refuses.
             .filter(|n| !n.starts_with(BROKER_AUTH_PREFIX))
-            .filter(|n| plugin_prefix.as_ref().is_none_or(|p| !n.starts_with(p.as_str())))
+            .filter(|n| !plugin_prefixes.iter().any(|p| n.starts_with(p.as_str())))
             .collect();
         unknown.sort();
         if !unknown.is_empty() {
@@ -406,7 +413,12 @@ impl Config {
             .string("PLIMSOLL_GRANTS_FILE", grants_table.file.as_ref().map(|p| p.display().to_string()))
             .filter(|p| !p.is_empty())
             .map(PathBuf::from);
-        let broker_plugins = broker_plugins(&mut pick, grants_table)?;
+        let mut broker_plugins = broker_plugins(&mut pick, grants_table)?;
+        for dir in broker_plugins.dirs.clone() {
+            let read =
+                plugin::adapter_plugin(&dir, plimsoll_plugin_trust::manifest::PluginKind::Broker, env, &mut plugins)?;
+            broker_plugins.read.push(read);
+        }
         let guard_addr = pick.string("PLIMSOLL_GUARD_ADDR", d.guard_addr).filter(|a| !a.is_empty());
 
         let plugins_dir = pick

@@ -741,3 +741,78 @@ fn a_plugin_is_refused_by_name_when_it_is_missing_misnamed_or_not_a_provider() {
         "[plugins.acme-cloud] is set, but SANDBOX_PROVIDER is wasm; set SANDBOX_PROVIDER=acme-cloud or remove the table"
     );
 }
+
+#[test]
+fn a_broker_plugin_reads_its_endpoints_from_its_settings_through_the_same_path() {
+    let root = std::env::temp_dir().join(format!("plimsoll-broker-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let dir = root.join("acme-broker");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let _scratch = Scratch(root);
+    std::fs::write(
+        dir.join("plugin.toml"),
+        r#"
+schema = 1
+name = "acme-broker"
+kind = "broker"
+version = "0.1.0"
+component = "acme-broker.wasm"
+capabilities = ["http", "log"]
+
+[settings.token-url]
+kind = "url"
+required = true
+help = "the API's token endpoint"
+
+[settings.client-secret]
+kind = "secret"
+required = true
+aliases = ["ACME_CLIENT_SECRET"]
+help = "the long-lived client secret the host trades for each run's token"
+
+[endpoints.token]
+url = "token-url"
+headers = { authorization = { secret = "client-secret", prefix = "Basic " } }
+"#,
+    )
+    .expect("write");
+    let dir_s = dir.display().to_string();
+    let full: Vec<(&str, String)> = vec![
+        ("PLIMSOLL_BROKER_PLUGINS", dir_s.clone()),
+        ("PLIMSOLL_BROKER_PLUGIN_KEYS", "/etc/plimsoll/vendor.pub".into()),
+        ("SANDBOX_ACME_BROKER_TOKEN_URL", "https://auth.acme.test/oauth/token".into()),
+        ("ACME_CLIENT_SECRET", "cs-0123456789".into()),
+    ];
+    let c = load_owned(&full).expect("loads");
+    let read = &c.broker_plugins.read;
+    assert_eq!(read.len(), 1);
+    let token = &read[0].endpoints["token"];
+    assert_eq!(token.url, "https://auth.acme.test/oauth/token");
+    assert_eq!((token.headers[0].0.as_str(), token.headers[0].1.expose()), ("authorization", "Basic cs-0123456789"));
+    assert!(!format!("{c:?}").contains("cs-0123456789"));
+    refusals(vec![
+        (
+            with(&full, ("SANDBOX_ACME_BROKER_TOKEN_UR", "https://auth.acme.test")),
+            "SANDBOX_ACME_BROKER_TOKEN_UR is not a variable of the acme-broker plugin; it reads SANDBOX_ACME_BROKER_PLUGIN, SANDBOX_ACME_BROKER_PLUGIN_KEYS, SANDBOX_ACME_BROKER_PLUGIN_APPROVE, SANDBOX_ACME_BROKER_MAX_TIER, SANDBOX_ACME_BROKER_CLIENT_SECRET, ACME_CLIENT_SECRET, SANDBOX_ACME_BROKER_TOKEN_URL (plimsoll-host plugin inspect shows what each is for)".into(),
+        ),
+        (
+            without(&full, "ACME_CLIENT_SECRET"),
+            "the broker plugin acme-broker needs SANDBOX_ACME_BROKER_CLIENT_SECRET (or ACME_CLIENT_SECRET, or client-secret-file in [plugins.acme-broker]): the long-lived client secret the host trades for each run's token".into(),
+        ),
+        (
+            vec![
+                ("PLIMSOLL_BROKER_PLUGINS", plugin_dir("docker")),
+                ("PLIMSOLL_BROKER_PLUGIN_KEYS", "/etc/plimsoll/vendor.pub".into()),
+            ],
+            format!("the plugin at {} is a provider, not a broker", plugin_dir("docker")),
+        ),
+    ]);
+    // A broker whose manifest leaves its endpoints to the operator reads no settings.
+    let c = load(&[
+        ("PLIMSOLL_BROKER_PLUGINS", &plugin_dir("inventory-broker")),
+        ("PLIMSOLL_BROKER_PLUGIN_KEYS", "/etc/plimsoll/vendor.pub"),
+        ("PLIMSOLL_BROKER_ENDPOINTS", "inventory-broker.token=http://127.0.0.1:1/oauth/token"),
+    ])
+    .expect("loads");
+    assert!(c.broker_plugins.read[0].endpoints.is_empty());
+}

@@ -155,7 +155,7 @@ impl Limit {
 }
 
 /// A plugin's manifest.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Manifest {
     /// The manifest schema ([`SCHEMA`]).

@@ -123,7 +123,7 @@ pub enum TargetRule {
 }
 
 /// One declared setting.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Setting {
     /// What it holds.

@@ -118,7 +118,7 @@ pub(super) fn provider_plugin(name: &str, mut input: Inputs<'_>) -> Result<Provi
     let backend = match (containers, http) {
         (true, false) => {
             if let Some(key) = input.table.keys().next() {
-                return Err(unknown_key(&manifest, key));
+                return Err(unknown_key(&manifest, key, true));
             }
             if input.guard_addr.is_some() {
                 return Err(no_guard(&manifest));
@@ -133,7 +133,7 @@ pub(super) fn provider_plugin(name: &str, mut input: Inputs<'_>) -> Result<Provi
             }
             let resolved = settings::resolve(&manifest, input.env, &mut input.table)?;
             if let Some(key) = input.table.keys().next() {
-                return Err(unknown_key(&manifest, key));
+                return Err(unknown_key(&manifest, key, true));
             }
             Backend::Remote(remote::remote(&manifest, resolved, max_tier, input.resources, input.guard_addr)?)
         }
@@ -158,13 +158,17 @@ fn no_guard(m: &Manifest) -> ConfigError {
     ))
 }
 
-/// The key `[plugins.NAME]` holds that is neither the host's nor a setting.
-fn unknown_key(m: &Manifest, key: &str) -> ConfigError {
+/// The key `[plugins.NAME]` holds that is neither the host's (for a provider,
+/// `host_keys`) nor a setting.
+fn unknown_key(m: &Manifest, key: &str, host_keys: bool) -> ConfigError {
+    let mut keys = settings::table_keys(m);
+    if !host_keys {
+        keys.retain(|k| !["path", "trusted-keys", "approve", "max-tier"].contains(&k.as_str()));
+    }
+    let takes = if keys.is_empty() { "no settings".to_string() } else { keys.join(", ") };
     ConfigError::Value(format!(
-        "[plugins.{}] {key} is not a setting of the {} plugin; it takes {} (plimsoll-host plugin inspect shows them)",
-        m.name,
-        m.name,
-        settings::table_keys(m).join(", ")
+        "[plugins.{}] {key} is not a setting of the {} plugin; it takes {takes} (plimsoll-host plugin inspect shows them)",
+        m.name, m.name,
     ))
 }
 
@@ -339,4 +343,58 @@ pub(super) fn check_variables(m: &Manifest, env: &dyn Env) -> Result<(), ConfigE
         m.name,
         declared.join(", ")
     )))
+}
+
+/// A broker or signer plugin read as its manifest declares it: the manifest and
+/// the endpoints whose URLs are its settings (the rest the operator maps).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdapterPlugin {
+    /// Its directory.
+    pub dir: PathBuf,
+    /// Its manifest. Loading checks the signed one is this one.
+    pub manifest: Manifest,
+    /// Endpoint alias to how the host reaches it, for each the manifest gives a URL setting.
+    pub endpoints: std::collections::BTreeMap<String, EndpointConfig>,
+}
+
+/// The name in the manifest at `dir`, if it reads (refusals come when it is loaded).
+pub(super) fn manifest_name(dir: &std::path::Path) -> Option<String> {
+    let text = std::fs::read_to_string(dir.join(plimsoll_runtime::plugin::MANIFEST_FILE)).ok()?;
+    Manifest::parse(&text).ok().map(|m| m.name)
+}
+
+/// Reads the `kind` plugin at `dir` the way a provider's is read: its manifest,
+/// its settings from `SANDBOX_<NAME>_<SETTING>`, the declared aliases and
+/// `[plugins.NAME]` of `tables` (taken out), checked by kind, and the endpoints
+/// they set.
+///
+/// # Errors
+///
+/// [`ConfigError`] naming the plugin, the setting and what to do.
+pub fn adapter_plugin(
+    dir: &std::path::Path,
+    kind: PluginKind,
+    env: &dyn Env,
+    tables: &mut std::collections::BTreeMap<String, toml::Table>,
+) -> Result<AdapterPlugin, ConfigError> {
+    let path = dir.join(plimsoll_runtime::plugin::MANIFEST_FILE);
+    let text = std::fs::read_to_string(&path)
+        .map_err(|source| ConfigError::Read { path: path.display().to_string(), source })?;
+    let manifest = Manifest::parse(&text)
+        .map_err(|e| ConfigError::Value(format!("the {kind} plugin at {}: {e}", dir.display())))?;
+    if manifest.kind != kind {
+        return Err(ConfigError::Value(format!(
+            "the plugin at {} is a {}, not a {kind}",
+            dir.display(),
+            manifest.kind
+        )));
+    }
+    let mut table = tables.remove(&manifest.name).unwrap_or_default();
+    let resolved = settings::resolve(&manifest, env, &mut table)?;
+    if let Some(key) = table.keys().next() {
+        return Err(unknown_key(&manifest, key, false));
+    }
+    check_variables(&manifest, env)?;
+    let endpoints = remote::endpoints(&manifest, &resolved)?;
+    Ok(AdapterPlugin { dir: dir.to_path_buf(), manifest, endpoints })
 }

@@ -76,9 +76,62 @@ pub(super) fn remote(
     resources: &Resources,
     guard_addr: Option<String>,
 ) -> Result<RemoteConfig, ConfigError> {
+    let endpoints = endpoints(m, &resolved)?;
+    let guard = match (&m.guard_url, guard_addr) {
+        (Some(setting), addr) => {
+            let url = resolved.get(setting).map(|v| v.value.clone());
+            super::super::guard::guard(&known_as(m, setting), url, addr)?
+        }
+        (None, Some(_)) => return Err(super::no_guard(m)),
+        (None, None) => None,
+    };
+    let mut settings = BTreeMap::new();
+    for (name, s) in &m.settings {
+        let Some(v) = resolved.remove(name) else { continue };
+        match (&s.kind, &s.sha256_as) {
+            (SettingKind::Secret, Some(digest)) => {
+                settings.insert(digest.clone(), hex::encode(Sha256::digest(v.value.as_bytes())));
+            }
+            (SettingKind::Secret, None) => {}
+            _ => {
+                settings.insert(name.clone(), v.value);
+            }
+        }
+    }
+    for limit in &m.envelope {
+        let (key, value) = match limit {
+            Limit::MemoryMb => ("envelope.memory-mb", resources.memory_mb),
+            Limit::Cpus => ("envelope.cpus-milli", (resources.cpus * 1000.0).round() as u32),
+            Limit::Pids => ("envelope.pids", resources.pids),
+            Limit::DiskMb => ("envelope.disk-mb", resources.disk_mb),
+        };
+        settings.insert(key.to_string(), value.to_string());
+    }
+    Ok(RemoteConfig {
+        endpoints,
+        settings,
+        max_tier,
+        guard,
+        guard_variable: m.guard_url.as_deref().map(|g| known_as(m, g)),
+    })
+}
+
+/// How the host reaches each endpoint of `m` whose URL is a setting, from the
+/// resolved settings: its URL, CA, client certificate, fixed address, and the
+/// secrets it attaches. An endpoint the manifest gives no URL setting (a
+/// broker's or signer's the operator maps) is left out.
+///
+/// # Errors
+///
+/// A URL setting left unset, a URL in clear off loopback, or an exchange short
+/// of a part.
+pub(super) fn endpoints(
+    m: &Manifest,
+    resolved: &BTreeMap<String, Value>,
+) -> Result<BTreeMap<String, EndpointConfig>, ConfigError> {
     let get = |name: &Option<String>| name.as_ref().and_then(|n| resolved.get(n));
     let mut endpoints = BTreeMap::new();
-    for (alias, e) in &m.endpoints {
+    for (alias, e) in m.endpoints.iter().filter(|(_, e)| e.url.is_some()) {
         let connect_to = match get(&e.connect_to) {
             Some(v) => Some(
                 v.value
@@ -135,43 +188,7 @@ pub(super) fn remote(
         };
         endpoints.insert(alias.clone(), endpoint);
     }
-    let guard = match (&m.guard_url, guard_addr) {
-        (Some(setting), addr) => {
-            let url = resolved.get(setting).map(|v| v.value.clone());
-            super::super::guard::guard(&known_as(m, setting), url, addr)?
-        }
-        (None, Some(_)) => return Err(super::no_guard(m)),
-        (None, None) => None,
-    };
-    let mut settings = BTreeMap::new();
-    for (name, s) in &m.settings {
-        let Some(v) = resolved.remove(name) else { continue };
-        match (&s.kind, &s.sha256_as) {
-            (SettingKind::Secret, Some(digest)) => {
-                settings.insert(digest.clone(), hex::encode(Sha256::digest(v.value.as_bytes())));
-            }
-            (SettingKind::Secret, None) => {}
-            _ => {
-                settings.insert(name.clone(), v.value);
-            }
-        }
-    }
-    for limit in &m.envelope {
-        let (key, value) = match limit {
-            Limit::MemoryMb => ("envelope.memory-mb", resources.memory_mb),
-            Limit::Cpus => ("envelope.cpus-milli", (resources.cpus * 1000.0).round() as u32),
-            Limit::Pids => ("envelope.pids", resources.pids),
-            Limit::DiskMb => ("envelope.disk-mb", resources.disk_mb),
-        };
-        settings.insert(key.to_string(), value.to_string());
-    }
-    Ok(RemoteConfig {
-        endpoints,
-        settings,
-        max_tier,
-        guard,
-        guard_variable: m.guard_url.as_deref().map(|g| known_as(m, g)),
-    })
+    Ok(endpoints)
 }
 
 /// Reads a tier cap: `vm`, `kernel`, `container` or `process`.

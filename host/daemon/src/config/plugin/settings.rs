@@ -51,6 +51,14 @@ fn ways(m: &Manifest, name: &str, s: &Setting) -> String {
     format!("{first} (or {})", others.join(", or "))
 }
 
+/// Who needs a setting, for a refusal: `SANDBOX_PROVIDER=e2b`, or `the broker plugin acme`.
+fn who(m: &Manifest) -> String {
+    match m.kind {
+        plimsoll_plugin_trust::manifest::PluginKind::Provider => format!("SANDBOX_PROVIDER={}", m.name),
+        kind => format!("the {kind} plugin {}", m.name),
+    }
+}
+
 /// This machine's name, as `{hostname}` in a default: letters, digits and `. _ -` only.
 fn hostname() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
@@ -84,12 +92,7 @@ pub(super) fn resolve(
             None => match &s.default {
                 Some(d) => Value { value: d.replace("{hostname}", &hostname()), source: m.variable(name) },
                 None if s.required => {
-                    return Err(ConfigError::Value(format!(
-                        "SANDBOX_PROVIDER={} needs {}: {}",
-                        m.name,
-                        ways(m, name, s),
-                        s.help
-                    )));
+                    return Err(ConfigError::Value(format!("{} needs {}: {}", who(m), ways(m, name, s), s.help)));
                 }
                 None => continue,
             },
@@ -135,11 +138,7 @@ pub(super) fn resolve(
                     .iter()
                     .filter_map(|n| m.settings.get(n).map(|s| format!("{} ({})", ways(m, n, s), s.help)))
                     .collect();
-                return Err(ConfigError::Value(format!(
-                    "SANDBOX_PROVIDER={} needs one of {}",
-                    m.name,
-                    listed(&each, "or")
-                )));
+                return Err(ConfigError::Value(format!("{} needs one of {}", who(m), listed(&each, "or"))));
             }
         }
     }
