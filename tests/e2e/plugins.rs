@@ -158,6 +158,26 @@ fn a_new_provider_plugin_builds_signs_and_passes_plugin_check_on_the_local_engin
     let again =
         super::host().args(["plugin", "new", "demo", "--kind", "provider"]).arg(&project).output().expect("new");
     assert!(String::from_utf8_lossy(&again.stderr).contains("is not empty; name a new directory"), "{again:?}");
+    // A name no manifest may hold is refused; a broker and a signer start from
+    // this repository's examples of their kinds, renamed.
+    let bad =
+        super::host().args(["plugin", "new", "Demo", "--kind", "provider"]).arg(dir.join("bad")).output().expect("new");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("\"Demo\" cannot name a plugin"), "{bad:?}");
+    for kind in ["broker", "signer"] {
+        let at = dir.join(kind);
+        let o = super::host()
+            .args(["plugin", "new", &format!("my-{kind}"), "--kind", kind])
+            .arg(&at)
+            .output()
+            .expect("new");
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let manifest = std::fs::read_to_string(at.join("plugin.toml")).expect("manifest");
+        assert!(
+            manifest.contains(&format!("name = \"my-{kind}\"")) && manifest.contains(&format!("kind = \"{kind}\""))
+        );
+        let lib = std::fs::read_to_string(at.join("src/lib.rs")).expect("lib.rs");
+        assert!(lib.contains("\"wit/host\"") && !lib.contains("../../wit"), "{lib}");
+    }
     // Its own build script, with a target directory kept between runs of the suite.
     let target = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("plugin-kit-target");
     let built = std::process::Command::new(project.join("build.sh"))

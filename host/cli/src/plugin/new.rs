@@ -22,18 +22,26 @@ const WIT: [(&str, &str); 5] = [
 const CARGO: &str = include_str!("../../templates/Cargo.toml");
 const BUILD: &str = include_str!("../../templates/build.sh");
 
-/// The skeleton and manifest of a kind.
-fn skeleton(kind: PluginKind) -> (&'static str, &'static str) {
+/// The skeleton and manifest of a kind, with the name they hold in place of the
+/// new plugin's: the provider's template, and for a broker or signer this
+/// repository's example of that kind (it builds and is tested as it is).
+fn skeleton(kind: PluginKind) -> (&'static str, &'static str, &'static str) {
     match kind {
-        PluginKind::Provider => {
-            (include_str!("../../templates/provider/lib.rs"), include_str!("../../templates/provider/plugin.toml"))
-        }
-        PluginKind::Broker => {
-            (include_str!("../../templates/broker/lib.rs"), include_str!("../../templates/broker/plugin.toml"))
-        }
-        PluginKind::Signer => {
-            (include_str!("../../templates/signer/lib.rs"), include_str!("../../templates/signer/plugin.toml"))
-        }
+        PluginKind::Provider => (
+            include_str!("../../templates/provider/lib.rs"),
+            include_str!("../../templates/provider/plugin.toml"),
+            "{{name}}",
+        ),
+        PluginKind::Broker => (
+            include_str!("../../../../plugins/inventory-broker/src/lib.rs"),
+            include_str!("../../../../plugins/inventory-broker/plugin.toml"),
+            "inventory-broker",
+        ),
+        PluginKind::Signer => (
+            include_str!("../../../../plugins/kms-signer/src/lib.rs"),
+            include_str!("../../../../plugins/kms-signer/plugin.toml"),
+            "kms-signer",
+        ),
     }
 }
 
@@ -45,8 +53,13 @@ fn skeleton(kind: PluginKind) -> (&'static str, &'static str) {
 /// A name no manifest may hold, a directory that is not empty, a kit without
 /// the shared remote library, or a file that could not be written.
 pub fn new(name: &str, kind: PluginKind, dir: Option<PathBuf>, kit: Option<PathBuf>) -> anyhow::Result<ExitCode> {
-    let fill = |t: &str| t.replace("{{name}}", name).replace("{{crate}}", &name.replace('-', "_"));
-    let (lib, manifest) = skeleton(kind);
+    let (lib, manifest, example) = skeleton(kind);
+    let fill = |t: &str| {
+        t.replace(example, name)
+            .replace("{{name}}", name)
+            .replace("{{crate}}", &name.replace('-', "_"))
+            .replace("\"../../wit/", "\"wit/")
+    };
     let manifest = fill(manifest);
     Manifest::parse(&manifest).map_err(|e| anyhow::anyhow!("{name:?} cannot name a plugin: {e}"))?;
     let dir = dir.unwrap_or_else(|| PathBuf::from(name));
@@ -72,7 +85,7 @@ pub fn new(name: &str, kind: PluginKind, dir: Option<PathBuf>, kit: Option<PathB
             format!("plimsoll-plugin-remote = {{ path = {:?} }}", remote.display().to_string())
         }
         PluginKind::Signer => "hex = \"0.4\"\nsha2 = \"0.10\"".to_string(),
-        PluginKind::Broker => String::new(),
+        PluginKind::Broker => "serde_json = \"1\"".to_string(),
     };
     let write = |path: &Path, text: &str| -> anyhow::Result<()> {
         let path = dir.join(path);
