@@ -277,27 +277,32 @@ fn suite(d: &Daemon, runtime: &str) {
     assert_eq!(err.not_dispatched(), Some(Reason::Isolation), "{err}");
     assert_eq!(created_since(&owner(d), since), Vec::<String>::new(), "a container was created for a refused run");
 
-    // A container removed from outside mid-run: may have run, never a result.
+    // A container removed from outside mid-run: may have run, never a result. It
+    // is removed once the code has started (it leaves a file), not before: a
+    // container removed before its interpreter said it was waiting ran nothing,
+    // and is refused as such.
     let url = d.url();
     let who = owner(d);
     let killer = std::thread::spawn(move || {
-        for _ in 0..200 {
+        for _ in 0..600 {
             let o = Command::new("docker")
                 .args(["ps", "-q", "--filter", &format!("label=dev.plimsoll.owner={who}")])
                 .output()
                 .expect("docker ps");
-            let ids = text(&o.stdout);
-            if let Some(id) = ids.lines().next() {
-                std::thread::sleep(Duration::from_millis(500));
-                let _ = Command::new("docker").args(["rm", "-f", id]).output();
-                return true;
+            for id in text(&o.stdout).lines() {
+                let started = Command::new("docker").args(["exec", id, "test", "-f", "/tmp/started"]).output();
+                if started.is_ok_and(|o| o.status.success()) {
+                    let _ = Command::new("docker").args(["rm", "-f", id]).output();
+                    return true;
+                }
             }
             std::thread::sleep(Duration::from_millis(50));
         }
         false
     });
     let slow = Client::new(&url, Some(TOKEN.into())).expect("client");
-    let err = rt.block_on(slow.run_javascript("setTimeout(() => console.log('done'), 20000)", &opts(60_000)));
+    let code = "require('fs').writeFileSync('/tmp/started', '1'); setTimeout(() => console.log('done'), 20000)";
+    let err = rt.block_on(slow.run_javascript(code, &opts(60_000)));
     assert!(killer.join().expect("killer"), "the running container was never seen");
     let err = err.expect_err("a removed container gives no result");
     assert!(err.may_have_run(), "{err}");
