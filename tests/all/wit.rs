@@ -21,7 +21,7 @@ fn resolve() -> Resolve {
 }
 
 #[test]
-fn every_package_parses_at_version_0_1_0() {
+fn every_package_parses_at_its_version() {
     let r = resolve();
     let mut names: Vec<String> = r.packages.iter().map(|(_, p)| p.name.to_string()).collect();
     names.sort();
@@ -31,7 +31,7 @@ fn every_package_parses_at_version_0_1_0() {
             "plimsoll:broker@0.1.0",
             "plimsoll:engine@0.1.0",
             "plimsoll:host@0.1.0",
-            "plimsoll:provider@0.1.0",
+            "plimsoll:provider@0.2.0",
             "plimsoll:signer@0.1.0",
             "plimsoll:sim@0.1.0",
             "plimsoll:types@0.1.0",
@@ -57,7 +57,7 @@ fn the_worlds_later_issues_implement_exist() {
             "plimsoll:broker@0.1.0/broker-plugin",
             "plimsoll:engine@0.1.0/engine",
             "plimsoll:engine@0.1.0/python-engine",
-            "plimsoll:provider@0.1.0/provider-plugin",
+            "plimsoll:provider@0.2.0/provider-plugin",
             "plimsoll:signer@0.1.0/signer-plugin",
             "plimsoll:sim@0.1.0/controller-guest",
             "plimsoll:sim@0.1.0/model-guest",

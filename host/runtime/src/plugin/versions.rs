@@ -1,7 +1,7 @@
 //! Which versions of this host's WIT packages a plugin may be built against.
 //!
 //! A component names the version of every `plimsoll:` interface it imports or
-//! exports (`plimsoll:provider/provider@0.1.0`). The host accepts a version
+//! exports (`plimsoll:provider/provider@0.2.0`). The host accepts a version
 //! compatible with its own by Cargo's rule (the same major version, or for
 //! `0.x` the same minor one) and refuses any other by name after compiling the
 //! component and before linking or instantiating it, so a plugin built against
@@ -14,7 +14,7 @@ use wasmtime::component::Component;
 pub const PACKAGES: [(&str, &str); 5] = [
     ("plimsoll:types", "0.1.0"),
     ("plimsoll:host", "0.1.0"),
-    ("plimsoll:provider", "0.1.0"),
+    ("plimsoll:provider", "0.2.0"),
     ("plimsoll:broker", "0.1.0"),
     ("plimsoll:signer", "0.1.0"),
 ];
@@ -130,7 +130,7 @@ mod tests {
 
     #[test]
     fn another_major_version_is_refused_by_name() {
-        let exports = ["plimsoll:provider/provider@0.1.0"];
+        let exports = ["plimsoll:provider/provider@0.2.0"];
         let ok = check_names(
             PluginKind::Provider,
             ["plimsoll:host/http@0.1.0", "wasi:io/streams@0.2.6"].into_iter(),
