@@ -12,16 +12,23 @@ use serde_json::{Map, Value};
 
 use crate::plimsoll::types::types::Tier;
 
+/// The Kata Containers handlers, as agent-sandbox's examples (2fd412d5) and
+/// kata-deploy register them: QEMU (`kata-qemu`, GKE), Firecracker (`kata-fc`),
+/// Cloud Hypervisor, and AKS's Pod Sandboxing (`kata`, or `kata-mshv` on
+/// Hyper-V, under the RuntimeClass `kata-vm-isolation`).
+const KATA: [&str; 6] = ["kata", "kata-qemu", "kata-fc", "kata-clh", "kata-clh-runtime-rs", "kata-mshv"];
+
 /// The tier a runtime class handler stands for: gVisor is a kernel of its own,
 /// runc shares the node's, Kata runs each pod in a VM. Any other is refused.
 pub fn tier_of(handler: &str) -> Result<Tier, String> {
     match handler {
         "runsc" => Ok(Tier::Kernel),
         "runc" => Ok(Tier::Container),
-        "kata" | "kata-clh" | "kata-clh-runtime-rs" => Ok(Tier::Vm),
+        h if KATA.contains(&h) => Ok(Tier::Vm),
         other => Err(format!(
             "the runtime class's handler {other:?} is not one plimsoll reads a tier from \
-             (runsc: kernel, runc: container, kata, kata-clh, kata-clh-runtime-rs: vm)"
+             (runsc: kernel, runc: container, {}: vm)",
+            KATA.join(", ")
         )),
     }
 }

@@ -71,13 +71,13 @@ fn wall(edit: impl FnOnce(&mut Value)) -> String {
 fn handlers_are_tiers_and_others_are_refused() {
     assert_eq!(tier_of("runsc"), Ok(Tier::Kernel));
     assert_eq!(tier_of("runc"), Ok(Tier::Container));
-    for vm in ["kata", "kata-clh", "kata-clh-runtime-rs"] {
+    for vm in ["kata", "kata-qemu", "kata-fc", "kata-clh", "kata-clh-runtime-rs", "kata-mshv"] {
         assert_eq!(tier_of(vm), Ok(Tier::Vm), "{vm}");
     }
     assert_eq!(
         tier_of("crun").expect_err("unknown"),
         "the runtime class's handler \"crun\" is not one plimsoll reads a tier from \
-         (runsc: kernel, runc: container, kata, kata-clh, kata-clh-runtime-rs: vm)"
+         (runsc: kernel, runc: container, kata, kata-qemu, kata-fc, kata-clh, kata-clh-runtime-rs, kata-mshv: vm)"
     );
 }
 
