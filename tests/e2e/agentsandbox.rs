@@ -200,6 +200,30 @@ fn a_pod_that_never_becomes_ready_is_refused_capacity_and_its_claim_deleted() {
     assert_eq!(claims(&fake), 0, "the claim was left behind");
 }
 
+/// A claimed pod that fails (Ready False, `PodFailed`, as agent-sandbox's
+/// controller forwards it to the claim) is refused `environment` as soon as the
+/// claim says so, not waited out as a pod that is still starting.
+#[test]
+fn a_pod_that_fails_is_refused_environment_at_once_and_its_claim_deleted() {
+    let Some(fake) = start("runc", Some("pod-fails")) else { return };
+    let dir = scratch("agentsandbox-pod-fails");
+    let Some(env) = env(&fake, &dir, &[]) else { return };
+    let d = Daemon::start(&pairs(&env));
+    let client = Client::new(&d.url(), Some(TOKEN.into())).expect("client");
+    let asked = std::time::Instant::now();
+    let err = rt().block_on(client.run_javascript("console.log(1)", &Options::default())).expect_err("a failed pod");
+    let took = asked.elapsed();
+    assert_eq!(err.not_dispatched(), Some(Reason::Environment), "{err}");
+    assert!(err.to_string().contains("failed: PodFailed: Pod failed"), "{err}");
+    assert!(!err.to_string().contains("within 20 s"), "waited out as a pod still starting: {err}");
+    eprintln!("a failed pod refused in {} ms", took.as_millis());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while claims(&fake) != 0 {
+        assert!(std::time::Instant::now() < deadline, "the failed pod's claim was left behind");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn a_runtime_class_that_disappears_refuses_the_next_run_before_anything_is_claimed() {
     let Some(fake) = start("runc", None) else { return };

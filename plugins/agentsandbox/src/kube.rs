@@ -195,8 +195,14 @@ pub enum Standing {
     Failed(String),
 }
 
-/// Reasons a claim's Ready condition turns False for good.
+/// Reasons a claim's Ready condition turns False for good: the claim
+/// controller's own, and the Sandbox's it forwards (agent-sandbox 2fd412d5:
+/// a pod that ended, several pods, an error reconciling).
 const TERMINAL: &[&str] = &[
+    "PodFailed",
+    "PodSucceeded",
+    "MultiplePods",
+    "ReconcilerError",
     "InvalidMetadata",
     "EnvVarsInjectionRejected",
     "VolumeClaimTemplatesError",
@@ -389,6 +395,21 @@ mod tests {
             {"type": "Ready", "status": "False", "reason": "WarmPoolNotFound", "message": "no pool"}]}});
         assert_eq!(standing(&c), Standing::Failed("WarmPoolNotFound: no pool".into()));
         assert_eq!(standing(&json!({})), Standing::Waiting("no Ready condition yet".into()));
+        // A pod still starting waits; one that ended, or several, fail at once.
+        let ready_false = |reason: &str, message: &str| json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": reason, "message": message}]}});
+        let pending = ready_false("DependenciesNotReady", "Pod exists with phase: Pending");
+        assert_eq!(
+            standing(&pending),
+            Standing::Waiting("DependenciesNotReady: Pod exists with phase: Pending".into())
+        );
+        for (reason, message) in [
+            ("PodFailed", "Pod failed"),
+            ("PodSucceeded", "Pod completed successfully"),
+            ("MultiplePods", "2 pods"),
+            ("ReconcilerError", "Error seen: x"),
+        ] {
+            assert_eq!(standing(&ready_false(reason, message)), Standing::Failed(format!("{reason}: {message}")));
+        }
         // Ready without a Sandbox named is not ready.
         let c = json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}});
         assert!(matches!(standing(&c), Standing::Waiting(_)));

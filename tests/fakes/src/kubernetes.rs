@@ -40,7 +40,7 @@ pub const AGENT: &str = "/opt/plimsoll/plimsoll-agent";
 const STARTUP_LIMIT: Duration = Duration::from_secs(180);
 
 /// Each way this fake can misbehave, and what it does.
-pub const MODES: [(&str, &str); 19] = [
+pub const MODES: [(&str, &str); 20] = [
     ("redirect", "every answer is a 307 to https://elsewhere.agentsandbox.test/..."),
     ("weaker", "pods differ from the template: a service account token mounted, a writable root, a sidecar"),
     ("token-mounted", "pods mount a service account token (automountServiceAccountToken true, and the file is there)"),
@@ -56,6 +56,7 @@ pub const MODES: [(&str, &str); 19] = [
     ("capabilities", "the sandbox container adds NET_ADMIN (and really has it)"),
     ("disk-volume", "the tmp volume is an emptyDir without medium: Memory (backed by a tmpfs all the same)"),
     ("never-ready", "every claim after the first never becomes Ready: its pod stays Pending"),
+    ("pod-fails", "every claim after the first gets a pod that fails at once (Ready False, reason PodFailed)"),
     (
         "conflict",
         "every other create (the 1st, 3rd, ...) answers 409 AlreadyExists without storing it: a name another holds",
@@ -83,6 +84,7 @@ pub enum Mode {
     Capabilities,
     DiskVolume,
     NeverReady,
+    PodFails,
     Conflict,
     Gone,
     Throttle,
@@ -108,6 +110,7 @@ impl Mode {
             "capabilities" => Mode::Capabilities,
             "disk-volume" => Mode::DiskVolume,
             "never-ready" => Mode::NeverReady,
+            "pod-fails" => Mode::PodFails,
             "conflict" => Mode::Conflict,
             "gone" => Mode::Gone,
             "throttle" => Mode::Throttle,

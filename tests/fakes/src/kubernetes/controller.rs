@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::objects::{self, NAMESPACE, POOL};
-use super::pods;
+use super::pods::{self, PodState};
 use super::store::{Key, Resource, Store, uid_of};
 use super::{Fake, Mode, lock};
 use crate::util::random;
@@ -131,10 +131,12 @@ impl Fake {
         let pod = store.get(&key(Resource::Pods, name)).cloned();
         let phase = pod.as_ref().and_then(|p| p.pointer("/status/phase")).and_then(Value::as_str).unwrap_or_default();
         let pod_ready = pod.as_ref().is_some_and(|p| ready_of(p).0);
+        // As agent-sandbox's controller (2fd412d5, computeReadyCondition) says it.
         let (ok, reason, message) = match (&pod, phase) {
             (None, _) => (false, "DependenciesNotReady", "Pod does not exist".to_string()),
             (Some(_), "Failed") => (false, "PodFailed", "Pod failed".to_string()),
-            (Some(_), "Pending") => (false, "PodNotReady", "Pod exists with phase: Pending".to_string()),
+            (Some(_), "Succeeded") => (false, "PodSucceeded", "Pod completed successfully".to_string()),
+            (Some(_), "Pending") => (false, "DependenciesNotReady", "Pod exists with phase: Pending".to_string()),
             (Some(_), _) if pod_ready => (true, "DependenciesReady", "Pod is Ready".to_string()),
             (Some(_), _) => (false, "DependenciesNotReady", "Pod is Running but not Ready".to_string()),
         };
@@ -196,13 +198,15 @@ impl Fake {
                     .pointer("/status/conditions")
                     .and_then(Value::as_array)
                     .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"));
+                // The claim forwards its Sandbox's Ready condition as it is
+                // (agent-sandbox 2fd412d5, sandboxclaim_controller.go).
                 match c {
-                    Some(c) if c["status"] == "True" || c["reason"] == "PodFailed" => {
+                    Some(c) => {
                         let mut c = c.clone();
                         c["observedGeneration"] = json!(generation);
                         c
                     }
-                    _ => objects::condition("Ready", false, "SandboxNotReady", "Sandbox is not ready", generation),
+                    None => objects::condition("Ready", false, "SandboxNotReady", "Sandbox is not ready", generation),
                 }
             }
             None => objects::condition("Ready", false, "SandboxNotReady", "Sandbox is not ready", generation),
@@ -222,7 +226,7 @@ impl Fake {
     /// Gives a new claim its Sandbox: a warm one adopted (Ready first, else
     /// one still starting), or with none warm a cold one named after the
     /// claim; in `never-ready`, every claim after the first gets a cold one
-    /// whose pod stays Pending.
+    /// whose pod stays Pending, and in `pod-fails` one whose pod fails at once.
     pub(super) async fn reconcile_claim(self: Arc<Self>, name: String) {
         let claim_key = key(Resource::SandboxClaims, &name);
         self.sync_claim(&name);
@@ -232,6 +236,7 @@ impl Fake {
             q.claims - 1
         };
         let stuck = self.cluster.mode == Some(Mode::NeverReady) && nth > 0;
+        let fails = self.cluster.mode == Some(Mode::PodFails) && nth > 0;
         let adopted = {
             let mut store = self.lock_store();
             let Some(claim) = store.get(&claim_key).cloned() else { return };
@@ -252,8 +257,11 @@ impl Fake {
                     }
                 })
             };
-            let candidate =
-                if stuck { None } else { warm(true).into_iter().next().or_else(|| warm(false).into_iter().next()) };
+            let candidate = if stuck || fails {
+                None
+            } else {
+                warm(true).into_iter().next().or_else(|| warm(false).into_iter().next())
+            };
             match candidate {
                 Some(k) => {
                     let _ = store.update(&k, |s| objects::adopt(s, &claim));
@@ -261,7 +269,7 @@ impl Fake {
                 }
                 None => {
                     let uid = uid_of(&claim).to_string();
-                    if !self.make_sandbox(&mut store, &claim, &name, Some(&uid), !stuck) {
+                    if !self.make_sandbox(&mut store, &claim, &name, Some(&uid), !stuck && !fails) {
                         let generation = claim.pointer("/metadata/generation").and_then(Value::as_u64).unwrap_or(1);
                         let message = format!("Error seen: sandboxes.agents.x-k8s.io \"{name}\" already exists");
                         let c = objects::condition("Ready", false, "ReconcilerError", &message, generation);
@@ -276,6 +284,12 @@ impl Fake {
             Some(sandbox) => {
                 self.sync_sandbox(&sandbox);
                 self.refill.notify_one();
+            }
+            None if fails => {
+                let now = crate::util::now();
+                let why = "the sandbox's container exited".to_string();
+                let failed = PodState::Failed { container: String::new(), started: now, finished: now, exit: 1, why };
+                self.set_pod_state(&name, failed);
             }
             None => self.sync_sandbox(&name),
         }
