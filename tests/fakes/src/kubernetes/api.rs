@@ -238,10 +238,6 @@ impl Fake {
             let m = "the namespace of the provided object does not match the namespace sent on the request";
             return Status::bad_request(m).response();
         }
-        if body.pointer("/spec/warmPoolRef/name").and_then(Value::as_str).is_none_or(str::is_empty) {
-            let m = "SandboxClaim in version \"v1beta1\" cannot be handled as a SandboxClaim: spec.warmPoolRef.name: Required value";
-            return Status::bad_request(m).response();
-        }
         let given = body.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
         let generate = body.pointer("/metadata/generateName").and_then(Value::as_str).unwrap_or_default();
         let name = match (given, generate) {
@@ -259,6 +255,15 @@ impl Fake {
                  regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
             );
             return Status::invalid(resource, &name, "metadata.name", &why).response();
+        }
+        // The CRD's structural schema (agent-sandbox 2fd412d5) requires
+        // spec.warmPoolRef and its name: kube-apiserver answers 422 Invalid.
+        match body.pointer("/spec/warmPoolRef") {
+            None | Some(Value::Null) => return Status::required(resource, &name, "spec.warmPoolRef").response(),
+            Some(r) if r.get("name").is_none_or(Value::is_null) => {
+                return Status::required(resource, &name, "spec.warmPoolRef.name").response();
+            }
+            Some(_) => {}
         }
         if self.cluster.mode == Some(Mode::Conflict) {
             let mut q = self.quirks();

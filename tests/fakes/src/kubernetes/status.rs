@@ -89,6 +89,16 @@ impl Status {
         s
     }
 
+    /// 422 for a field a CRD's structural schema requires and the object lacks,
+    /// as kube-apiserver's schema validation words it (`FieldValueRequired`).
+    pub fn required(resource: Resource, name: &str, field: &str) -> Status {
+        let mut s = Status::invalid(resource, name, field, "Required value");
+        if let Some(d) = s.details.as_mut() {
+            d["causes"] = json!([{"reason": "FieldValueRequired", "message": "Required value", "field": field}]);
+        }
+        s
+    }
+
     /// 400.
     pub fn bad_request(message: impl Into<String>) -> Status {
         Status::new(400, "BadRequest", message.into())
@@ -181,6 +191,21 @@ mod tests {
         let core = Status::not_found(Resource::Pods, "p").json();
         assert_eq!(core["message"], "pods \"p\" not found");
         assert_eq!(core["details"], json!({"name": "p", "kind": "pods"}));
+    }
+
+    #[test]
+    fn a_missing_required_field_is_invalid_as_the_schema_says() {
+        let s = Status::required(Resource::SandboxClaims, "c1", "spec.warmPoolRef").json();
+        assert_eq!(s["code"], 422);
+        assert_eq!(s["reason"], "Invalid");
+        assert_eq!(
+            s["message"],
+            "SandboxClaim.extensions.agents.x-k8s.io \"c1\" is invalid: spec.warmPoolRef: Required value"
+        );
+        assert_eq!(
+            s["details"]["causes"],
+            json!([{"reason": "FieldValueRequired", "message": "Required value", "field": "spec.warmPoolRef"}])
+        );
     }
 
     #[test]
