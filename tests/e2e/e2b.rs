@@ -302,6 +302,20 @@ fn a_killed_daemons_sandboxes_are_swept_by_the_next_with_its_instance() {
     super::fakes::a_killed_daemons_sandboxes_are_swept(&fake, &pairs(&env), TOKEN);
 }
 
+/// E2B pages its sandbox listing (`X-Next-Token`, newest first; infra
+/// 54693ff3): with a page of one, a killed daemon's three sandboxes are found
+/// across three pages and all swept by the next.
+#[test]
+fn the_sweep_walks_every_page_of_the_listing() {
+    let Some(fake) = Fake::start_with("e2b", None, &["--page-size", "1"]) else { return };
+    let dir = scratch("e2b-pages");
+    let extra = [("SANDBOX_E2B_INSTANCE", "plimsoll@pages-test"), ("SANDBOX_PER_KEY_CONCURRENT", "3")];
+    let Some(env) = env(&fake, &dir, &extra) else { return };
+    let log = super::fakes::killed_daemons_sandboxes_are_swept(&fake, &pairs(&env), TOKEN, 3);
+    let listings = log.iter().filter(|l| l.contains(r#""path":"/v2/sandboxes""#)).count();
+    assert!(listings >= 3, "the sweep read {listings} page(s) of the listing, not the three it holds");
+}
+
 #[test]
 fn links_out_of_the_project_are_not_read_back_and_a_memory_bomb_is_named() {
     let Some(fake) = Fake::start("e2b", None) else { return };

@@ -158,30 +158,50 @@ pub(super) fn settle(fake: &Fake, n: usize) -> usize {
 /// A daemon killed mid-run leaves its sandbox at the vendor; the next daemon of
 /// its instance deletes it before it makes anything, and says so.
 pub(super) fn a_killed_daemons_sandboxes_are_swept(fake: &Fake, env: &[(&str, &str)], token: &str) {
+    let _ = killed_daemons_sandboxes_are_swept(fake, env, token, 1);
+}
+
+/// As [`a_killed_daemons_sandboxes_are_swept`], with `runs` runs in flight
+/// when the daemon is killed (their callers' per-key cap must allow them);
+/// the next daemon's log.
+pub(super) fn killed_daemons_sandboxes_are_swept(
+    fake: &Fake,
+    env: &[(&str, &str)],
+    token: &str,
+    runs: usize,
+) -> Vec<String> {
     use plimsoll_client::{Client, Options};
     let first = super::Daemon::start(env);
     assert_eq!(settle(fake, 0), 0, "the smoke test's sandbox");
     let url = first.url();
-    let token = token.to_string();
-    let slow = std::thread::spawn(move || {
-        let client = Client::new(&url, Some(token)).expect("client");
-        let opts = Options { timeout_ms: 60_000, ..Options::default() };
-        super::rt().block_on(client.run_javascript("setTimeout(() => console.log('done'), 50000)", &opts))
-    });
+    let slow: Vec<_> = (0..runs)
+        .map(|_| {
+            let (url, token) = (url.clone(), token.to_string());
+            std::thread::spawn(move || {
+                let client = Client::new(&url, Some(token)).expect("client");
+                let opts = Options { timeout_ms: 60_000, ..Options::default() };
+                super::rt().block_on(client.run_javascript("setTimeout(() => console.log('done'), 50000)", &opts))
+            })
+        })
+        .collect();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while fake.sandboxes() == 0 && std::time::Instant::now() < deadline {
+    while fake.sandboxes() < runs && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(fake.sandboxes(), 1, "the run's sandbox");
+    assert_eq!(fake.sandboxes(), runs, "the runs' sandboxes");
     std::thread::sleep(Duration::from_millis(500));
     let _ = first.kill();
-    let err = slow.join().expect("join").expect_err("the daemon was killed");
-    assert!(err.may_have_run(), "{err}");
-    assert_eq!(fake.sandboxes(), 1, "the killed daemon's sandbox outlives it");
+    for run in slow {
+        let err = run.join().expect("join").expect_err("the daemon was killed");
+        assert!(err.may_have_run(), "{err}");
+    }
+    assert_eq!(fake.sandboxes(), runs, "the killed daemon's sandboxes outlive it");
     let next = super::Daemon::start(env);
-    assert_eq!(settle(fake, 0), 0, "the next daemon of the instance deletes it");
-    let swept = next.log().into_iter().find(|l| l.contains("swept this instance's sandboxes")).expect("logged");
-    assert!(swept.contains(r#""count":1"#), "{swept}");
+    assert_eq!(settle(fake, 0), 0, "the next daemon of the instance deletes them");
+    let log = next.log();
+    let swept = log.iter().find(|l| l.contains("swept this instance's sandboxes")).expect("logged");
+    assert!(swept.contains(&format!(r#""count":{runs}"#)), "{swept}");
+    log
 }
 
 /// A daemon serving grants on a remote vendor's fake, and what its tests read.

@@ -181,6 +181,33 @@ pub struct Fake {
     /// The way out its sandboxes' rules may open, and the directory its
     /// sockets go in; without it no sandbox reaches anything.
     egress: Option<(Egress, std::path::PathBuf)>,
+    /// The most sandboxes one page of the listing holds (E2B's is 100; a test
+    /// sets fewer to walk the pages).
+    page_size: usize,
+}
+
+/// E2B's default and largest page of the sandbox listing (infra 54693ff3,
+/// handlers/sandboxes_list.go).
+pub const MAX_PAGE: usize = 100;
+
+/// A listing cursor as E2B mints one (infra 54693ff3, utils/pagination.go):
+/// base64url of `{RFC 3339 start}__{sandbox ID}`, newest first.
+fn cursor(started: &str, id: &str) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE.encode(format!("{started}__{id}"))
+}
+
+/// A cursor read back: its start and ID; `None` for anything E2B refuses
+/// ("Invalid next token"), an ascending cursor on a descending listing included.
+fn parse_cursor(token: &str) -> Option<(String, String)> {
+    use base64::Engine as _;
+    let decoded = base64::engine::general_purpose::URL_SAFE.decode(token).ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let parts: Vec<&str> = text.split("__").collect();
+    match parts.as_slice() {
+        [started, id] if started.len() == 20 && started.ends_with('Z') => Some((started.to_string(), id.to_string())),
+        _ => None,
+    }
 }
 
 /// A sandbox ID as E2B makes them: 20 of `[a-z0-9]`.
@@ -215,7 +242,14 @@ impl Fake {
             key: format!("e2b_{}", hex::encode(random(20))),
             sandboxes: Mutex::new(HashMap::new()),
             egress: None,
+            page_size: MAX_PAGE,
         }
+    }
+
+    /// The fake whose listing pages hold at most `n` sandboxes.
+    pub fn with_page_size(mut self, n: usize) -> Fake {
+        self.page_size = n.clamp(1, MAX_PAGE);
+        self
     }
 
     /// The fake whose sandboxes reach what their rules allow through `egress`,
@@ -492,6 +526,9 @@ impl Fake {
         server::json(if paused { 201 } else { 200 }, &answer)
     }
 
+    /// `GET /v2/sandboxes`: newest first (start time, then ID), one page of
+    /// `limit` (default and at most 100, or the fake's page size) after the
+    /// `nextToken` cursor, `X-Next-Token` set when more follow.
     fn list(&self, req: &Request) -> http::Response<Body> {
         let wanted: Vec<(String, String)> = req
             .param("metadata")
@@ -500,20 +537,51 @@ impl Fake {
             .filter_map(|kv| kv.split_once('='))
             .map(|(k, v)| (server::decode(k), server::decode(v)))
             .collect();
-        let items: Vec<Value> = self
+        let limit = match req.param("limit") {
+            None => MAX_PAGE,
+            Some(v) => match v.parse::<i64>() {
+                Ok(n) if n >= 1 => usize::try_from(n).unwrap_or(MAX_PAGE).min(MAX_PAGE),
+                _ => return error(400, &format!("Invalid limit {v:?}: it must be a whole number of at least 1")),
+            },
+        }
+        .min(self.page_size);
+        let after = match req.param("nextToken").filter(|t| !t.is_empty()) {
+            None => None,
+            Some(t) => match parse_cursor(&t) {
+                Some(c) => Some(c),
+                None => return error(400, "Invalid next token"),
+            },
+        };
+        let mut items: Vec<(String, String, Value)> = self
             .sandboxes()
             .iter()
             .filter(|(_, s)| wanted.iter().all(|(k, v)| s.metadata.get(k).and_then(Value::as_str) == Some(v)))
             .map(|(id, s)| {
-                json!({
+                let started = rfc3339(s.started);
+                let item = json!({
                     "templateID": TEMPLATE_ID, "alias": TEMPLATE, "sandboxID": id, "clientID": CLIENT_ID,
-                    "startedAt": rfc3339(s.started), "endAt": rfc3339(s.ends), "cpuCount": CPUS,
+                    "startedAt": started, "endAt": rfc3339(s.ends), "cpuCount": CPUS,
                     "memoryMB": MEMORY_MB, "diskSizeMB": DISK_MB, "metadata": s.metadata,
                     "state": state(s), "envdVersion": ENVD_VERSION,
-                })
+                });
+                (started, id.clone(), item)
             })
             .collect();
-        server::json(200, &json!(items))
+        // Newest first; among equal starts, IDs ascending (RFC 3339 in UTC at
+        // one width sorts as time does).
+        items.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+        if let Some((t, id)) = &after {
+            items.retain(|(started, i, _)| started < t || (started == t && i > id));
+        }
+        let more = items.len() > limit;
+        items.truncate(limit);
+        let next = more.then(|| items.last().map(|(t, id, _)| cursor(t, id))).flatten();
+        let page: Vec<Value> = items.into_iter().map(|(_, _, v)| v).collect();
+        let mut answer = server::json(200, &json!(page));
+        if let Some(token) = next.and_then(|t| http::HeaderValue::from_str(&t).ok()) {
+            answer.headers_mut().insert("x-next-token", token);
+        }
+        answer
     }
 
     async fn envd(self: Arc<Self>, id: String, req: Request) -> http::Response<Body> {

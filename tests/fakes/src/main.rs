@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 const USAGE: &str =
     "usage: plimsoll-fake <e2b|dockercloud|openshell> --listen 127.0.0.1:PORT [--misbehave MODE] [--image ID] [--dir DIR]
-                     [--route NAME=ADDR]...
+                     [--route NAME=ADDR]... [--page-size N]
        plimsoll-fake kubernetes --listen 127.0.0.1:PORT --runtime-class HANDLER [--pool-size N]
                      [--misbehave MODE] [--image ID] [--dir DIR]
 
@@ -39,6 +39,8 @@ const USAGE: &str =
                     kubernetes (required): the RuntimeClass's handler; runsc runs pods
                     under gVisor, anything else (runc, kata, ...) under runc
   --pool-size N     kubernetes: the warm pool's replicas (default 2)
+  --page-size N     e2b: the most sandboxes one page of the listing holds (1 to 100,
+                    default E2B's 100), so a client's paging is walked
 
 Once ready (kubernetes: the warm pool full and every pod's sandboxd answering) it
 prints the daemon's settings as KEY=VALUE lines, then serves until it is sent
@@ -95,6 +97,7 @@ fn main() {
     let mut dir = None;
     let mut runtime_class = None;
     let mut pool_size = None;
+    let mut page_size = None;
     let mut rest = args[1..].iter();
     while let Some(flag) = rest.next() {
         let value = rest.next().cloned().unwrap_or_else(|| fail(&format!("{flag} needs a value\n{USAGE}")));
@@ -107,6 +110,10 @@ fn main() {
             "--runtime-class" => runtime_class = Some(value),
             "--pool-size" => {
                 pool_size = Some(value.parse::<u32>().unwrap_or_else(|_| fail("--pool-size must be a whole number")))
+            }
+            "--page-size" => {
+                let n = value.parse::<usize>().ok().filter(|n| (1..=e2b::MAX_PAGE).contains(n));
+                page_size = Some(n.unwrap_or_else(|| fail("--page-size must be a whole number from 1 to 100")));
             }
             other => fail(&format!("unknown flag {other}\n{USAGE}")),
         }
@@ -121,6 +128,9 @@ fn main() {
         }
     } else if runtime_class.is_some() || pool_size.is_some() {
         fail("--runtime-class and --pool-size are for the kubernetes fake only");
+    }
+    if page_size.is_some() && vendor != "e2b" {
+        fail("--page-size is for the e2b fake only");
     }
     let listen: std::net::SocketAddr = listen
         .unwrap_or_else(|| fail("--listen is required"))
@@ -153,7 +163,8 @@ fn main() {
                         .unwrap_or_else(|| fail(&format!("e2b has no mode {m:?}; plimsoll-fake --help lists them")))
                 });
                 let egress = egress::Egress::new(Arc::clone(&pki), routes);
-                Arc::new(e2b::Fake::new(Arc::clone(&backing), mode).with_egress(egress, dir.clone()))
+                let fake = e2b::Fake::new(Arc::clone(&backing), mode).with_egress(egress, dir.clone());
+                Arc::new(fake.with_page_size(page_size.unwrap_or(e2b::MAX_PAGE)))
             }
             "dockercloud" => {
                 let mode = mode.as_deref().map(|m| {
