@@ -383,6 +383,36 @@ fn a_e2b_daemon_with_grant_profiles_and_no_guard_refuses_to_start() {
     assert!(err.contains("until it has the host's guard (E2B_GUARD_URL, PLIMSOLL_GUARD_ADDR)"), "{err}");
 }
 
+/// Network transform rules (what a granted run's way to the guard is made of)
+/// are a per-team feature at E2B: a daemon with a guard and grant profiles
+/// whose team lacks it refuses to start, naming the feature, and leaves nothing.
+#[test]
+fn an_e2b_team_without_network_rules_stops_a_granted_daemon_by_name() {
+    let Some(fake) = Fake::start("e2b", Some("no-network-rules")) else { return };
+    let dir = scratch("e2b-no-rules");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
+    let addr = format!("127.0.0.1:{port}");
+    let guard = [("E2B_GUARD_URL", "https://guard.e2b.test"), ("PLIMSOLL_GUARD_ADDR", addr.as_str())];
+    let Some(env) = env(&fake, &dir, &guard) else { return };
+    let profiles = dir.join("grants.json");
+    std::fs::write(
+        &profiles,
+        r#"{"profiles": {"p": {"base_url": "https://api.example.com", "allowed_callers": ["a"]}}}"#,
+    )
+    .expect("write");
+    let mut env = pairs(&env);
+    let profiles = profiles.display().to_string();
+    env.push(("PLIMSOLL_GRANTS_FILE", &profiles));
+    let (code, err) = refused_start(&env);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("granted runs reach the host's guard through E2B's network transform rules, which the team behind the API key does not have"),
+        "{err}"
+    );
+    assert!(err.contains("Network transform rules are not available for your team."), "{err}");
+    assert_eq!(settle(&fake, 0), 0, "the smoke test's sandbox was left behind");
+}
+
 /// The live suite: the same conformance suite against E2B itself. It runs only when
 /// asked (`cargo test -p plimsoll-host --test e2e -- --ignored e2b::live`) and then
 /// fails, never skips, without `E2B_API_KEY`. It is billed to that key's team.

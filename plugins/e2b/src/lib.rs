@@ -256,7 +256,52 @@ fn smoke() -> Result<Evidence, Refusal> {
     let node = remote::smoke(&sandbox, RUN_DIR)
         .map_err(|(check, why)| refused(RefusalReason::Environment, format!("smoke test, {check}: {why}")))?;
     log::info(&format!("smoke test passed in e2b sandbox {}: node {node}, python, no egress", sandbox.id));
-    Ok(sandbox.evidence())
+    let evidence = sandbox.evidence();
+    drop(sandbox);
+    probe_rules()?;
+    Ok(evidence)
+}
+
+/// The words E2B answers a team without network transform rules (infra
+/// 54693ff3, handlers/sandbox_create.go).
+const NO_RULES: &str = "Network transform rules are not available for your team";
+
+/// With a guard set, granted runs need network transform rules, a per-team
+/// feature at E2B: a sandbox is made with one (to the guard's host, adding a
+/// header no guard accepts) and deleted, so a team without the feature is
+/// refused at startup by name, not on its first granted run.
+fn probe_rules() -> Result<(), Refusal> {
+    let Some(url) = config::get("guard-url").filter(|u| !u.is_empty()) else { return Ok(()) };
+    let host = url
+        .strip_prefix("https://")
+        .and_then(|r| r.split(['/', ':']).next())
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| refused(RefusalReason::Environment, format!("the guard URL {url:?} names no host")))?;
+    let s = settings()?;
+    let probe =
+        api::Guard { host: host.to_string(), header: "x-plimsoll-probe".into(), credential: remote::random_hex(16) };
+    match api::create(&s.template, 60, &s.instance, Some(&probe)) {
+        Ok(created) => {
+            if let Err(e) = api::delete(&created.id) {
+                log::warn(&format!(
+                    "deleting the network rules probe {} failed ({e}); the sweep deletes it",
+                    created.id
+                ));
+            }
+            Ok(())
+        }
+        Err(e) if e.contains(NO_RULES) => Err(refused(
+            RefusalReason::Environment,
+            format!(
+                "granted runs reach the host's guard through E2B's network transform rules, which the team \
+                 behind the API key does not have ({e}); ask E2B to enable them for the team, or unset \
+                 E2B_GUARD_URL and the grant profiles"
+            ),
+        )),
+        Err(e) => {
+            Err(refused(RefusalReason::Environment, format!("creating a sandbox with the guard's network rule: {e}")))
+        }
+    }
 }
 
 plimsoll_plugin_remote::wit_glue!("e2b");

@@ -18,7 +18,7 @@ use crate::server::{self, Body, Handler, Request};
 use crate::util::{multipart, now, random, rfc3339};
 
 /// Each way this fake can misbehave, and what it does.
-pub const MODES: [(&str, &str); 12] = [
+pub const MODES: [(&str, &str); 13] = [
     ("redirect", "every answer is a 307 redirect elsewhere"),
     ("weaker", "the read-back grants more than asked: internet access, egress to 0.0.0.0/0, 8 CPUs and 8 GiB"),
     ("open-policy", "the read-back's egress policy is not deny-all (denyOut empty)"),
@@ -31,7 +31,15 @@ pub const MODES: [(&str, &str); 12] = [
     ("leaky", "a create answers 500 with the caller's API key echoed in its message"),
     ("drift", "a sandbox reads back as asked twice, then with internet access (a sandbox changed after its create)"),
     ("sticky-rule", "a network update that would take every allowed host off answers 204 and changes nothing"),
+    (
+        "no-network-rules",
+        "a team without network transform rules (a per-team feature): a create or network update naming rules answers 400",
+    ),
 ];
+
+/// What E2B answers a team without the network transform rules feature
+/// (infra 54693ff3, handlers/sandbox_create.go, validateNetworkRules).
+const NO_RULES: &str = "Network transform rules are not available for your team.";
 
 /// A misbehaviour.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,6 +56,7 @@ pub enum Mode {
     Leaky,
     Drift,
     StickyRule,
+    NoNetworkRules,
 }
 
 impl Mode {
@@ -66,6 +75,7 @@ impl Mode {
             "leaky" => Mode::Leaky,
             "drift" => Mode::Drift,
             "sticky-rule" => Mode::StickyRule,
+            "no-network-rules" => Mode::NoNetworkRules,
             _ => return None,
         })
     }
@@ -321,6 +331,9 @@ impl Fake {
                 }
             }
         }
+        if self.mode == Some(Mode::NoNetworkRules) && network.get("rules").is_some_and(|r| !r.is_null()) {
+            return error(400, NO_RULES);
+        }
         let rules = match rules(&network) {
             Ok(r) => r,
             Err(why) => return error(400, &why),
@@ -456,6 +469,9 @@ impl Fake {
             }
         }
         let network = Value::Object(network);
+        if self.mode == Some(Mode::NoNetworkRules) && network.get("rules").is_some_and(|r| !r.is_null()) {
+            return error(400, NO_RULES);
+        }
         let rules = match rules(&network) {
             Ok(r) => r,
             Err(why) => return error(400, &why),
