@@ -283,6 +283,12 @@ pub fn verify(v: &Value, id: &str, instance: &str, max: Maxima, guard: Option<&G
     if !denies_all {
         return Err("the sandbox does not deny all egress (no 0.0.0.0/0 in denyOut)".into());
     }
+    // Asked false: the sandbox's URLs answer only with its access token.
+    match network.get("allowPublicTraffic").and_then(Value::as_bool) {
+        Some(false) => {}
+        Some(true) => return Err("the sandbox's URLs take public traffic (allowPublicTraffic is true)".into()),
+        None => return Err("the read-back does not say the sandbox's URLs are closed to public traffic".into()),
+    }
     if !empty(network.get("egressProxy")) {
         return Err("the sandbox's network has egressProxy set".into());
     }
@@ -304,7 +310,7 @@ mod tests {
             "metadata": {"plimsoll-instance": "me"},
             "memoryMB": 512, "cpuCount": 1, "diskSizeMB": 1024,
             "allowInternetAccess": false,
-            "network": {"denyOut": ["0.0.0.0/0"], "allowOut": []},
+            "network": {"denyOut": ["0.0.0.0/0"], "allowOut": [], "allowPublicTraffic": false},
         })
     }
 
@@ -318,7 +324,12 @@ mod tests {
 
     #[test]
     fn every_weaker_read_back_is_refused_by_name() {
-        let cases: [(&str, Value, &str); 9] = [
+        let cases: [(&str, Value, &str); 10] = [
+            (
+                "/network/allowPublicTraffic",
+                json!(true),
+                "the sandbox's URLs take public traffic (allowPublicTraffic is true)",
+            ),
             ("/memoryMB", json!(1024), "the sandbox has 1024 MiB of memory, above SANDBOX_MEMORY_MB=512"),
             ("/cpuCount", json!(2), "the sandbox has 2 CPUs, above SANDBOX_CPUS=1"),
             ("/diskSizeMB", json!(4096), "the sandbox has 4096 MiB of disk, above SANDBOX_DISK_MB=2048"),

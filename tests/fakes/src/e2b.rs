@@ -318,19 +318,9 @@ impl Fake {
                 "You cannot create a sandbox without public access unless you enable secure envd access via 'secure' flag.",
             );
         }
-        let mut network = network;
-        if let Some(n) = network.as_object_mut() {
-            n.remove("allowPublicTraffic");
-            n.remove("maskRequestHost");
-            if body.get("allow_internet_access").and_then(Value::as_bool) == Some(false) {
-                let deny = n.entry("denyOut").or_insert_with(|| json!([]));
-                if let Some(d) = deny.as_array_mut()
-                    && !d.iter().any(|x| x == "0.0.0.0/0")
-                {
-                    d.push(json!("0.0.0.0/0"));
-                }
-            }
-        }
+        // Stored as sent and read back so (infra 54693ff3, sandbox_get.go's
+        // dbNetworkConfigToAPI): denyOut is not widened, allowPublicTraffic and
+        // maskRequestHost come back from the sandbox's ingress settings.
         if self.mode == Some(Mode::NoNetworkRules) && network.get("rules").is_some_and(|r| !r.is_null()) {
             return error(400, NO_RULES);
         }
@@ -449,7 +439,8 @@ impl Fake {
     /// kept, envd unreachable until a connect resumes it.
     /// `PUT /sandboxes/{id}/network`: the egress rules replaced whole (a field the
     /// body omits is cleared; `allow_internet_access: false` denies `0.0.0.0/0`),
-    /// checked as a create's are, and passed to the sandbox's way out at once.
+    /// checked as a create's are, and passed to the sandbox's way out at once;
+    /// the ingress settings (`allowPublicTraffic`, `maskRequestHost`) stay.
     fn update_network(&self, id: &str, req: &Request) -> http::Response<Body> {
         let Ok(Value::Object(body)) = serde_json::from_slice::<Value>(&req.body) else {
             return error(400, "Error when parsing request: the body is not a JSON object");
@@ -487,6 +478,13 @@ impl Fake {
         }
         if let Some(way) = &s.way_out {
             way.set(rules);
+        }
+        // Only the egress is replaced: the sandbox's ingress settings stay.
+        let mut network = network;
+        for field in ["allowPublicTraffic", "maskRequestHost"] {
+            if let (Some(v), Some(n)) = (s.network.get(field).cloned(), network.as_object_mut()) {
+                n.insert(field.into(), v);
+            }
         }
         s.network = network;
         server::whole(204, "", Bytes::new())
