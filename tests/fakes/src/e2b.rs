@@ -1261,7 +1261,9 @@ mod tests {
         assert_eq!(status, 204);
         assert_eq!(output(&fake, &id, &token, reach).await.trim(), "failed");
         let detail = api(&fake, "GET", &format!("/sandboxes/{id}"), "").await.1;
-        assert_eq!(detail["network"], json!({"denyOut": ["0.0.0.0/0"]}), "the omitted fields were cleared");
+        // The omitted egress fields are cleared; the ingress the create set stays.
+        let kept = json!({"denyOut": ["0.0.0.0/0"], "allowPublicTraffic": false});
+        assert_eq!(detail["network"], kept, "the omitted egress fields were cleared");
         let open = json!({"allowOut": ["guard.e2b.test"], "denyOut": ["0.0.0.0/0"],
             "rules": {"guard.e2b.test": [{"transform": {"headers": {"X-Plimsoll-Guard": "crg_second"}}}]}});
         assert_eq!(api(&fake, "PUT", &path, &open.to_string()).await.0, 204);
