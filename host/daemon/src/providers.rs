@@ -247,7 +247,7 @@ fn remote_provider(
     let r = &config.resources;
     let limits = PluginLimits {
         memory_mb: r.memory_mb,
-        cpus_milli: (r.cpus * 1000.0).round() as u32,
+        cpus_milli: r.cpus_milli(),
         pids: 0,
         disk_mb: r.disk_mb,
         session_disk_mb: config.sessions.disk_mb,
@@ -382,7 +382,10 @@ fn docker_provider(
     let r = &config.resources;
     let limits = PluginLimits {
         memory_mb: if r.memory_mb > 0 { r.memory_mb } else { 256 },
-        cpus_milli: if r.cpus > 0.0 { (r.cpus * 1000.0).round() as u32 } else { 1000 },
+        cpus_milli: match r.cpus_milli() {
+            0 => 1000,
+            m => m,
+        },
         pids: if r.pids > 0 { r.pids } else { 256 },
         disk_mb: if r.disk_mb > 0 { r.disk_mb } else { 160 },
         session_disk_mb: config.sessions.disk_mb,

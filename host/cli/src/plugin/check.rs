@@ -38,14 +38,9 @@ fn say(ok: bool, name: &str, what: &str) -> bool {
     ok
 }
 
-/// The floor just above `tier`, if any.
+/// The weakest floor `tier` does not meet, if any.
 fn above(tier: Tier) -> Option<Floor> {
-    match tier {
-        Tier::Unknown | Tier::None | Tier::Process => Some(Floor::Container),
-        Tier::Container => Some(Floor::Kernel),
-        Tier::Kernel => Some(Floor::Vm),
-        Tier::Vm => None,
-    }
+    Floor::ALL.into_iter().find(|f| !tier.meets(*f))
 }
 
 /// Checks the provider plugin in `dir`, with the operator's settings from

@@ -176,6 +176,25 @@ pub struct Resources {
     pub disk_mb: u32,
 }
 
+impl Resources {
+    /// `SANDBOX_CPUS` in thousandths of a CPU (startup refuses a nonzero value
+    /// that rounds to none).
+    pub fn cpus_milli(&self) -> u32 {
+        (self.cpus * 1000.0).round() as u32
+    }
+
+    /// One limit of the envelope as a plugin reads it (CPUs in thousandths); 0 is unset.
+    pub fn limit(&self, limit: plimsoll_plugin_trust::manifest::Limit) -> u32 {
+        use plimsoll_plugin_trust::manifest::Limit;
+        match limit {
+            Limit::MemoryMb => self.memory_mb,
+            Limit::Cpus => self.cpus_milli(),
+            Limit::Pids => self.pids,
+            Limit::DiskMb => self.disk_mb,
+        }
+    }
+}
+
 /// Admission limits.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Admission {

@@ -226,6 +226,12 @@ fn tier<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Tier>, D::Error
     }
 }
 
+/// Whether `s` may name a plugin: 1 to 40 lowercase letters, digits and
+/// dashes, a letter first, no dash last (what `SANDBOX_PROVIDER` may say).
+pub fn valid_name(s: &str) -> bool {
+    plain_name(s) && s.len() <= 40
+}
+
 /// Whether `s` is a manifest name: lowercase letters, digits and dashes, a letter first.
 pub(crate) fn plain_name(s: &str) -> bool {
     s.as_bytes().first().is_some_and(u8::is_ascii_lowercase)
@@ -261,7 +267,7 @@ impl Manifest {
         if !plain {
             return Err(format!("component {:?} must be a .wasm file name beside the manifest", self.component));
         }
-        if !plain_name(&self.name) || self.name.len() > 40 {
+        if !valid_name(&self.name) {
             return Err(format!(
                 "name {:?} must be 1 to 40 lowercase letters, digits and dashes, a letter first",
                 self.name

@@ -54,11 +54,13 @@ pub enum Backend {
     Remote(RemoteConfig),
 }
 
-/// The table keys and variable suffixes that are the host's, not the plugin's.
+/// The table keys that are the host's, not the plugin's.
 const PATH: &str = "path";
 const TRUSTED_KEYS: &str = "trusted-keys";
 const APPROVE: &str = "approve";
 const MAX_TIER: &str = "max-tier";
+/// All of them, in the order refusals list them.
+const HOST_KEYS: [&str; 4] = [PATH, TRUSTED_KEYS, APPROVE, MAX_TIER];
 
 /// The variables of the plugin named `name` that are the host's: its directory,
 /// trusted keys, approvals and tier cap.
@@ -69,10 +71,7 @@ pub fn host_variables(name: &str) -> [String; 4] {
 
 /// The name `SANDBOX_PROVIDER` gives, if it is one a plugin may have.
 pub(super) fn plugin_name(v: &str) -> Result<String, ConfigError> {
-    let plain = v.as_bytes().first().is_some_and(u8::is_ascii_lowercase)
-        && v.len() <= 40
-        && v.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-    if !plain {
+    if !plimsoll_plugin_trust::manifest::valid_name(v) {
         return Err(ConfigError::Value(format!(
             "SANDBOX_PROVIDER={v:?} is not a provider: use wasm, or the name of a provider plugin (lowercase letters, digits and dashes), or leave it unset"
         )));
@@ -161,10 +160,8 @@ fn no_guard(m: &Manifest) -> ConfigError {
 /// The key `[plugins.NAME]` holds that is neither the host's (for a provider,
 /// `host_keys`) nor a setting.
 fn unknown_key(m: &Manifest, key: &str, host_keys: bool) -> ConfigError {
-    let mut keys = settings::table_keys(m);
-    if !host_keys {
-        keys.retain(|k| !["path", "trusted-keys", "approve", "max-tier"].contains(&k.as_str()));
-    }
+    let mut keys: Vec<String> = if host_keys { HOST_KEYS.map(String::from).to_vec() } else { Vec::new() };
+    keys.extend(settings::table_keys(m));
     let takes = if keys.is_empty() { "no settings".to_string() } else { keys.join(", ") };
     ConfigError::Value(format!(
         "[plugins.{}] {key} is not a setting of the {} plugin; it takes {takes} (plimsoll-host plugin inspect shows them)",
@@ -239,13 +236,7 @@ fn read_manifest(name: &str, p: &PluginConfig) -> Result<Manifest, ConfigError> 
 /// enforces must not look set.
 fn check_envelope(m: &Manifest, r: &Resources) -> Result<(), ConfigError> {
     for limit in Limit::ALL {
-        let set = match limit {
-            Limit::MemoryMb => r.memory_mb != 0,
-            Limit::Cpus => r.cpus != 0.0,
-            Limit::Pids => r.pids != 0,
-            Limit::DiskMb => r.disk_mb != 0,
-        };
-        if set && !m.envelope.contains(&limit) {
+        if r.limit(limit) != 0 && !m.envelope.contains(&limit) {
             let why = match (&m.envelope_note, m.envelope.is_empty()) {
                 (Some(note), _) => note.clone(),
                 (None, true) => "it enforces none of the envelope".into(),

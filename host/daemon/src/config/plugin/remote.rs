@@ -98,14 +98,14 @@ pub(super) fn remote(
             }
         }
     }
-    for limit in &m.envelope {
-        let (key, value) = match limit {
-            Limit::MemoryMb => ("envelope.memory-mb", resources.memory_mb),
-            Limit::Cpus => ("envelope.cpus-milli", (resources.cpus * 1000.0).round() as u32),
-            Limit::Pids => ("envelope.pids", resources.pids),
-            Limit::DiskMb => ("envelope.disk-mb", resources.disk_mb),
+    for &limit in &m.envelope {
+        let key = match limit {
+            Limit::MemoryMb => "envelope.memory-mb",
+            Limit::Cpus => "envelope.cpus-milli",
+            Limit::Pids => "envelope.pids",
+            Limit::DiskMb => "envelope.disk-mb",
         };
-        settings.insert(key.to_string(), value.to_string());
+        settings.insert(key.to_string(), resources.limit(limit).to_string());
     }
     Ok(RemoteConfig {
         endpoints,

@@ -16,12 +16,10 @@ pub(super) struct Value {
     pub(super) source: String,
 }
 
-/// The table keys `[plugins.NAME]` accepts: the host's, then the plugin's
-/// settings (a secret as `<name>-file`, the path of a file holding it).
+/// The table keys `[plugins.NAME]` takes for the plugin's settings (a secret
+/// as `<name>-file`, the path of a file holding it).
 pub(super) fn table_keys(m: &Manifest) -> Vec<String> {
-    let mut keys: Vec<String> = ["path", "trusted-keys", "approve", "max-tier"].map(String::from).to_vec();
-    keys.extend(m.settings.iter().map(|(n, s)| table_key(n, s)));
-    keys
+    m.settings.iter().map(|(n, s)| table_key(n, s)).collect()
 }
 
 fn table_key(name: &str, s: &Setting) -> String {
@@ -90,7 +88,10 @@ pub(super) fn resolve(
         let raw = match raw {
             Some(v) => v,
             None => match &s.default {
-                Some(d) => Value { value: d.replace("{hostname}", &hostname()), source: m.variable(name) },
+                Some(d) if d.contains("{hostname}") => {
+                    Value { value: d.replace("{hostname}", &hostname()), source: m.variable(name) }
+                }
+                Some(d) => Value { value: d.clone(), source: m.variable(name) },
                 None if s.required => {
                     return Err(ConfigError::Value(format!("{} needs {}: {}", who(m), ways(m, name, s), s.help)));
                 }
