@@ -147,6 +147,43 @@ macro_rules! session_glue {
                 $crate::runner::report_cap(session_budget(limits).max_output, steps)
             }
 
+            /// A call naming its own grant in a session whose relay serves each
+            /// call's: the call's description written beside the relay's client
+            /// (`write`), `call` run, the description removed (`remove`). One that
+            /// will not go ends the session (the host's slot is empty again
+            /// anyway, so nothing reaches the broker). `place` names the
+            /// session's sandbox for the texts ("openshell sandbox").
+            #[allow(dead_code, reason = "only where a relay serves each call's grant")]
+            pub(crate) fn session_described(
+                place: &str,
+                write: impl FnOnce() -> Result<(), String>,
+                remove: impl Fn() -> Result<(), String>,
+                call: impl FnOnce() -> Result<Answer, CallError>,
+            ) -> Result<Answer, CallError> {
+                if let Err(e) = write() {
+                    let why = format!("describing the call's grant in the session's {place} failed ({e})");
+                    return Err(match remove() {
+                        Ok(()) => CallError::Refused(Refusal {
+                            reason: RefusalReason::Environment,
+                            message: format!("{why}; nothing ran"),
+                        }),
+                        Err(e) => CallError::Ended(Ending {
+                            end: SessionEnd::BoundaryFailed,
+                            detail: format!("{why}, and it could not be removed again ({e}); nothing ran"),
+                        }),
+                    });
+                }
+                let answer = call();
+                let Err(e) = remove() else { return answer };
+                let ending = Ending {
+                    end: SessionEnd::BoundaryFailed,
+                    detail: format!(
+                        "the grant of a call could not be removed from the session's {place} after it ({e})"
+                    ),
+                };
+                session_ended_after(answer, ending)
+            }
+
             fn session_ending(e: $crate::session::Ending) -> Ending {
                 let end = match e.end {
                     $crate::session::End::DiskExceeded => SessionEnd::DiskExceeded,
@@ -271,9 +308,10 @@ macro_rules! session_glue {
                 ProjectResult { outcome, detail, steps, artifacts, artifacts_truncated: report.artifacts_truncated }
             }
         }
+        #[allow(unused_imports, reason = "each plugin uses what its sessions need")]
         use session_glue::{
-            read_report, report_key, report_room, runner_plan, session_cell, session_ended_after, session_language,
-            session_project, session_runner_project, session_snippet,
+            read_report, report_key, report_room, runner_plan, session_cell, session_described, session_ended_after,
+            session_language, session_project, session_runner_project, session_snippet,
         };
     };
 }

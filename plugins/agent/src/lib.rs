@@ -5,7 +5,7 @@
 //! body; an answer ends with a status line whose MAC covers the call's nonce,
 //! both streams and the status, and one that fails the check was not the agent's
 //! (something in the sandbox wrote to the channel). [`session`] serves a session
-//! over it; [`runner`] plans a project runner's run and [`report`] finds its
+//! over it, [`relayed`] carries it one exec per call; [`runner`] plans a project runner's run and [`report`] finds its
 //! authenticated report; [`session_glue!`] maps them to a plugin's WIT types.
 
 use hmac::{Hmac, Mac};
@@ -22,6 +22,7 @@ fn random_hex(n: usize) -> String {
 }
 
 mod glue;
+pub mod relayed;
 pub mod report;
 pub mod runner;
 pub mod session;

@@ -40,6 +40,7 @@ use plimsoll::types::types::{
     Evidence, File, Limits, ModuleRequest, ModuleResult, Output, ProjectOutcome, ProjectResult, Refusal, RefusalReason,
     SnippetResult, StepResult, Tier,
 };
+use plimsoll_plugin_agent::relayed::AGENT;
 use plimsoll_plugin_agent::runner;
 use plimsoll_plugin_remote::{self as remote, Remote, wrapper};
 
@@ -65,9 +66,6 @@ const STDIN_CHUNK: usize = 768 << 10;
 const TMP_MODE: f64 = 1023.0;
 /// The guest's uid and gid, as in plimsoll's own containers.
 const GUEST: &str = "61000";
-/// plimsoll's agent, as the sandbox image installs it: a session's, and a
-/// granted run's relay.
-const AGENT: &str = "/opt/plimsoll/plimsoll-agent";
 /// Where a granted run's client and its relay's socket go.
 const CLIENT_DIR: &str = "/tmp/plimsoll/host";
 /// Forward tokens a granted run takes, and the forwards each carries at once

@@ -17,25 +17,23 @@
 //! anything runs. A call's exec is cancelled should the agent outlast the
 //! call's budget and its grace; that ends the session.
 
-use std::cell::Cell;
 use std::time::{Duration, Instant};
 
-use plimsoll_plugin_agent::session::{self as agent, Agent, Channel};
-use plimsoll_plugin_remote::{Remote as _, random_hex};
+use plimsoll_plugin_agent::relayed::{Done, ExecChannel, Execs};
+use plimsoll_plugin_agent::session::{self as agent, Agent};
+use plimsoll_plugin_remote::Remote;
 
 use crate::exports::plimsoll::provider::provider::{
     Answer, CallError, Ending, Grant, GuestSession, RelayGrant, Session, SessionEnd,
 };
 use crate::plimsoll::types::types::{Evidence, File, Limits, Refusal, RefusalReason};
 use crate::{
-    AGENT, STDIN_CHUNK, Sandbox, gateway, refused, runner, session_cell, session_ended_after, session_language,
-    session_runner_project, session_snippet, words,
+    STDIN_CHUNK, Sandbox, gateway, refused, runner, session_cell, session_described, session_language,
+    session_runner_project, session_snippet,
 };
 
 /// The session's work directory, under `/tmp`, the only writable directory.
 const WORK: &str = "/tmp/plimsoll/work";
-/// Where the agent's socket and a large request's staging file go.
-const AGENT_DIR: &str = "/tmp/plimsoll";
 /// How long a session's forwards and their tokens are kept before the next
 /// call renews them: well inside the gateway's token lifetime (1 h by default).
 const RENEW_FORWARDS: Duration = Duration::from_secs(20 * 60);
@@ -43,63 +41,29 @@ const RENEW_FORWARDS: Duration = Duration::from_secs(20 * 60);
 const GUEST_ENV: [&str; 3] = ["PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "LANG=C.UTF-8"];
 
 /// The agent's channel: one exec per call on the session's sandbox.
-struct Gateway {
-    sandbox: Sandbox,
-    socket: String,
-    /// Whether the starting exec has been answered: from then on calls relay.
-    started: Cell<bool>,
-}
-
-impl Gateway {
-    /// The command and input of the exec that carries `request`. A request over
-    /// the gateway's message cap is written to a file first, which the exec
-    /// opens as its input and unlinks before the relay starts.
-    fn exec_for(&self, request: &[u8]) -> Result<(Vec<String>, Vec<u8>), String> {
-        if !self.started.get() {
-            // A granted session's client settings, which the agent passes on to every process.
-            let script = format!(r#"{}mkdir -p -- "$1" && cd -- "$1" && exec "$2" listen "$3""#, self.sandbox.exports);
-            return Ok((words(&["sh", "-c", &script, "sh", WORK, AGENT, &self.socket]), request.to_vec()));
-        }
-        if request.len() <= STDIN_CHUNK {
-            return Ok((words(&[AGENT, "relay", &self.socket]), request.to_vec()));
-        }
-        let staged = format!("{AGENT_DIR}/request-{}", random_hex(8));
-        self.sandbox.upload(&staged, request)?;
-        let script = r#"exec 0<"$1" && rm -f -- "$1" && exec "$2" relay "$3""#;
-        Ok((words(&["sh", "-c", script, "sh", &staged, AGENT, &self.socket]), Vec::new()))
+impl Execs for Sandbox {
+    fn exec(&self, argv: Vec<String>, stdin: &[u8], deadline: Instant, cap: usize) -> Result<Done, String> {
+        let done = Sandbox::exec(self, argv, stdin, deadline, cap)?;
+        Ok(Done { exit_code: done.exit_code, stdout: done.stdout, stderr: done.stderr })
     }
-}
 
-impl Channel for Gateway {
-    fn converse(&self, request: &[u8], end: &[u8], timeout_ms: u32, cap: u32) -> Result<agent::Reply, String> {
-        let (argv, stdin) = self.exec_for(request)?;
-        let deadline = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
-        let cap = (cap as usize).saturating_add(end.len());
-        let done = self.sandbox.exec(argv, &stdin, deadline, cap)?;
-        let (mut stdout, mut stderr) = (done.stdout, done.stderr);
-        let strip = |b: &mut Vec<u8>| {
-            let whole = b.ends_with(end);
-            if whole {
-                b.truncate(b.len() - end.len());
-            }
-            whole
-        };
-        let (out_whole, err_whole) = (strip(&mut stdout), strip(&mut stderr));
-        let end = match done.exit_code {
-            _ if out_whole && err_whole => agent::ReplyEnd::Said,
-            None => agent::ReplyEnd::TimedOut,
-            Some(_) => agent::ReplyEnd::Ended,
-        };
-        if end == agent::ReplyEnd::Said {
-            self.started.set(true);
-        }
-        Ok(agent::Reply { end, stdout, stderr })
+    fn upload(&self, path: &str, bytes: &[u8]) -> Result<(), String> {
+        Remote::upload(self, path, bytes)
+    }
+
+    /// The gateway's message cap, with room for the rest of the message.
+    fn max_stdin(&self) -> usize {
+        STDIN_CHUNK
+    }
+
+    fn exports(&self) -> &str {
+        &self.exports
     }
 }
 
 /// One session: its sandbox (deleted when dropped), served by the agent.
 pub struct OpenshellSession {
-    agent: Agent<Gateway>,
+    agent: Agent<ExecChannel<Sandbox>>,
 }
 
 fn ended(end: SessionEnd, detail: String) -> CallError {
@@ -113,9 +77,7 @@ impl OpenshellSession {
     fn open(limits: &Limits, lifetime_s: u32, grant: Option<&RelayGrant>) -> Result<OpenshellSession, Refusal> {
         let disk_mb = agent::disk_budget(limits.disk_mb).map_err(|e| refused(RefusalReason::Environment, e))?;
         let sandbox = crate::open(Duration::from_secs(u64::from(lifetime_s)), grant)?;
-        let socket = format!("{AGENT_DIR}/agent-{}.sock", random_hex(8));
-        let channel = Gateway { sandbox, socket, started: Cell::new(false) };
-        let agent = Agent::start(channel, disk_mb).map_err(|e| {
+        let agent = Agent::start(ExecChannel::new(sandbox, WORK), disk_mb).map_err(|e| {
             refused(
                 RefusalReason::Environment,
                 format!(
@@ -127,14 +89,12 @@ impl OpenshellSession {
     }
 
     fn sandbox(&self) -> &Sandbox {
-        &self.agent.channel().sandbox
+        self.agent.channel().sandbox()
     }
 
     /// A call naming its own grant, in a session whose relay the host started at
     /// the open to serve each call's: the call's client described beside the
     /// relay's (its routes, its preamble), `call` run, the description removed.
-    /// One that will not go ends the session (the host's slot is empty again
-    /// anyway, so nothing reaches the broker).
     fn described(&self, g: &RelayGrant, call: impl FnOnce() -> Result<Answer, CallError>) -> Result<Answer, CallError> {
         let sandbox = self.sandbox();
         if !sandbox.relaying() {
@@ -143,25 +103,9 @@ impl OpenshellSession {
                 "this openshell session was opened without a relay to the broker, so its calls cannot name a grant",
             )));
         }
-        if let Err(e) = sandbox.write_call_description(&g.client) {
-            let why = format!("describing the call's grant in the session's openshell sandbox failed ({e})");
-            return Err(match sandbox.remove_call_description(&g.client) {
-                Ok(()) => CallError::Refused(refused(RefusalReason::Environment, format!("{why}; nothing ran"))),
-                Err(e) => ended(
-                    SessionEnd::BoundaryFailed,
-                    format!("{why}, and it could not be removed again ({e}); nothing ran"),
-                ),
-            });
-        }
-        let answer = call();
-        let Err(e) = sandbox.remove_call_description(&g.client) else { return answer };
-        let ending = Ending {
-            end: SessionEnd::BoundaryFailed,
-            detail: format!(
-                "the grant of a call could not be removed from the session's openshell sandbox after it ({e})"
-            ),
-        };
-        session_ended_after(answer, ending)
+        let write = || sandbox.write_call_description(&g.client);
+        let remove = || sandbox.remove_call_description(&g.client);
+        session_described("openshell sandbox", write, remove, call)
     }
 
     /// Reads the sandbox and its effective policy back before a call: refused

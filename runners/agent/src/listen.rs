@@ -53,11 +53,12 @@ fn message(iov: &mut libc::iovec, control: &mut [u8]) -> libc::msghdr {
     msg
 }
 
-/// Sends `fds` over `conn` in one message (with one byte of data, as a
-/// descriptor cannot travel alone).
+/// Sends `fds` over `conn` in one message, with this process's pid as its
+/// data (a descriptor cannot travel alone; see [`accept`] for when the pid is read).
 fn send_fds(conn: &UnixStream, fds: &[RawFd]) -> io::Result<()> {
-    let mut byte = [0u8; 1];
-    let mut iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
+    // SAFETY: getpid has no preconditions.
+    let mut said = unsafe { libc::getpid() }.to_le_bytes();
+    let mut iov = libc::iovec { iov_base: said.as_mut_ptr().cast(), iov_len: said.len() };
     let payload = std::mem::size_of_val(fds);
     // SAFETY: CMSG_SPACE is a pure size computation.
     let space = unsafe { libc::CMSG_SPACE(payload as u32) } as usize;
@@ -82,9 +83,9 @@ fn send_fds(conn: &UnixStream, fds: &[RawFd]) -> io::Result<()> {
 /// Receives exactly [`HANDED`] descriptors from `conn` (close-on-exec, so no
 /// child of the agent's inherits them); anything else is refused, and whatever
 /// did arrive is closed.
-fn receive_fds(conn: &UnixStream) -> io::Result<[OwnedFd; HANDED]> {
-    let mut byte = [0u8; 1];
-    let mut iov = libc::iovec { iov_base: byte.as_mut_ptr().cast(), iov_len: 1 };
+fn receive_fds(conn: &UnixStream) -> io::Result<([OwnedFd; HANDED], Option<i32>)> {
+    let mut said = [0u8; 4];
+    let mut iov = libc::iovec { iov_base: said.as_mut_ptr().cast(), iov_len: said.len() };
     // Room for more than expected, so an oversized handover is seen and closed.
     let room = std::mem::size_of::<RawFd>() * (HANDED + 8);
     // SAFETY: CMSG_SPACE is a pure size computation.
@@ -116,8 +117,9 @@ fn receive_fds(conn: &UnixStream) -> io::Result<[OwnedFd; HANDED]> {
     if msg.msg_flags & libc::MSG_CTRUNC != 0 {
         return Err(io::Error::other("a connection handed over too many descriptors"));
     }
-    <[OwnedFd; HANDED]>::try_from(got)
-        .map_err(|g| io::Error::other(format!("a connection handed over {} descriptors, not 3", g.len())))
+    let fds = <[OwnedFd; HANDED]>::try_from(got)
+        .map_err(|g| io::Error::other(format!("a connection handed over {} descriptors, not 3", g.len())))?;
+    Ok((fds, (n == 4).then(|| i32::from_le_bytes(said))))
 }
 
 /// A call's channel as a relay handed it over: the exec's input, output and error.
@@ -141,7 +143,14 @@ pub fn accept(listener: &UnixListener) -> Option<Handed> {
     conn.set_nonblocking(false).ok()?;
     conn.set_read_timeout(Some(HANDOVER_WITHIN)).ok()?;
     let peer = peer_pid(&conn).ok()?;
-    let [input, out, err] = receive_fds(&conn).ok()?;
+    let ([input, out, err], said) = receive_fds(&conn).ok()?;
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() };
+    // A kernel that names the listener as the peer (gVisor before 2023 does)
+    // says nothing: then the relay's own word is taken. It is trusted no
+    // further than the kernel's would be, as the call it carries must pass the
+    // session key's MAC, which only the exec the plugin started can deliver.
+    let peer = if peer == me { said.filter(|p| *p > 1 && *p != me)? } else { peer };
     let input = Deadlined { file: File::from(input), until: Instant::now() + HANDOVER_WITHIN };
     Some(Handed { peer, input, out: File::from(out), err: File::from(err), _conn: conn })
 }
@@ -222,7 +231,9 @@ mod tests {
         let (mut err_r, err_w) = pipe();
         send_fds(&a, &[in_r.as_raw_fd(), out_w.as_raw_fd(), err_w.as_raw_fd()]).expect("send");
         drop((in_r, out_w, err_w));
-        let [input, out, err] = receive_fds(&b).expect("receive");
+        let ([input, out, err], said) = receive_fds(&b).expect("receive");
+        // SAFETY: getpid has no preconditions.
+        assert_eq!(said, Some(unsafe { libc::getpid() }), "the sender says its pid");
         in_w.write_all(b"request").expect("write");
         drop(in_w);
         let mut got = String::new();
