@@ -9,6 +9,9 @@
 //! - `GET /v1/health`: 200 `{"status":"ok"}`, no token needed (a readiness probe).
 //! - `POST /v1/exec`: runs a command as the guest (see [`exec`]); at most
 //!   [`MAX_EXECS`] at once, more are answered 429 `{"error":"busy"}`.
+//! - `POST /v1/relay?port=N`: an HTTP/1.1 upgrade carried to the guest's
+//!   broker relay on loopback port `N` (see [`relay`]), a granted run's way to
+//!   the host's broker.
 //!
 //! Every request but the health check carries [`TOKEN_HEADER`], whose SHA-256
 //! must be `--token-sha256` (401 `{"error":"unauthenticated"}` otherwise); the
@@ -16,8 +19,9 @@
 
 mod exec;
 mod http;
+mod relay;
 
-use std::io::Read as _;
+use std::io::{Read as _, Write as _};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -56,6 +60,14 @@ const LINGER: Duration = Duration::from_secs(2);
 
 const HEALTH: &str = "/v1/health";
 const EXEC: &str = "/v1/exec";
+const RELAY: &str = "/v1/relay";
+
+/// What a request comes to: an answer, or a relay to carry once the 101 is sent.
+enum Outcome {
+    Answer(Answer),
+    /// The guest's relay, and the bytes read past the request's head.
+    Relay(TcpStream, Vec<u8>),
+}
 
 /// What `sandboxd` was started with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,10 +185,12 @@ pub struct Server {
     execs: AtomicUsize,
     max_execs: usize,
     connections: AtomicUsize,
+    /// The port sandboxd listens on, which a relay may not name.
+    own_port: u16,
 }
 
 impl Server {
-    fn new(token: TokenHash, run_as: RunAs, max_execs: usize) -> Server {
+    fn new(token: TokenHash, run_as: RunAs, max_execs: usize, own_port: u16) -> Server {
         Server {
             token,
             run_as,
@@ -184,6 +198,7 @@ impl Server {
             execs: AtomicUsize::new(0),
             max_execs,
             connections: AtomicUsize::new(0),
+            own_port,
         }
     }
 
@@ -217,10 +232,20 @@ impl Server {
         }
     }
 
-    /// Serves one connection: one request, one answer, then the close.
+    /// Serves one connection: one request, one answer, then the close; or a
+    /// relay, carried until both its ways end.
     fn handle(&self, mut stream: TcpStream) {
         let _ = stream.set_write_timeout(Some(WRITE_WITHIN));
-        let answer = self.respond(&mut stream).unwrap_or_else(Answer::from);
+        let answer = match self.respond(&mut stream) {
+            Ok(Outcome::Answer(a)) => a,
+            Ok(Outcome::Relay(to, started)) => {
+                if (&stream).write_all(&relay::switching()).is_ok() {
+                    relay::carry(&stream, to, &started);
+                }
+                return;
+            }
+            Err(refused) => Answer::from(refused),
+        };
         if answer.write_to(&mut stream).is_err() {
             return;
         }
@@ -236,21 +261,30 @@ impl Server {
     }
 
     /// Reads the request and decides the answer.
-    fn respond(&self, stream: &mut TcpStream) -> Result<Answer, Refusal> {
+    fn respond(&self, stream: &mut TcpStream) -> Result<Outcome, Refusal> {
         let (head, started) = http::read_head(stream, Instant::now() + HEAD_WITHIN)?;
         let path = head.path();
         if head.method == "GET" && path == HEALTH {
-            return Ok(Answer::json(200, &json!({"status": "ok"})));
+            return Ok(Outcome::Answer(Answer::json(200, &json!({"status": "ok"}))));
         }
         if !self.token.admits(&head.all(TOKEN_HEADER)) {
             return Err(Refusal::new(401, "unauthenticated"));
         }
-        match path {
-            EXEC if head.method == "POST" => self.exec(stream, &head, started),
-            EXEC => Ok(not_allowed(&head.method, path, "POST")),
-            HEALTH => Ok(not_allowed(&head.method, path, "GET")),
-            _ => Err(Refusal::new(404, format!("no such path {path:?}: the paths are {HEALTH} and {EXEC}"))),
-        }
+        let answer = match path {
+            EXEC if head.method == "POST" => self.exec(stream, &head, started)?,
+            RELAY if head.method == "POST" => {
+                return relay::open(&head, self.own_port).map(|to| Outcome::Relay(to, started));
+            }
+            EXEC | RELAY => not_allowed(&head.method, path, "POST"),
+            HEALTH => not_allowed(&head.method, path, "GET"),
+            _ => {
+                return Err(Refusal::new(
+                    404,
+                    format!("no such path {path:?}: the paths are {HEALTH}, {EXEC} and {RELAY}"),
+                ));
+            }
+        };
+        Ok(Outcome::Answer(answer))
     }
 
     /// `POST /v1/exec`.
@@ -306,7 +340,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
     }
     let listener = TcpListener::bind(options.listen).map_err(|e| format!("listening on {}: {e}", options.listen))?;
     let uid = options.guest_uid;
-    let server = Arc::new(Server::new(options.token, RunAs::Guest { uid, gid: uid }, MAX_EXECS));
+    let server = Arc::new(Server::new(options.token, RunAs::Guest { uid, gid: uid }, MAX_EXECS, options.listen.port()));
     let reaper = Arc::clone(&server);
     std::thread::Builder::new()
         .name("sandboxd-reaper".into())
@@ -390,7 +424,7 @@ mod tests {
     fn server(max_execs: usize) -> SocketAddr {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let server = Arc::new(Server::new(TokenHash::of("tok"), RunAs::Caller, max_execs));
+        let server = Arc::new(Server::new(TokenHash::of("tok"), RunAs::Caller, max_execs, addr.port()));
         std::thread::spawn(move || server.serve(&listener));
         addr
     }

@@ -648,6 +648,17 @@ impl PluginState {
     }
 }
 
+impl PluginState {
+    /// Opens `count` relay streams of `way` for the calling run's grant.
+    fn relay_by(&mut self, req: http::Request, way: super::http::Way, count: u32) -> Result<(), String> {
+        let Some(broker) = self.relay_to.clone() else {
+            return Err("this call holds no grant the host relays; no request was sent".into());
+        };
+        let (gate, ask) = self.ask(req)?;
+        gate.relay(&mut self.relays, &self.allowed, ask, (way, count), broker)
+    }
+}
+
 impl http::Host for PluginState {
     fn send(&mut self, req: http::Request) -> Result<http::Response, String> {
         let (gate, ask) = self.ask(req)?;
@@ -669,11 +680,11 @@ impl http::Host for PluginState {
     }
 
     fn relay(&mut self, req: http::Request, field: u32, count: u32) -> Result<(), String> {
-        let Some(broker) = self.relay_to.clone() else {
-            return Err("this call holds no grant the host relays; no request was sent".into());
-        };
-        let (gate, ask) = self.ask(req)?;
-        gate.relay(&mut self.relays, &self.allowed, ask, (field, count), broker)
+        self.relay_by(req, super::http::Way::Grpc(field), count)
+    }
+
+    fn relay_upgraded(&mut self, req: http::Request, protocol: String, count: u32) -> Result<(), String> {
+        self.relay_by(req, super::http::Way::Upgrade(protocol), count)
     }
 
     fn relay_end(&mut self) {

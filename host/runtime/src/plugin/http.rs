@@ -46,7 +46,7 @@ mod relay;
 pub use exchange::TokenExchange;
 pub use grpc::GrpcBooking;
 pub use held::{HeldSecret, MAX_HELD};
-pub use relay::{MAX_RELAY_STREAMS, Relays};
+pub use relay::{MAX_RELAY_STREAMS, Relays, Way};
 
 /// How the gate reads which target a write made, and sees one deleted.
 #[derive(Clone, Debug)]
@@ -263,6 +263,9 @@ fn whole(body: Vec<u8>) -> Outgoing {
 struct Route {
     endpoint: Endpoint,
     client: Client,
+    /// A client that speaks HTTP/1.1 only, for an upgraded relay (an upgrade
+    /// has no place in HTTP/2); made when first needed.
+    upgrading: std::sync::OnceLock<Client>,
     /// The bearer the exchange gave, and until when it is used.
     bearer: std::sync::Mutex<Option<(String, Instant)>>,
 }
@@ -296,7 +299,13 @@ impl std::fmt::Debug for HttpGate {
     }
 }
 
+/// The client for `endpoint`: HTTP/2 or HTTP/1.1 as the server offers, or
+/// HTTP/1.1 only when `upgrading`.
 fn client(alias: &str, endpoint: &Endpoint) -> Result<Client, String> {
+    build_client(alias, endpoint, false)
+}
+
+fn build_client(alias: &str, endpoint: &Endpoint, upgrading: bool) -> Result<Client, String> {
     let tls = &endpoint.tls;
     use rustls::pki_types::pem::PemObject as _;
     let fail = |what: &str, e: &dyn std::fmt::Display| format!("endpoint {alias}: {what}: {e}");
@@ -340,11 +349,12 @@ fn client(alias: &str, endpoint: &Endpoint) -> Result<Client, String> {
     // A small request (a gRPC frame, its headers) must not wait on Nagle for the
     // peer's delayed acknowledgement: that cost 40 ms a call.
     connector.set_nodelay(true);
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(config)
-        .https_or_http()
-        .enable_all_versions()
-        .wrap_connector(connector);
+    let https = hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config).https_or_http();
+    let https = if upgrading {
+        https.enable_http1().wrap_connector(connector)
+    } else {
+        https.enable_all_versions().wrap_connector(connector)
+    };
     Ok(Hyper::builder(TokioExecutor::new()).build(https))
 }
 
@@ -542,7 +552,8 @@ impl HttpGate {
         for (alias, endpoint) in endpoints {
             check_base(&alias, &endpoint.base)?;
             let client = client(&alias, &endpoint)?;
-            routes.insert(alias, Route { endpoint, client, bearer: std::sync::Mutex::new(None) });
+            let upgrading = std::sync::OnceLock::new();
+            routes.insert(alias, Route { endpoint, client, upgrading, bearer: std::sync::Mutex::new(None) });
         }
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)

@@ -13,7 +13,7 @@ use wasmtime::component::Component;
 /// This host's WIT packages and their versions (`wit/<package>/*.wit`).
 pub const PACKAGES: [(&str, &str); 5] = [
     ("plimsoll:types", "0.1.0"),
-    ("plimsoll:host", "0.1.0"),
+    ("plimsoll:host", "0.1.1"),
     ("plimsoll:provider", "0.2.0"),
     ("plimsoll:broker", "0.1.0"),
     ("plimsoll:signer", "0.1.0"),
@@ -28,25 +28,32 @@ pub fn world_package(kind: PluginKind) -> &'static str {
     }
 }
 
-/// The versions a host at `version` accepts, as a reader says them (`0.1.x`).
+/// The versions a host at `version` accepts, as a reader says them (`0.1.0 to 0.1.1`).
 pub fn accepted(version: &str) -> String {
-    let mut parts = version.split('.');
-    match (parts.next(), parts.next()) {
-        (Some("0"), Some(minor)) => format!("0.{minor}.x"),
-        (Some(major), _) => format!("{major}.x"),
-        _ => version.to_string(),
+    match triple(version) {
+        Some((0, minor, _)) => format!("0.{minor}.0 to {version}"),
+        Some((major, _, _)) => format!("{major}.0.0 to {version}"),
+        None => version.to_string(),
     }
 }
 
-/// Whether a plugin built against `theirs` works with a host at `ours`.
+/// A version's numbers; a missing patch is 0, anything after `-` or `+` ignored.
+fn triple(v: &str) -> Option<(u64, u64, u64)> {
+    let mut p = v.split(['-', '+']).next()?.split('.');
+    let major = p.next()?.parse().ok()?;
+    let minor = p.next()?.parse().ok()?;
+    let patch = p.next().map_or(Some(0), |x| x.parse().ok())?;
+    Some((major, minor, patch))
+}
+
+/// Whether a plugin built against `theirs` works with a host at `ours`: the
+/// same series by Cargo's rule (the same major version, or for `0.x` the same
+/// minor one), and no newer than ours, since a newer one may import what this
+/// host does not define.
 pub fn compatible(ours: &str, theirs: &str) -> bool {
-    let split = |v: &str| -> Option<(u64, u64)> {
-        let mut p = v.split(['.', '-', '+']);
-        Some((p.next()?.parse().ok()?, p.next()?.parse().ok()?))
-    };
-    match (split(ours), split(theirs)) {
-        (Some((0, a)), Some((0, b))) => a == b,
-        (Some((a, _)), Some((b, _))) => a == b && a != 0,
+    match (triple(ours), triple(theirs)) {
+        (Some(o @ (0, a, _)), Some(t @ (0, b, _))) => a == b && t <= o,
+        (Some(o @ (a, _, _)), Some(t @ (b, _, _))) => a == b && a != 0 && t <= o,
         _ => false,
     }
 }
@@ -120,12 +127,18 @@ mod tests {
 
     #[test]
     fn versions_are_compatible_by_cargos_rule() {
-        assert!(compatible("0.1.0", "0.1.7"));
+        assert!(compatible("0.1.7", "0.1.0"));
+        assert!(compatible("0.1.1", "0.1.1"));
+        assert!(!compatible("0.1.0", "0.1.1"), "a newer plugin may import what the host lacks");
         assert!(!compatible("0.1.0", "0.2.0"));
         assert!(compatible("1.2.0", "1.0.3"));
+        assert!(!compatible("1.2.0", "1.3.0"));
         assert!(!compatible("1.2.0", "2.0.0"));
         assert!(!compatible("0.1.0", "one"));
-        assert_eq!((accepted("0.1.0"), accepted("2.3.1")), ("0.1.x".to_string(), "2.x".to_string()));
+        assert_eq!(
+            (accepted("0.1.1"), accepted("2.3.1")),
+            ("0.1.0 to 0.1.1".to_string(), "2.0.0 to 2.3.1".to_string())
+        );
     }
 
     #[test]
@@ -140,7 +153,7 @@ mod tests {
         let e = check_names(PluginKind::Provider, ["plimsoll:host/http@0.2.0"].into_iter(), exports.into_iter());
         assert_eq!(
             e,
-            Err("it was built against plimsoll:host@0.2.0, and this host accepts plimsoll:host 0.1.x only; rebuild it against this host's wit/ packages".into())
+            Err("it was built against plimsoll:host@0.2.0, and this host accepts plimsoll:host 0.1.0 to 0.1.1 only; rebuild it against this host's wit/ packages".into())
         );
         let e = check_names(PluginKind::Provider, std::iter::empty(), ["plimsoll:provider/provider@1.0.0"].into_iter());
         assert!(e.is_err_and(|e| e.contains("plimsoll:provider@1.0.0")));

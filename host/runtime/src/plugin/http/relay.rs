@@ -8,6 +8,12 @@
 //! plugin can open no way in but to the broker of the run it serves, and no
 //! byte of the broker's traffic passes through the plugin.
 //!
+//! Where the vendor's only way in is an HTTP/1.1 upgrade (Kubernetes' pod
+//! proxy to sandboxd's `/v1/relay`), a stream is instead one upgraded
+//! connection: the request sent with `Connection: Upgrade`, answered `101
+//! Switching Protocols`, then raw bytes both ways, joined to the broker the
+//! same way.
+//!
 //! A stream that ends is opened again, after [`FIRST_BACKOFF`] doubling to
 //! [`MAX_BACKOFF`] while they fail, until the plugin's call returns and its
 //! [`Relays`] drop.
@@ -20,8 +26,9 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::BodyExt as _;
+use http_body_util::{BodyExt as _, Limited};
 use hyper::body::Frame;
+use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::sync::{mpsc, watch};
 
@@ -78,10 +85,34 @@ impl Relays {
     }
 }
 
-/// One open stream: its request's remaining body, and its response's.
+/// One open gRPC stream: its request's remaining body, and its response's.
 struct Duplex {
     send: mpsc::Sender<Bytes>,
     body: hyper::body::Incoming,
+}
+
+/// How a relay's streams carry bytes.
+#[derive(Clone, Debug)]
+pub enum Way {
+    /// A bidirectional gRPC stream, each piece a message whose one field is this.
+    Grpc(u32),
+    /// An HTTP/1.1 upgrade to this protocol, then raw bytes.
+    Upgrade(String),
+}
+
+/// One open stream of either way.
+enum Opened {
+    Grpc(Duplex),
+    Upgraded(TokioIo<hyper::upgrade::Upgraded>),
+}
+
+/// Whether `p` may name an upgrade's protocol: an HTTP token, and none of the
+/// protocols a server gives meaning of its own.
+fn protocol_token(p: &str) -> bool {
+    !p.is_empty()
+        && p.len() <= 64
+        && p.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'/'))
+        && !p.eq_ignore_ascii_case("h2c")
 }
 
 /// A stream's messages as they arrive, each whole.
@@ -162,10 +193,58 @@ impl HttpGate {
         Ok(Duplex { send, body: resp.into_body() })
     }
 
-    /// Opens `count` relay streams for `ask` (a `POST` of a gRPC method, its
-    /// body the first message) and keeps them in `relays`, each joined to a
-    /// fresh connection to `broker` once its first piece arrives in `field`,
-    /// and opened again when it ends. Returns once every stream's head came.
+    /// Opens one upgraded connection for `ask` over HTTP/1.1.
+    async fn upgraded(&self, allowed: &Allowed, ask: &Ask, protocol: &str) -> Result<Opened, String> {
+        let alias = &ask.endpoint;
+        let (mut req, _) = self.request(allowed, ask, super::whole(Vec::new()))?;
+        let Some(route) = self.routes.get(alias) else { unreachable!("request refuses an unconfigured endpoint") };
+        let client = match route.upgrading.get() {
+            Some(c) => c.clone(),
+            None => {
+                let c = super::build_client(alias, &route.endpoint, true)?;
+                route.upgrading.get_or_init(|| c).clone()
+            }
+        };
+        let headers = req.headers_mut();
+        headers.remove("te");
+        headers.insert(http::header::CONNECTION, http::HeaderValue::from_static("Upgrade"));
+        let upgrade = http::HeaderValue::from_str(protocol).map_err(|_| "the protocol is not a header value")?;
+        headers.insert(http::header::UPGRADE, upgrade);
+        let resp = match tokio::time::timeout(HEAD_WITHIN, client.request(req)).await {
+            Err(_) => return Err(format!("endpoint {alias:?} did not answer within {} s", HEAD_WITHIN.as_secs())),
+            Ok(Err(e)) => return Err(format!("endpoint {alias:?} did not answer: {e}")),
+            Ok(Ok(r)) => r,
+        };
+        let status = resp.status();
+        if status != http::StatusCode::SWITCHING_PROTOCOLS {
+            let body = Limited::new(resp.into_body(), 4096).collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            let said = String::from_utf8_lossy(&body);
+            return Err(format!(
+                "endpoint {alias:?} answered HTTP {status}, not 101 Switching Protocols: {}",
+                said.chars().take(300).collect::<String>().trim()
+            ));
+        }
+        let to = resp.headers().get(http::header::UPGRADE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+        if !to.eq_ignore_ascii_case(protocol) {
+            return Err(format!("endpoint {alias:?} switched to {to:?}, not {protocol:?}"));
+        }
+        let io = hyper::upgrade::on(resp).await.map_err(|e| format!("endpoint {alias:?}: the upgrade failed: {e}"))?;
+        Ok(Opened::Upgraded(TokioIo::new(io)))
+    }
+
+    /// Opens one stream of `way` for `ask`.
+    async fn open_stream(&self, allowed: &Allowed, ask: &Ask, way: &Way) -> Result<Opened, String> {
+        match way {
+            Way::Grpc(_) => self.duplex(allowed, ask).await.map(Opened::Grpc),
+            Way::Upgrade(protocol) => self.upgraded(allowed, ask, protocol).await,
+        }
+    }
+
+    /// Opens `count` relay streams of `way` for `ask` (a `POST`: of a gRPC
+    /// method, its body the first message; or of the vendor's upgrade) and
+    /// keeps them in `relays`, each joined to a fresh connection to `broker`
+    /// once its first bytes arrive, and opened again when it ends. Returns once
+    /// every stream's head came.
     ///
     /// # Errors
     ///
@@ -176,18 +255,28 @@ impl HttpGate {
         relays: &mut Relays,
         allowed: &Allowed,
         ask: Ask,
-        (field, count): (u32, u32),
+        (way, count): (Way, u32),
         broker: PathBuf,
     ) -> Result<(), String> {
         let alias = ask.endpoint.clone();
         if ask.method != "POST" {
-            return Err(format!("a relay stream is a POST of a gRPC method, not {}; no request was sent", ask.method));
+            return Err(format!("a relay stream is a POST, not {}; no request was sent", ask.method));
         }
-        if count == 0 || field == 0 || relays.len() + count as usize > MAX_RELAY_STREAMS {
+        if count == 0 || relays.len() + count as usize > MAX_RELAY_STREAMS {
             return Err(format!(
-                "a call keeps 1 to {MAX_RELAY_STREAMS} relay streams (it holds {}, asked {count}), in a field above 0; no request was sent",
+                "a call keeps 1 to {MAX_RELAY_STREAMS} relay streams (it holds {}, asked {count}); no request was sent",
                 relays.len()
             ));
+        }
+        match &way {
+            Way::Grpc(0) => return Err("a relay stream's bytes travel in a field above 0; no request was sent".into()),
+            Way::Upgrade(p) if !protocol_token(p) => {
+                return Err(format!("{p:?} is not a protocol a relay may upgrade to; no request was sent"));
+            }
+            Way::Upgrade(_) if !ask.body.is_empty() => {
+                return Err("an upgraded relay's request carries no body; no request was sent".into());
+            }
+            _ => {}
         }
         if self.routes.get(&alias).is_some_and(|r| r.endpoint.exchange.is_some()) {
             return Err(format!(
@@ -198,7 +287,7 @@ impl HttpGate {
         let opened = self.rt.block_on(async {
             let mut opened = Vec::new();
             for _ in 0..count {
-                opened.push(self.duplex(allowed, &ask).await?);
+                opened.push(self.open_stream(allowed, &ask, &way).await?);
             }
             Ok::<_, String>(opened)
         });
@@ -212,7 +301,7 @@ impl HttpGate {
                 gate: Arc::clone(self),
                 allowed: allowed.clone(),
                 ask: ask.clone(),
-                field,
+                way: way.clone(),
                 broker: broker.clone(),
             };
             self.rt.spawn(worker.run(first, relays.stop.subscribe()));
@@ -227,14 +316,14 @@ struct Worker {
     gate: Arc<HttpGate>,
     allowed: Allowed,
     ask: Ask,
-    field: u32,
+    way: Way,
     broker: PathBuf,
 }
 
 impl Worker {
     /// Carries `first`, then stream after stream, until `stop` goes; logs
     /// each stream as it ends.
-    async fn run(self, first: Duplex, mut stop: watch::Receiver<()>) {
+    async fn run(self, first: Opened, mut stop: watch::Receiver<()>) {
         let mut next = Some(first);
         let mut backoff = FIRST_BACKOFF;
         loop {
@@ -245,7 +334,11 @@ impl Worker {
                 _ = stop.changed() => None,
             };
             let mut record = HttpGate::record(&self.ask, true);
-            record.status = counts.opened.load(Ordering::Relaxed).then_some(200);
+            let head = match self.way {
+                Way::Grpc(_) => 200,
+                Way::Upgrade(_) => 101,
+            };
+            record.status = counts.opened.load(Ordering::Relaxed).then_some(head);
             record.sent = counts.sent.load(Ordering::Relaxed);
             record.received = counts.received.load(Ordering::Relaxed);
             record.elapsed = started.elapsed();
@@ -271,27 +364,63 @@ impl Worker {
     }
 
     /// Carries one stream: `opened`, or one opened now.
-    async fn stream(&self, opened: Option<Duplex>, counts: &Counts) -> Result<(), String> {
-        let d = match opened {
-            Some(d) => d,
-            None => self.gate.duplex(&self.allowed, &self.ask).await?,
+    async fn stream(&self, opened: Option<Opened>, counts: &Counts) -> Result<(), String> {
+        let opened = match opened {
+            Some(o) => o,
+            None => self.gate.open_stream(&self.allowed, &self.ask, &self.way).await?,
         };
         counts.opened.store(true, Ordering::Relaxed);
-        self.carry(d, counts).await
+        match (opened, &self.way) {
+            (Opened::Grpc(d), Way::Grpc(field)) => self.carry(d, *field, counts).await,
+            (Opened::Upgraded(io), _) => self.carry_upgraded(io, counts).await,
+            (Opened::Grpc(_), Way::Upgrade(_)) => Err("a gRPC stream opened for an upgraded relay".into()),
+        }
+    }
+
+    /// A fresh connection to the run's broker.
+    async fn broker(&self) -> Result<tokio::net::UnixStream, String> {
+        tokio::net::UnixStream::connect(&self.broker)
+            .await
+            .map_err(|e| format!("the run's broker socket did not take a connection: {e}"))
+    }
+
+    /// Waits for the upgraded connection's first bytes, then carries them and
+    /// the rest to a fresh connection to the broker, and the broker's answers
+    /// back, until both ways have ended.
+    async fn carry_upgraded(&self, mut io: TokioIo<hyper::upgrade::Upgraded>, counts: &Counts) -> Result<(), String> {
+        let mut first = vec![0u8; PIECE];
+        let n = io.read(&mut first).await.map_err(|e| format!("the stream broke off ({e})"))?;
+        if n == 0 {
+            return Ok(());
+        }
+        let conn = self.broker().await?;
+        let (mut from_broker, mut to_broker) = conn.into_split();
+        to_broker.write_all(&first[..n]).await.map_err(|e| format!("the broker did not take the first bytes: {e}"))?;
+        counts.received.fetch_add(n as u64, Ordering::Relaxed);
+        let (mut from_sandbox, mut to_sandbox) = tokio::io::split(io);
+        // Each way ends when its reader does (a peer that goes without closing
+        // its TLS is an end too), and passes the end on.
+        let up = async {
+            pump(&mut from_sandbox, &mut to_broker, &counts.received).await;
+            let _ = to_broker.shutdown().await;
+        };
+        let down = async {
+            pump(&mut from_broker, &mut to_sandbox, &counts.sent).await;
+            let _ = to_sandbox.shutdown().await;
+        };
+        tokio::join!(up, down);
+        Ok(())
     }
 
     /// Waits for the stream's first piece, then carries it and the rest to a
     /// fresh connection to the broker, and the broker's answers back, until
     /// both ways have ended, counting the bytes each way.
-    async fn carry(&self, d: Duplex, counts: &Counts) -> Result<(), String> {
+    async fn carry(&self, d: Duplex, field: u32, counts: &Counts) -> Result<(), String> {
         let Duplex { send, body } = d;
         let mut messages = Messages { body, buf: Vec::new(), ready: Default::default() };
-        let Some(first) = messages.piece(self.field).await? else { return Ok(()) };
-        let conn = tokio::net::UnixStream::connect(&self.broker)
-            .await
-            .map_err(|e| format!("the run's broker socket did not take a connection: {e}"))?;
+        let Some(first) = messages.piece(field).await? else { return Ok(()) };
+        let conn = self.broker().await?;
         let (mut from_broker, mut to_broker) = conn.into_split();
-        let field = self.field;
         let up = async move {
             let mut piece = Some(first);
             while let Some(p) = piece.take() {
@@ -327,6 +456,25 @@ impl Worker {
     }
 }
 
+/// Copies `from` into `to` until `from` ends or either fails, counting the bytes.
+async fn pump(
+    from: &mut (impl tokio::io::AsyncRead + Unpin),
+    to: &mut (impl tokio::io::AsyncWrite + Unpin),
+    count: &AtomicU64,
+) {
+    let mut buf = vec![0u8; PIECE];
+    loop {
+        let n = match from.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => n,
+        };
+        if to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+        count.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
 /// What one stream did, readable however it ends.
 #[derive(Default)]
 struct Counts {
@@ -340,7 +488,7 @@ mod tests {
     use std::collections::BTreeMap;
     use std::sync::Mutex;
 
-    use http_body_util::StreamBody;
+    use http_body_util::{Full, StreamBody};
 
     use super::super::tests::{allowed, logged, mtls_server, pki, serve};
     use super::super::{CallRecord, Endpoint, EndpointTls, TokenExchange};
@@ -449,7 +597,8 @@ mod tests {
         std::fs::create_dir_all(&dir).expect("dir");
         let socket = broker(&dir);
         let mut relays = Relays::default();
-        gate.relay(&mut relays, &allowed(&["gw"]), relay_ask("/svc/Forward"), (2, 2), socket).expect("relayed");
+        let way = (Way::Grpc(2), 2);
+        gate.relay(&mut relays, &allowed(&["gw"]), relay_ask("/svc/Forward"), way, socket).expect("relayed");
         assert_eq!(relays.len(), 2);
         // Each stream carried the sandbox's `ping` to its own broker connection
         // and the answer back, and ended; each was opened again at once.
@@ -492,28 +641,124 @@ mod tests {
         let gate = Arc::new(gate);
         let a = allowed(&["gw", "traded"]);
         let broker = PathBuf::from("/nonexistent/host-api.sock");
-        let refuse = |ask: Ask, shape: (u32, u32)| {
+        let refuse = |ask: Ask, shape: (Way, u32)| {
             let mut relays = Relays::default();
             let e = gate.relay(&mut relays, &a, ask, shape, broker.clone()).expect_err("refused");
             assert!(relays.is_empty());
             e
         };
+        let grpc = |count| (Way::Grpc(2), count);
         let get = Ask { method: "GET".into(), ..relay_ask("/svc/Forward") };
-        assert_eq!(refuse(get, (2, 1)), "a relay stream is a POST of a gRPC method, not GET; no request was sent");
-        let shape = "a call keeps 1 to 18 relay streams (it holds 0, asked";
-        assert!(refuse(relay_ask("/svc/Forward"), (2, 0)).starts_with(shape));
-        assert!(refuse(relay_ask("/svc/Forward"), (2, 19)).starts_with(shape));
-        assert!(refuse(relay_ask("/svc/Forward"), (0, 1)).contains("in a field above 0"));
+        assert_eq!(refuse(get, grpc(1)), "a relay stream is a POST, not GET; no request was sent");
+        assert_eq!(
+            refuse(relay_ask("/svc/Forward"), grpc(0)),
+            "a call keeps 1 to 18 relay streams (it holds 0, asked 0); no request was sent"
+        );
+        assert_eq!(
+            refuse(relay_ask("/svc/Forward"), grpc(19)),
+            "a call keeps 1 to 18 relay streams (it holds 0, asked 19); no request was sent"
+        );
+        assert_eq!(
+            refuse(relay_ask("/svc/Forward"), (Way::Grpc(0), 1)),
+            "a relay stream's bytes travel in a field above 0; no request was sent"
+        );
+        let upgrade = |p: &str| (Way::Upgrade(p.into()), 1);
+        for p in ["", "h2c", "a b", "x\r\ny"] {
+            assert_eq!(
+                refuse(relay_ask("/relay"), upgrade(p)),
+                format!("{p:?} is not a protocol a relay may upgrade to; no request was sent")
+            );
+        }
+        assert_eq!(
+            refuse(relay_ask("/relay"), upgrade("plimsoll-relay")),
+            "an upgraded relay's request carries no body; no request was sent"
+        );
         let traded = Ask { endpoint: "traded".into(), ..relay_ask("/svc/Forward") };
         assert_eq!(
-            refuse(traded, (2, 1)),
+            refuse(traded, grpc(1)),
             "endpoint \"traded\" trades a token for each bearer, which a relay stream cannot renew; no request was sent"
         );
         let unknown = Ask { endpoint: "elsewhere".into(), ..relay_ask("/svc/Forward") };
-        assert!(refuse(unknown, (2, 1)).contains("elsewhere"));
+        assert!(refuse(unknown, grpc(1)).contains("elsewhere"));
         assert_eq!(
-            refuse(relay_ask("/svc/Refused"), (2, 1)),
+            refuse(relay_ask("/svc/Refused"), grpc(1)),
             "endpoint \"gw\" refused the stream: gRPC status 16: token%20not%20valid"
         );
+    }
+
+    /// A pod proxy over mutual TLS (offering HTTP/2 and HTTP/1.1) whose
+    /// `/relay` plays sandboxd's side of an upgraded relay: it answers 101 to
+    /// an upgrade to `plimsoll-relay` over HTTP/1.1, sends `ping`, and keeps
+    /// what comes back until the host's side ends. `/refused` answers 403.
+    fn pod_proxy(tls: Arc<rustls::ServerConfig>, seen: Arc<Mutex<Vec<Vec<u8>>>>) -> u16 {
+        serve(Some(tls), move |mut req: http::Request<hyper::body::Incoming>| {
+            let asked = req.headers().get("upgrade").and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+            let upgrading = req.uri().path() == "/relay"
+                && req.version() == http::Version::HTTP_11
+                && asked == "plimsoll-relay"
+                && req.headers().get("te").is_none();
+            if !upgrading {
+                let mut r = http::Response::new(Full::new(Bytes::from_static(b"{\"message\":\"forbidden\"}")));
+                *r.status_mut() = http::StatusCode::FORBIDDEN;
+                return r;
+            }
+            let on = hyper::upgrade::on(&mut req);
+            let seen = Arc::clone(&seen);
+            tokio::spawn(async move {
+                let Ok(io) = on.await else { return };
+                let mut io = TokioIo::new(io);
+                if io.write_all(b"ping").await.is_err() {
+                    return;
+                }
+                let mut back = Vec::new();
+                let _ = io.read_to_end(&mut back).await;
+                seen.lock().expect("seen").push(back);
+            });
+            let mut r = http::Response::new(Full::new(Bytes::new()));
+            *r.status_mut() = http::StatusCode::SWITCHING_PROTOCOLS;
+            r.headers_mut().insert("connection", http::HeaderValue::from_static("upgrade"));
+            r.headers_mut().insert("upgrade", http::HeaderValue::from_static("plimsoll-relay"));
+            r
+        })
+    }
+
+    #[test]
+    fn an_upgraded_relay_speaks_http1_and_carries_raw_bytes_to_the_broker() {
+        let pki = pki();
+        let seen: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+        let port = pod_proxy(mtls_server(&pki), Arc::clone(&seen));
+        let tls = EndpointTls {
+            ca_pem: Some(pki.ca.clone().into_bytes()),
+            client_pem: Some((pki.client.0.clone().into_bytes(), pki.client.1.clone().into_bytes())),
+        };
+        let endpoint = Endpoint { base: format!("https://127.0.0.1:{port}"), tls, ..Endpoint::default() };
+        let (gate, log) = logged(BTreeMap::from([("gw".to_string(), endpoint)]));
+        let gate = Arc::new(gate);
+        let dir = std::env::temp_dir().join(format!("plimsoll-upgrade-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let socket = broker(&dir);
+        let ask = |path: &str| Ask { headers: vec![], body: vec![], ..relay_ask(path) };
+        let way = || (Way::Upgrade("plimsoll-relay".into()), 2);
+        let mut relays = Relays::default();
+        let e = gate.relay(&mut relays, &allowed(&["gw"]), ask("/refused"), way(), socket.clone()).expect_err("403");
+        assert_eq!(
+            e,
+            "endpoint \"gw\" answered HTTP 403 Forbidden, not 101 Switching Protocols: {\"message\":\"forbidden\"}"
+        );
+        assert!(relays.is_empty());
+        gate.relay(&mut relays, &allowed(&["gw"]), ask("/relay"), way(), socket).expect("relayed");
+        assert_eq!(relays.len(), 2);
+        // Each connection carried the sandbox's `ping` to its own broker
+        // connection and the answer back, and was opened again.
+        let ended = || records(&log).into_iter().filter(|r| r.error.is_none() && !r.cancelled).collect::<Vec<_>>();
+        wait_for("four connections carried and logged", || seen.lock().expect("seen").len() >= 4 && ended().len() >= 4);
+        assert!(seen.lock().expect("seen").iter().all(|back| back == b"pong:ping"));
+        let done = ended();
+        assert!(done.iter().all(|r| r.path == "/relay" && r.streamed && r.status == Some(101)), "{done:?}");
+        assert!(done.iter().all(|r| (r.sent, r.received) == (9, 4)), "{done:?}");
+        drop(relays);
+        wait_for("both connections logged as cancelled", || records(&log).iter().filter(|r| r.cancelled).count() >= 2);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -325,11 +325,11 @@ where
                     let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                     match tls {
                         None => {
-                            let _ = builder.serve_connection(TokioIo::new(tcp), service).await;
+                            let _ = builder.serve_connection_with_upgrades(TokioIo::new(tcp), service).await;
                         }
                         Some(cfg) => {
                             let Ok(stream) = tokio_rustls::TlsAcceptor::from(cfg).accept(tcp).await else { return };
-                            let _ = builder.serve_connection(TokioIo::new(stream), service).await;
+                            let _ = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).await;
                         }
                     }
                 });
