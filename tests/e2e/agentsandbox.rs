@@ -7,16 +7,18 @@
 //! every misbehaviour refused before code runs; the API's faults survived or
 //! refused by name; the credentials kept out of the log.
 
-use plimsoll_client::{Client, Options};
+use plimsoll_client::{Client, Error, Options, SessionOptions};
+use plimsoll_core::wire::SessionEnd;
 use plimsoll_core::{Floor, Reason};
 
-use super::fakes::{Fake, daemon_env, pairs};
+use super::fakes::{Fake, daemon_env, for_sessions, pairs};
+use super::session_suite::{self, Target};
 use super::{Daemon, refused_start, rt, scratch};
 
 pub(super) const TOKEN: &str = "agentsandbox-suite-token-agentsandbox-0123";
 
 /// The warm pool's size the fake keeps.
-const POOL: usize = 2;
+const POOL: usize = super::fakes::KUBERNETES_POOL;
 
 /// The fake serving runtime class handler `class`, misbehaving as `mode`.
 fn start(class: &str, mode: Option<&str>) -> Option<Fake> {
@@ -30,7 +32,7 @@ fn env(fake: &Fake, dir: &std::path::Path, extra: &[(&str, &str)]) -> Option<Vec
 
 /// The fake's API at `path`, as the operator's `curl` with the printed settings
 /// sees it: the status and body, sent again while it answers 429 (mode `throttle`).
-fn api(fake: &Fake, method: &str, path: &str) -> (u16, String) {
+pub(super) fn api(fake: &Fake, method: &str, path: &str) -> (u16, String) {
     for _ in 0..5 {
         let (code, body) = send(fake, method, path, None);
         if code != 429 {
@@ -70,7 +72,7 @@ fn claims(fake: &Fake) -> usize {
 fn conformance(class: &str, tier: &str, above: Floor) {
     let Some(fake) = start(class, None) else { return };
     let dir = scratch(&format!("agentsandbox-{class}"));
-    let Some(env) = env(&fake, &dir, &[]) else { return };
+    let Some(env) = env(&fake, &dir, &[("SANDBOX_MAX_SESSIONS", "2")]) else { return };
     let d = Daemon::start(&pairs(&env));
     let backend = super::conformance::Backend {
         provider: "agentsandbox",
@@ -270,31 +272,140 @@ fn a_template_changed_after_startup_refuses_runs_until_the_daemon_proves_it_agai
     assert_eq!(claims(&fake), 0, "a claim was made");
 }
 
+/// The session suite against the fake serving `class`: each session holds one
+/// claimed pod, whose agent keeps the interpreters, sweeps between calls and
+/// walks the pod's `/tmp`; every claim goes with its session.
+fn sessions(class: &str, tier: &'static str) {
+    let Some(fake) = start(class, None) else { return };
+    let dir = scratch(&format!("agentsandbox-sessions-{class}"));
+    let Some(env) = env(&fake, &dir, &[]) else { return };
+    let (env, tokens) = for_sessions(env, &dir);
+    let d = Daemon::start(&pairs(&env));
+    let target = Target::full(d.url(), tokens, "agentsandbox", tier);
+    if let Err(failed) = std::panic::catch_unwind(|| session_suite::run(&target)) {
+        eprintln!("the daemon's log:\n{}", d.log().join("\n"));
+        std::panic::resume_unwind(failed);
+    }
+    assert_eq!(claims(&fake), 0, "claims left behind");
+    assert_eq!(super::fakes::settle(&fake, POOL), POOL, "pods left behind");
+}
+
 #[test]
-fn sessions_and_module_tables_are_refused_before_anything_is_claimed() {
+fn the_session_suite_passes_against_the_kubernetes_fake_at_kernel_under_runsc() {
+    sessions("runsc", "kernel");
+}
+
+#[test]
+fn the_session_suite_passes_against_the_kubernetes_fake_at_container_under_runc() {
+    sessions("runc", "container");
+}
+
+/// A session's pod deleted under it ends the session as `sandbox_changed`
+/// before the next call runs; a daemon killed with a session open leaves its
+/// claim, which the next daemon of its instance deletes before it serves.
+#[test]
+fn a_session_whose_pod_goes_ends_and_a_killed_daemons_claim_is_swept() {
     let Some(fake) = start("runc", None) else { return };
-    let dir = scratch("agentsandbox-refusals");
+    let dir = scratch("agentsandbox-session-ends");
     let Some(env) = env(&fake, &dir, &[("SANDBOX_MAX_SESSIONS", "2")]) else { return };
     let d = Daemon::start(&pairs(&env));
     let client = Client::new(&d.url(), Some(TOKEN.into())).expect("client");
     let rt = rt();
-    let err = rt.block_on(client.open_session(&plimsoll_client::SessionOptions::default())).expect_err("no sessions");
-    assert_eq!(err.not_dispatched(), Some(Reason::Unsupported), "{err}");
-    let module = plimsoll_core::wire::RunRequest {
-        module: Some(super::sims::van_der_pol_table()),
-        ..plimsoll_core::wire::RunRequest::default()
-    };
-    let err = rt.block_on(client.run(module)).expect_err("no module tables");
-    assert_eq!(err.not_dispatched(), Some(Reason::Unsupported), "{err}");
-    assert_eq!(claims(&fake), 0, "a claim was made");
+    let s = rt.block_on(client.open_session(&SessionOptions::default())).expect("open");
+    rt.block_on(s.run_cell("javascript", "globalThis.kept = 1", &[], &Options::default())).expect("cell");
+    assert_eq!(claims(&fake), 1, "the session holds one claim");
+    let claimed = claimed_pod(&fake).expect("the session's pod");
+    let (code, body) = api(&fake, "DELETE", &format!("/api/v1/namespaces/plimsoll/pods/{claimed}"));
+    assert_eq!(code, 200, "{body}");
+    match rt.block_on(s.run_cell("javascript", "kept", &[], &Options::default())) {
+        Err(Error::SessionEnded { end, detail, .. }) => {
+            assert_eq!(end, SessionEnd::SandboxChanged, "{detail}");
+            assert!(detail.starts_with(&format!("the session's pod {claimed} ")), "{detail}");
+        }
+        other => panic!("expected the session to have ended: {other:?}"),
+    }
+    drop(s);
+    // A session open when the daemon is killed.
+    let s = rt.block_on(client.open_session(&SessionOptions::default())).expect("open");
+    rt.block_on(s.run_cell("python", "x = 1", &[], &Options::default())).expect("cell");
+    let _ = d.kill();
+    assert_eq!(claims(&fake), 1, "the killed daemon's claim outlives it");
+    let next = Daemon::start(&pairs(&env));
+    assert_eq!(claims(&fake), 0, "the next daemon of the instance deleted it before serving");
+    let log = next.log();
+    let swept = log.iter().find(|l| l.contains("swept this instance's sandboxes")).expect("logged");
+    assert!(swept.contains(r#""count":1"#), "{swept}");
 }
 
+/// The pod a claim of this fake holds: the Sandbox's pod-name annotation.
+fn claimed_pod(fake: &Fake) -> Option<String> {
+    let (_, body) = api(fake, "GET", "/apis/agents.x-k8s.io/v1beta1/namespaces/plimsoll/sandboxes");
+    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+    v["items"].as_array()?.iter().find_map(|sb| {
+        let claimed = sb["metadata"]["ownerReferences"].as_array()?.iter().any(|r| r["kind"] == "SandboxClaim");
+        let name =
+            sb["metadata"]["annotations"]["agents.x-k8s.io/pod-name"].as_str().or(sb["metadata"]["name"].as_str());
+        claimed.then(|| name.map(str::to_string)).flatten()
+    })
+}
+
+/// A granted run on agentsandbox, whose pod has no way out: the plugin starts
+/// the relay inside, and the host dials in through the API server's pod proxy
+/// to sandboxd's `/v1/relay` (an HTTP/1.1 upgrade) and joins each connection to
+/// the run's broker socket. The guest holds the run's broker token and nothing
+/// of the API's.
 #[test]
-fn an_agentsandbox_daemon_with_grant_profiles_refuses_to_start() {
-    let Some(fake) = start("runc", None) else { return };
-    let dir = scratch("agentsandbox-grants");
-    let Some(env) = env(&fake, &dir, &[]) else { return };
-    super::fakes::grant_profiles_stop_the_start("agentsandbox", &pairs(&env));
+fn a_granted_agentsandbox_run_reaches_the_api_through_the_pod_proxy() {
+    let carried = super::fakes::Carried::Relay("/v1/relay");
+    super::fakes::a_granted_run_reaches_the_api("agentsandbox", "container", carried, TOKEN);
+}
+
+/// A pod proxy that drops upgrades (a load balancer in front of the API
+/// server that does not pass them): the granted run ends before its code runs,
+/// the daemon's log names sandboxd's 426, and the claim is deleted; a run
+/// without a grant still runs. The plugin had already run the relay in the
+/// pod, so the host does not take its refusal as "nothing ran": the caller
+/// gets no result and no not-dispatched reason.
+#[test]
+fn a_granted_run_whose_upgrade_is_stripped_ends_before_its_code_and_says_why() {
+    let Some(g) = super::fakes::guarded("agentsandbox", (None, Some("upgrade-stripped")), TOKEN, &[]) else { return };
+    let out = g.as_alice(
+        r#"
+try:
+    alice.run_javascript("console.log('ran')", grant_profile="inventory")
+    raise AssertionError("ran")
+except PlimsollError as e:
+    print(type(e).__name__, e.not_dispatched)
+print(alice.run_javascript("console.log(2)").stdout.decode().strip())
+"#,
+    );
+    assert_eq!(out, "PlimsollError None\n2\n");
+    let log = g.daemon.log();
+    let why = "opening the grant's relay: endpoint \\\"pods\\\" answered HTTP 426 Upgrade Required, not 101 Switching Protocols: {\\\"error\\\":\\\"/v1/relay is an HTTP/1.1 upgrade to plimsoll-relay (Connection: Upgrade)\\\"}";
+    assert!(log.iter().any(|l| l.contains(why)), "{why}\n{log:?}");
+    assert_eq!(claims(&g.fake), 0, "the claim was deleted");
+    assert!(g.api.seen().is_empty(), "the API was never called");
+}
+
+/// A session opened without a grant on agentsandbox, whose calls name one:
+/// each holds it for that call alone (the shared relayed-session case).
+#[test]
+fn an_agentsandbox_session_call_naming_its_grant_reaches_the_broker_for_that_call_alone() {
+    let sessions = [("SANDBOX_MAX_SESSIONS", "2")];
+    let Some(g) = super::fakes::guarded("agentsandbox", (None, None), TOKEN, &sessions) else { return };
+    super::fakes::a_session_call_naming_its_grant_holds_it_for_that_call_alone(&g, "container");
+    assert_eq!(claims(&g.fake), 0, "the session's claim was deleted");
+}
+
+/// A session opened with a grant on agentsandbox: the relay is started in the
+/// pod before the session's agent, and every cell and snippet reaches the
+/// broker (the shared session grant suite).
+#[test]
+fn an_agentsandbox_session_opened_with_a_grant_reaches_the_broker_from_every_cell() {
+    let sessions = [("SANDBOX_MAX_SESSIONS", "2")];
+    let Some(g) = super::fakes::guarded("agentsandbox", (None, None), TOKEN, &sessions) else { return };
+    super::grants::session_grants_on(g.daemon, &g.api, &g.alice, super::grants::Reach::Relay);
+    assert_eq!(claims(&g.fake), 0, "the sessions' claims were deleted");
 }
 
 /// The live suite: the conformance suite against a real cluster with

@@ -83,6 +83,14 @@ p = c.run_project({"a.py": "open('out.txt', 'w').write(str(6*7) + '\\n')", "b.py
                    "b.txt": "hi"}, ["python3 a.py", "python3 b.py"], ["out.txt"], minimum_isolation=tier)
 assert p.outcome == "completed" and [s.exit_code for s in p.steps] == [0, 0], p
 assert p.steps[1].stdout == b"hi" and p.artifacts[0].content == b"42\n", p
+if info.supports_sessions:
+    with c.open_session(minimum_isolation=tier) as s:
+        s.run_cell("x = 41")
+        cell = s.run_cell("print(x + 1)")
+        assert (cell.stdout, cell.isolation) == (b"42\n", tier), cell
+if info.supports_module:
+    m = c.run_module("vanderpol", [[1.0, 2.0, 0.0], [2.0, 2.0, 0.0]], end_time=1.0, step=0.01, minimum_isolation=tier)
+    assert (m.outcome, [r.status for r in m.runs], m.isolation) == ("completed", [100, 100], tier), m
 if above:
     try:
         c.run_javascript("1", minimum_isolation=above)

@@ -13,11 +13,16 @@ use super::host;
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
+/// How many pods the Kubernetes fake's warm pool keeps.
+pub(super) const KUBERNETES_POOL: usize = 2;
+
 /// A running fake.
 pub(super) struct Fake {
     child: Child,
     /// The settings it printed, in order.
     pub settings: Vec<(String, String)>,
+    /// How many sandboxes it keeps with nothing running (a warm pool's).
+    pub idle: usize,
 }
 
 impl Fake {
@@ -72,7 +77,8 @@ impl Fake {
             }
         });
         let settings = rx.recv_timeout(Duration::from_secs(60)).expect("the fake printed its settings and READY=1");
-        Some(Fake { child, settings })
+        let idle = if vendor == "kubernetes" { KUBERNETES_POOL } else { 0 };
+        Some(Fake { child, settings, idle })
     }
 
     /// How many containers back its sandboxes now.
@@ -230,8 +236,16 @@ pub(super) fn guarded(
     let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).expect("a free port").port();
     let guard = format!("guard.{vendor}.test");
     let route = format!("{guard}=127.0.0.1:{port}");
-    let routes = if url_var.is_some() { vec!["--route", route.as_str()] } else { vec![] };
-    let fake = Fake::start_with(vendor, mode, &routes)?;
+    let mut flags = if url_var.is_some() { vec!["--route", route.as_str()] } else { vec![] };
+    // The agentsandbox plugin's vendor is a Kubernetes cluster, its pods under runc.
+    let (fake_name, plugin) = match vendor {
+        "agentsandbox" => {
+            flags.extend(["--runtime-class", "runc"]);
+            ("kubernetes", vendor)
+        }
+        other => (other, other),
+    };
+    let fake = Fake::start_with(fake_name, mode, &flags)?;
     // Tests of one vendor and mode run at once: each daemon gets a directory of its own.
     static DAEMONS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = DAEMONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -241,7 +255,7 @@ pub(super) fn guarded(
     if let Some(var) = url_var {
         settings.extend([(var, url.as_str()), ("PLIMSOLL_GUARD_ADDR", guard_addr.as_str())]);
     }
-    let (env, alice, api) = for_grants(daemon_env(&fake, vendor, &dir, token, &settings)?, &dir);
+    let (env, alice, api) = for_grants(daemon_env(&fake, plugin, &dir, token, &settings)?, &dir);
     let daemon = super::Daemon::start(&pairs(&env));
     let guard_addr = url_var.map(|_| guard_addr);
     Some(Guarded { fake, api, daemon, alice, guard_addr })
@@ -270,11 +284,70 @@ impl Guarded {
     /// Runs the Python `body` with the published client, `alice` its client of
     /// the daemon (`os`, `Client` and `PlimsollError` imported); its stdout.
     pub(super) fn as_alice(&self, body: &str) -> String {
+        self.as_alice_with(body, &[])
+    }
+
+    /// As [`Guarded::as_alice`], with `env` in the script's environment too.
+    pub(super) fn as_alice_with(&self, body: &str, env: &[(&str, &str)]) -> String {
         let script = format!(
             "import os\nfrom plimsoll_client import Client, PlimsollError\nalice = Client(os.environ[\"URL\"], token=os.environ[\"ALICE\"])\n{body}"
         );
-        super::python::run_script(&script, &[("URL", &self.daemon.url()), ("ALICE", &self.alice)])
+        let url = self.daemon.url();
+        let mut vars = vec![("URL", url.as_str()), ("ALICE", self.alice.as_str())];
+        vars.extend_from_slice(env);
+        super::python::run_script(&script, &vars)
     }
+}
+
+/// The original's way in a relayed backend's session: opened without a grant,
+/// its snippet and project name one. The relay the host started at the open
+/// serves the call's grant, described beside the client for that call and
+/// removed after, so between calls no process holds a client (the socket
+/// answers 503); a profile not allowed in sessions is refused.
+pub(super) fn a_session_call_naming_its_grant_holds_it_for_that_call_alone(g: &Guarded, tier: &str) {
+    let out = g.as_alice_with(
+        r#"
+with alice.open_session() as s:
+    r = s.run_javascript('host.get("/items/*", [3]).then((i) => console.log(i.name))', grant_profile="inventory-per-call")
+    assert (r.stdout, r.exit_code, r.isolation) == (b"washer\n", 0, os.environ["TIER"]), r
+    r = s.run_javascript("console.log(typeof host)")
+    assert r.stdout == b"undefined\n", r
+    granted = """
+import plimsoll_host as host
+name = host.get("/items/*", [2])["name"]
+open("seen.txt", "w").write(name)
+print(name)
+"""
+    r = s.run_project({"main.py": granted}, ["python3 main.py"], ["seen.txt"], grant_profile="inventory-per-call")
+    assert (r.outcome, r.steps[0].stdout) == ("completed", b"nut\n"), r
+    assert [(a.path, a.content) for a in r.artifacts] == [("seen.txt", b"nut")], r.artifacts
+    after = """
+import os
+print(open("seen.txt").read(), os.path.exists(os.path.join(os.environ["PYTHONPATH"], "grant.json")))
+try:
+    import plimsoll_host as host
+    host.get("/items/*", [2])
+    print("reached")
+except PermissionError as e:
+    print(type(e).__name__)
+status, _, body = host._over_socket("GET", "/items/2", None)
+print(status, body.decode())
+"""
+    r = s.run_project({"after.py": after}, ["python3 after.py"], [])
+    print(r.steps[0].stdout.decode(), end="")
+    try:
+        s.run_javascript("1", grant_profile="inventory")
+        raise AssertionError("a profile without allow_in_sessions ran")
+    except PlimsollError as e:
+        print("refused", e.not_dispatched)
+print("ok")
+"#,
+        &[("TIER", tier)],
+    );
+    let want = "nut False\nPermissionError\n503 {\"error\":\"no granted call of this session is running\"}\nrefused permission\nok\n";
+    assert_eq!(out, want);
+    let seen = g.api.seen();
+    assert_eq!(seen.iter().filter(|s| s.1.starts_with("/items") && s.2 == "alice").count(), 2, "{seen:?}");
 }
 
 /// How a remote vendor's granted runs reach the broker.
@@ -282,8 +355,9 @@ pub(super) enum Carried<'a> {
     /// Through the host's guard, its URL in this setting; `in_guest`: the
     /// guest holds its run's guard credential (no proxy sets it).
     Guard { url_var: &'a str, in_guest: bool },
-    /// Through the host's relay, the guest holding its run's broker token.
-    Relay,
+    /// Through the host's relay, the guest holding its run's broker token; the
+    /// relay's streams are logged at this path.
+    Relay(&'a str),
 }
 
 /// The grant suite ([`super::conformance::grants`]) on the remote `vendor`'s
@@ -292,13 +366,13 @@ pub(super) enum Carried<'a> {
 pub(super) fn a_granted_run_reaches_the_api(vendor: &str, tier: &str, carried: Carried<'_>, token: &str) {
     let url_var = match carried {
         Carried::Guard { url_var, .. } => Some(url_var),
-        Carried::Relay => None,
+        Carried::Relay(_) => None,
     };
     let Some(g) = guarded(vendor, (url_var, None), token, &[]) else { return };
     let in_env = match carried {
         Carried::Guard { in_guest: true, .. } => "PLIMSOLL_HOST_GUARD_TOKEN",
         Carried::Guard { in_guest: false, .. } => "none",
-        Carried::Relay => "PLIMSOLL_HOST_TOKEN",
+        Carried::Relay(_) => "PLIMSOLL_HOST_TOKEN",
     };
     let grants = super::conformance::Grants { tier, in_env, guard_addr: g.guard_addr.as_deref() };
     let suite = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -311,12 +385,12 @@ pub(super) fn a_granted_run_reaches_the_api(vendor: &str, tier: &str, carried: C
     }
     let used = match carried {
         Carried::Guard { .. } => log.iter().any(|l| l.contains(r#""msg":"the guard listens""#)),
-        Carried::Relay => log
-            .iter()
-            .any(|l| l.contains("/ForwardTcp") && l.contains("received_bytes") && !l.contains(r#""received_bytes":0"#)),
+        Carried::Relay(path) => {
+            log.iter().any(|l| l.contains(path) && l.contains("received_bytes") && !l.contains(r#""received_bytes":0"#))
+        }
     };
     assert!(used, "the grants' way was not used: {log:?}");
-    assert_eq!(settle(&g.fake, 0), 0, "sandboxes left behind");
+    assert_eq!(settle(&g.fake, g.fake.idle), g.fake.idle, "sandboxes left behind");
 }
 
 /// A daemon of the remote provider `name` with grant profiles refuses to start,

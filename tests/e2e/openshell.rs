@@ -203,7 +203,12 @@ fn a_killed_daemons_openshell_sandboxes_are_swept_by_the_next_with_its_instance(
 /// guest holds the run's broker token and nothing of the API's.
 #[test]
 fn a_granted_openshell_run_reaches_the_api_through_the_relay() {
-    super::fakes::a_granted_run_reaches_the_api("openshell", "container", super::fakes::Carried::Relay, TOKEN);
+    super::fakes::a_granted_run_reaches_the_api(
+        "openshell",
+        "container",
+        super::fakes::Carried::Relay("/ForwardTcp"),
+        TOKEN,
+    );
 }
 
 /// A gateway that refuses every forward: the granted run ends before its code
@@ -252,48 +257,7 @@ fn an_openshell_session_opened_with_a_grant_reaches_the_broker_from_every_cell()
 fn an_openshell_session_call_naming_its_grant_reaches_the_broker_for_that_call_alone() {
     let sessions = [("SANDBOX_MAX_SESSIONS", "2")];
     let Some(g) = super::fakes::guarded("openshell", (None, None), TOKEN, &sessions) else { return };
-    let out = g.as_alice(
-        r#"
-with alice.open_session() as s:
-    r = s.run_javascript('host.get("/items/*", [3]).then((i) => console.log(i.name))', grant_profile="inventory-per-call")
-    assert (r.stdout, r.exit_code, r.isolation) == (b"washer\n", 0, "container"), r
-    r = s.run_javascript("console.log(typeof host)")
-    assert r.stdout == b"undefined\n", r
-    granted = """
-import plimsoll_host as host
-name = host.get("/items/*", [2])["name"]
-open("seen.txt", "w").write(name)
-print(name)
-"""
-    r = s.run_project({"main.py": granted}, ["python3 main.py"], ["seen.txt"], grant_profile="inventory-per-call")
-    assert (r.outcome, r.steps[0].stdout) == ("completed", b"nut\n"), r
-    assert [(a.path, a.content) for a in r.artifacts] == [("seen.txt", b"nut")], r.artifacts
-    after = """
-import os
-print(open("seen.txt").read(), os.path.exists(os.path.join(os.environ["PYTHONPATH"], "grant.json")))
-try:
-    import plimsoll_host as host
-    host.get("/items/*", [2])
-    print("reached")
-except PermissionError as e:
-    print(type(e).__name__)
-status, _, body = host._over_socket("GET", "/items/2", None)
-print(status, body.decode())
-"""
-    r = s.run_project({"after.py": after}, ["python3 after.py"], [])
-    print(r.steps[0].stdout.decode(), end="")
-    try:
-        s.run_javascript("1", grant_profile="inventory")
-        raise AssertionError("a profile without allow_in_sessions ran")
-    except PlimsollError as e:
-        print("refused", e.not_dispatched)
-print("ok")
-"#,
-    );
-    let want = "nut False\nPermissionError\n503 {\"error\":\"no granted call of this session is running\"}\nrefused permission\nok\n";
-    assert_eq!(out, want);
-    let seen = g.api.seen();
-    assert_eq!(seen.iter().filter(|s| s.1.starts_with("/items") && s.2 == "alice").count(), 2, "{seen:?}");
+    super::fakes::a_session_call_naming_its_grant_holds_it_for_that_call_alone(&g, "container");
 }
 
 /// The live suite: the same conformance suite against a real OpenShell gateway

@@ -11,7 +11,7 @@
 #![deny(missing_docs)]
 
 use plimsoll_client::{Client, Options, SessionOptions};
-use plimsoll_core::wire::{DescribeResponse, ProjectOutcome};
+use plimsoll_core::wire::{DescribeResponse, ModuleRow, ModuleRun, ProjectOutcome, RunRequest};
 use plimsoll_core::{Floor, Reason};
 
 /// What a backend states about itself.
@@ -91,6 +91,8 @@ pub async fn run(client: &Client, e: &Expected) -> Vec<Check> {
     }
     let sessions = desc.as_ref().is_ok_and(|d| d.supports_sessions);
     checks.push(Check { name: "session cell", outcome: session(client, sessions).await });
+    let modules = desc.as_ref().is_ok_and(|d| d.supports_module);
+    checks.push(Check { name: "module table", outcome: module_table(client, modules).await });
     checks
 }
 
@@ -198,6 +200,35 @@ async fn floor_above(client: &Client, floor: Floor) -> Result<String, String> {
         }
         Err(err) => Err(format!("refused otherwise than isolation before dispatch: {err}")),
     }
+}
+
+/// Where the backend runs module tables, a small VanDerPol table completes
+/// with every row's steps; where it does not, one is refused before anything
+/// is made.
+async fn module_table(client: &Client, offered: bool) -> Result<String, String> {
+    let rows = (1..=3).map(|i| ModuleRow { values: vec![f64::from(i), 2.0, 0.0] }).collect();
+    let table = ModuleRun { model: "vanderpol".into(), rows, end_time: 1.0, step: 0.01 };
+    let req = RunRequest { module: Some(table), ..RunRequest::default() };
+    let answer = client.run(req).await;
+    if !offered {
+        return match answer {
+            Ok(_) => Err("describe offers no module tables, but one ran".into()),
+            Err(err) if err.not_dispatched() == Some(Reason::Unsupported) => {
+                Ok("none offered; a table is refused before anything is made".into())
+            }
+            Err(err) => Err(format!("refused otherwise than unsupported before dispatch: {err}")),
+        };
+    }
+    let m = answer.map_err(|err| err.to_string())?.module.ok_or("the answer carries no module result")?;
+    hold(m.outcome == ProjectOutcome::Completed, || format!("ended {:?}: {}", m.outcome, m.outcome_detail))?;
+    // 100 steps of 0.01 to 1.0, each with its outputs.
+    let steps: Vec<i32> = m.runs.iter().map(|r| r.status).collect();
+    hold(steps == [100, 100, 100], || format!("rows completed {steps:?} steps, not 100 each"))?;
+    let width = usize::try_from(m.width).unwrap_or(0);
+    hold(width > 0 && m.runs.iter().all(|r| r.outputs.len() == 100 * width), || {
+        format!("a row's outputs are not 100 steps of {width}")
+    })?;
+    Ok(format!("three VanDerPol rows of 100 steps, {width} outputs wide"))
 }
 
 /// Where the backend keeps sessions, a cell keeps what the last one left; where

@@ -17,9 +17,12 @@
 //! claim is deleted in the foreground on every path, so the pod is gone before
 //! the run's capacity is returned.
 
+mod grant;
 mod kube;
+mod quantity;
 mod readback;
 mod sandboxd;
+mod session;
 
 wit_bindgen::generate!({
     world: "plimsoll:provider/provider-plugin",
@@ -29,9 +32,7 @@ wit_bindgen::generate!({
 
 use std::time::{Duration, Instant};
 
-use exports::plimsoll::provider::provider::{
-    Answer, CallError, Description, Grant, GrantWay, GuardGrant, Guest, GuestSession, RelayGrant, RunError, Session,
-};
+use exports::plimsoll::provider::provider::{Description, Grant, GrantWay, GuardGrant, Guest, RelayGrant, RunError};
 use plimsoll::host::{config, log};
 use plimsoll::types::types::{
     Evidence, File, Limits, ModuleRequest, ModuleResult, Output, ProjectOutcome, ProjectResult, Refusal, RefusalReason,
@@ -163,6 +164,10 @@ struct Claimed {
     image: String,
     proof: Proof,
     policies: String,
+    /// What every command exports first: a grant's client settings, or "".
+    exports: String,
+    /// Whether a broker relay runs in the pod, joined to the host ([`grant`]).
+    relaying: bool,
 }
 
 impl Drop for Claimed {
@@ -219,6 +224,8 @@ impl Claimed {
             image: String::new(),
             proof,
             policies: String::new(),
+            exports: String::new(),
+            relaying: false,
         };
         let standing = kube::await_ready(&ns, &name, claim, Instant::now() + READY_WITHIN)
             .map_err(|e| env("waiting for the claim", e))?;
@@ -239,6 +246,15 @@ impl Claimed {
             }
         };
         c.read_back(&s, &sandbox)?;
+        Ok(c)
+    }
+
+    /// [`Claimed::open`], with `grant` carried in before anything of the caller's.
+    fn open_carrying(grant: Option<&RelayGrant>) -> Result<Claimed, Refusal> {
+        let mut c = Claimed::open()?;
+        if let Some(g) = grant {
+            c.carry(g)?;
+        }
         Ok(c)
     }
 
@@ -338,7 +354,7 @@ fn controlled_by(object: &Value, kind: &str, name: &str) -> bool {
 
 impl Remote for Claimed {
     fn run(&self, script: &str, cwd: &str, deadline: Instant, max_output: usize) -> Result<remote::Ran, String> {
-        self.sandboxd().run(script, cwd, deadline, max_output)
+        self.sandboxd().run(&remote::exported(&self.exports, script), cwd, deadline, max_output)
     }
 
     fn upload(&self, path: &str, bytes: &[u8]) -> Result<(), String> {
@@ -370,6 +386,7 @@ fn smoke() -> Result<Evidence, Refusal> {
     let pod = Claimed::open()?;
     let node = remote::smoke(&pod, RUN_DIR)
         .map_err(|(check, why)| refused(RefusalReason::Environment, format!("smoke test, {check}: {why}")))?;
+    judge_is_there(&pod)?;
     log::info(&format!(
         "smoke test passed in pod {} (runtime handler {}): node {node}, python, no egress",
         pod.pod, pod.proof.handler
@@ -377,21 +394,40 @@ fn smoke() -> Result<Evidence, Refusal> {
     Ok(pod.evidence())
 }
 
+/// Module tables run as projects of the sandbox image's judge: the pod's
+/// image must carry it and the components it precompiled.
+fn judge_is_there(pod: &Claimed) -> Result<(), Refusal> {
+    let script = r#"command -v plimsoll-judge && test -d /opt/plimsoll/sims && echo found"#;
+    let ran = pod
+        .run(script, RUN_DIR, Instant::now() + Duration::from_secs(20), 4096)
+        .map_err(|e| env("smoke test, the judge", e))?;
+    let printed = String::from_utf8_lossy(&ran.stdout.bytes);
+    if ran.exit_code != 0 || !printed.trim_end().ends_with("found") {
+        return Err(refused(
+            RefusalReason::Environment,
+            "smoke test, the judge: the pod's image has no plimsoll-judge with its components in /opt/plimsoll/sims, which module tables run; build the pod's image from the sandbox image (images/build.sh, docs/providers/agentsandbox.md)",
+        ));
+    }
+    Ok(())
+}
+
 plimsoll_plugin_remote::wit_glue!("agentsandbox");
-plimsoll_plugin_remote::no_sessions!("agentsandbox");
+plimsoll_plugin_agent::session_glue!();
 plimsoll_plugin_remote::grant_ways!("agentsandbox");
 
 impl Guest for Plugin {
-    type Session = NoSession;
+    type Session = session::PodSession;
 
     fn describe() -> Description {
         Description {
             name: "agentsandbox".into(),
             languages: vec!["javascript".into(), "python".into()],
             projects: true,
-            modules: false,
-            sessions: false,
-            grants: GrantWay::None,
+            // Each runs as a project of the image's judge (the smoke test checks it).
+            modules: true,
+            sessions: true,
+            // Through the pod proxy into a relay in the pod ([`grant`]).
+            grants: GrantWay::Relay,
             max_timeout_ms: MAX_TIMEOUT_MS,
             max_project_timeout_ms: MAX_TIMEOUT_MS,
         }
@@ -442,8 +478,8 @@ impl Guest for Plugin {
         limits: Limits,
         grant: Option<Grant>,
     ) -> Result<(SnippetResult, Evidence), RunError> {
-        no_grant(grant.as_ref()).map_err(RunError::Refused)?;
-        let open = |_| Claimed::open();
+        let grant = relay_grant(grant).map_err(RunError::Refused)?;
+        let open = |_| Claimed::open_carrying(grant.as_ref());
         snippet_on(&language, &code, &limits, budget(&limits), RUN_DIR, open, |c| c.evidence())
     }
 
@@ -454,15 +490,16 @@ impl Guest for Plugin {
         limits: Limits,
         grant: Option<Grant>,
     ) -> Result<(ProjectResult, Evidence), RunError> {
-        no_grant(grant.as_ref()).map_err(RunError::Refused)?;
-        let open = |_| Claimed::open();
+        let grant = relay_grant(grant).map_err(RunError::Refused)?;
+        let open = |_| Claimed::open_carrying(grant.as_ref());
         project_on((&files, &steps, &artifacts), &limits, budget(&limits), PROJECT_DIR, open, |c| c.evidence())
     }
 
+    /// The host runs a module table as a project of the judge, never here.
     fn run_module(_request: ModuleRequest, _limits: Limits) -> Result<(ModuleResult, Evidence), RunError> {
         Err(RunError::Refused(refused(
             RefusalReason::Unsupported,
-            "the agentsandbox provider does not run module tables",
+            "the agentsandbox provider takes module tables as projects of the judge",
         )))
     }
 }

@@ -11,6 +11,7 @@
 use serde_json::{Map, Value};
 
 use crate::plimsoll::types::types::Tier;
+use crate::quantity::Quantity;
 
 /// The Kata Containers handlers, as agent-sandbox's examples (2fd412d5) and
 /// kata-deploy register them: QEMU (`kata-qemu`, GKE), Firecracker (`kata-fc`),
@@ -341,6 +342,7 @@ fn object_within(p: &Map<String, Value>, t: &Map<String, Value>, at: &str, level
     for (key, tv) in t {
         let here = format!("{at}.{key}");
         match p.get(key) {
+            Some(pv) if level == Level::Container && key == "resources" => resources_within(pv, tv, &here)?,
             Some(pv) => within(pv, tv, &here, child_level(level, key))?,
             None if tv.is_null() => {}
             None => return Err(format!("its {here} is missing, the template's is {tv}")),
@@ -350,6 +352,47 @@ fn object_within(p: &Map<String, Value>, t: &Map<String, Value>, at: &str, level
         if !t.contains_key(key) && !pv.is_null() && !defaulted(level, key, at) {
             return Err(format!("its {at}.{key} is {pv}, which the template does not set"));
         }
+    }
+    Ok(())
+}
+
+/// Holds a container's resources to the template's as the API server keeps
+/// them: every amount by value (`cpu: 1` comes back `"1"`, `0.5` as
+/// `"500m"`), and `requests` filled from `limits` for each resource the
+/// template gives a limit and no request.
+fn resources_within(pod: &Value, template: &Value, at: &str) -> Result<(), String> {
+    let empty = Map::new();
+    let table = |v: &Value, key: &str| v.get(key).and_then(Value::as_object).unwrap_or(&empty).clone();
+    let limits = table(template, "limits");
+    let mut requests = table(template, "requests");
+    for (resource, amount) in &limits {
+        requests.entry(resource.clone()).or_insert_with(|| amount.clone());
+    }
+    amounts_within(&table(pod, "limits"), &limits, &format!("{at}.limits"))?;
+    amounts_within(&table(pod, "requests"), &requests, &format!("{at}.requests"))?;
+    let (p, t) = (pod.as_object().unwrap_or(&empty), template.as_object().unwrap_or(&empty));
+    let rest = |m: &Map<String, Value>| -> Map<String, Value> {
+        m.iter()
+            .filter(|(k, _)| !matches!(k.as_str(), "limits" | "requests"))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    object_within(&rest(p), &rest(t), at, Level::Other)
+}
+
+/// One table of amounts: the same resources, each the same by value.
+fn amounts_within(pod: &Map<String, Value>, template: &Map<String, Value>, at: &str) -> Result<(), String> {
+    for (resource, tv) in template {
+        let pv = pod.get(resource).ok_or_else(|| format!("its {at}.{resource} is missing, the template's is {tv}"))?;
+        let (pq, tq) = (Quantity::of(pv), Quantity::of(tv));
+        match (pq, tq) {
+            (Ok(a), Ok(b)) if a == b => {}
+            (_, Err(e)) => return Err(format!("the template's {at}.{resource}: {e}")),
+            _ => return Err(format!("its {at}.{resource} is {pv}, the template's {tv}")),
+        }
+    }
+    if let Some((resource, pv)) = pod.iter().find(|(r, _)| !template.contains_key(*r)) {
+        return Err(format!("its {at}.{resource} is {pv}, which the template does not set"));
     }
     Ok(())
 }

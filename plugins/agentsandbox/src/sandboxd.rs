@@ -36,6 +36,8 @@ pub struct Exec {
     pub stderr: Vec<u8>,
     /// sandboxd dropped output past its own cap.
     pub truncated: bool,
+    /// sandboxd killed it at its timeout.
+    pub timed_out: bool,
 }
 
 impl Pod<'_> {
@@ -87,6 +89,7 @@ impl Pod<'_> {
             stdout: decode("stdout")?,
             stderr: decode("stderr")?,
             truncated: flag("stdoutTruncated") || flag("stderrTruncated"),
+            timed_out: flag("timedOut"),
         })
     }
 

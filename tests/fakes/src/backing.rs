@@ -391,6 +391,20 @@ impl Backing {
         }
     }
 
+    /// Starts `argv` in sandbox `id`'s container with its input and output
+    /// piped to the caller, for a connection carried as long as it lasts.
+    pub fn attach(&self, id: &str, argv: &[&str]) -> Result<tokio::process::Child, String> {
+        Command::new("docker")
+            .args(["exec", "-i", &format!("plimsoll-fake-{id}")])
+            .args(argv)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| format!("docker exec: {e}"))
+    }
+
     /// Freezes every process of sandbox `id` (`docker pause`): memory and files kept.
     pub async fn pause(&self, id: &str) -> Result<(), String> {
         docker(&["pause", &format!("plimsoll-fake-{id}")], None).await.map(|_| ())

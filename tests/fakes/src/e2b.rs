@@ -987,6 +987,7 @@ mod tests {
         }
         Request {
             stream: None,
+            upgrade: None,
             method: "POST".into(),
             host: host.into(),
             path: path.into(),

@@ -11,10 +11,12 @@ mod kubelet;
 mod objects;
 mod pods;
 mod proxy;
+mod quantity;
 mod select;
 mod status;
 mod store;
 mod watch;
+mod written;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -40,7 +42,7 @@ pub const AGENT: &str = "/opt/plimsoll/plimsoll-agent";
 const STARTUP_LIMIT: Duration = Duration::from_secs(180);
 
 /// Each way this fake can misbehave, and what it does.
-pub const MODES: [(&str, &str); 20] = [
+pub const MODES: [(&str, &str); 21] = [
     ("redirect", "every answer is a 307 to https://elsewhere.agentsandbox.test/..."),
     ("weaker", "pods differ from the template: a service account token mounted, a writable root, a sidecar"),
     ("token-mounted", "pods mount a service account token (automountServiceAccountToken true, and the file is there)"),
@@ -64,6 +66,10 @@ pub const MODES: [(&str, &str); 20] = [
     ("gone", "the first watch of each claim answers 410 Expired"),
     ("throttle", "every second request answers 429 TooManyRequests, Retry-After: 1"),
     ("flaky", "a claim's first create is stored but answers 500; a pod's first GET answers 503"),
+    (
+        "upgrade-stripped",
+        "the pod proxy drops a request's Upgrade (as a load balancer without upgrades does): sandboxd's relay answers 426",
+    ),
 ];
 
 /// A misbehaviour.
@@ -89,6 +95,7 @@ pub enum Mode {
     Gone,
     Throttle,
     Flaky,
+    UpgradeStripped,
 }
 
 impl Mode {
@@ -115,6 +122,7 @@ impl Mode {
             "gone" => Mode::Gone,
             "throttle" => Mode::Throttle,
             "flaky" => Mode::Flaky,
+            "upgrade-stripped" => Mode::UpgradeStripped,
             _ => return None,
         })
     }
@@ -139,6 +147,8 @@ pub struct Options {
     pub pool_size: u32,
     /// Where the fake writes files (pods' service account tokens).
     pub dir: PathBuf,
+    /// The operator's SandboxTemplate, as the file `--template` names holds it.
+    pub template: Option<String>,
 }
 
 /// What a misbehaviour remembers, and the claims seen.
@@ -213,13 +223,18 @@ impl Fake {
         let image_hex = image.strip_prefix("sha256:").unwrap_or(&image).to_string();
         let node = node_info(&backing).await?;
         let sandboxd_token = hex::encode(random(32));
-        let cluster = Cluster {
+        let mut cluster = Cluster {
             handler: options.handler.clone(),
             image_hex,
             token_sha256: sha256_hex(&sandboxd_token),
             foreign_sha256: sha256_hex(&hex::encode(random(32))),
             mode: options.mode,
+            written: None,
         };
+        if let Some(text) = &options.template {
+            let fill = written::placeholders(&cluster.image(), &cluster.token_sha256);
+            cluster.written = Some(written::read(text, &fill).map_err(|e| format!("--template: {e}"))?);
+        }
         let fake = Arc::new(Fake {
             backing,
             cluster,
@@ -252,19 +267,17 @@ impl Fake {
         let ns = objects::NAMESPACE;
         let made = |r: Result<serde_json::Value, store::Refused>| r.map_err(|e| format!("seeding the store: {e:?}"));
         made(store.create(
-            &Key::new(Resource::RuntimeClasses, "", objects::RUNTIME_CLASS),
+            &Key::new(Resource::RuntimeClasses, "", self.cluster.runtime_class()),
             objects::runtime_class(&self.cluster.handler),
         ))?;
         made(store.create(&Key::new(Resource::Nodes, "", objects::NODE), objects::node(node)))?;
-        let template = made(
-            store
-                .create(&Key::new(Resource::SandboxTemplates, ns, objects::TEMPLATE), objects::template(&self.cluster)),
-        )?;
-        made(store.create(
-            &Key::new(Resource::NetworkPolicies, ns, objects::NETWORK_POLICY),
-            objects::network_policy(&self.cluster, &template),
-        ))?;
-        made(store.create(&Key::new(Resource::SandboxWarmPools, ns, objects::POOL), objects::warm_pool(pool_size)))?;
+        let c = &self.cluster;
+        let template =
+            made(store.create(&Key::new(Resource::SandboxTemplates, ns, c.template_name()), objects::template(c)))?;
+        if let Some(policy) = objects::network_policy(c, &template) {
+            made(store.create(&Key::new(Resource::NetworkPolicies, ns, &c.network_policy_name()), policy))?;
+        }
+        made(store.create(&Key::new(Resource::SandboxWarmPools, ns, objects::POOL), objects::warm_pool(c, pool_size)))?;
         Ok(())
     }
 

@@ -6,7 +6,7 @@
 //!
 //! ```text
 //! plimsoll-fake <e2b|dockercloud|openshell> --listen 127.0.0.1:PORT [--misbehave MODE] [--image ID] [--route NAME=ADDR]...
-//! plimsoll-fake kubernetes --listen 127.0.0.1:PORT --runtime-class HANDLER [--pool-size N] [--misbehave MODE] [--image ID]
+//! plimsoll-fake kubernetes --listen 127.0.0.1:PORT --runtime-class HANDLER [--pool-size N] [--template FILE] [--misbehave MODE] [--image ID]
 //! plimsoll-fake forward ADDR SOCKET   (inside a sandbox's container: its way out)
 //! ```
 
@@ -26,7 +26,7 @@ const USAGE: &str =
     "usage: plimsoll-fake <e2b|dockercloud|openshell> --listen 127.0.0.1:PORT [--misbehave MODE] [--image ID] [--dir DIR]
                      [--route NAME=ADDR]... [--page-size N]
        plimsoll-fake kubernetes --listen 127.0.0.1:PORT --runtime-class HANDLER [--pool-size N]
-                     [--misbehave MODE] [--image ID] [--dir DIR]
+                     [--template FILE] [--misbehave MODE] [--image ID] [--dir DIR]
 
   --listen ADDR     where to serve HTTPS (loopback only; openshell: gRPC, mutual TLS)
   --misbehave MODE  answer wrongly in one way (modes below); default: behave
@@ -39,6 +39,9 @@ const USAGE: &str =
                     kubernetes (required): the RuntimeClass's handler; runsc runs pods
                     under gVisor, anything else (runc, kata, ...) under runc
   --pool-size N     kubernetes: the warm pool's replicas (default 2)
+  --template FILE   kubernetes: the operator's SandboxTemplate (YAML or JSON) instead of the
+                    fake's own, ${SANDBOX_IMAGE} and ${SANDBOXD_TOKEN_SHA256} filled; stored as
+                    written, its pods defaulted and made canonical as the API server makes them
   --page-size N     e2b: the most sandboxes one page of the listing holds (1 to 100,
                     default E2B's 100), so a client's paging is walked
 
@@ -98,6 +101,7 @@ fn main() {
     let mut runtime_class = None;
     let mut pool_size = None;
     let mut page_size = None;
+    let mut template = None;
     let mut rest = args[1..].iter();
     while let Some(flag) = rest.next() {
         let value = rest.next().cloned().unwrap_or_else(|| fail(&format!("{flag} needs a value\n{USAGE}")));
@@ -108,6 +112,11 @@ fn main() {
             "--dir" => dir = Some(std::path::PathBuf::from(value)),
             "--route" => routes.add(&value).unwrap_or_else(|e| fail(&e)),
             "--runtime-class" => runtime_class = Some(value),
+            "--template" => {
+                let text =
+                    std::fs::read_to_string(&value).unwrap_or_else(|e| fail(&format!("--template {value}: {e}")));
+                template = Some(text);
+            }
             "--pool-size" => {
                 pool_size = Some(value.parse::<u32>().unwrap_or_else(|_| fail("--pool-size must be a whole number")))
             }
@@ -126,8 +135,8 @@ fn main() {
             }
             Some(_) => {}
         }
-    } else if runtime_class.is_some() || pool_size.is_some() {
-        fail("--runtime-class and --pool-size are for the kubernetes fake only");
+    } else if runtime_class.is_some() || pool_size.is_some() || template.is_some() {
+        fail("--runtime-class, --pool-size and --template are for the kubernetes fake only");
     }
     if page_size.is_some() && vendor != "e2b" {
         fail("--page-size is for the e2b fake only");
@@ -194,6 +203,7 @@ fn main() {
                     handler: runtime_class.clone().unwrap_or_default(),
                     pool_size: pool_size.unwrap_or(2),
                     dir: dir.clone(),
+                    template: template.clone(),
                 };
                 // The warm pool fills before anything is printed; a signal
                 // meanwhile still removes what was made.

@@ -27,6 +27,8 @@ pub struct Request {
     /// A streamed body's pieces; the channel closes when the client ends its
     /// side (or the stream breaks).
     pub stream: Option<tokio::sync::mpsc::Receiver<Bytes>>,
+    /// An HTTP/1.1 request asking to upgrade: its connection once a 101 is sent.
+    pub upgrade: Option<hyper::upgrade::OnUpgrade>,
 }
 
 impl Request {
@@ -135,9 +137,11 @@ pub async fn serve(listener: tokio::net::TcpListener, tls: Arc<rustls::ServerCon
         let handler = Arc::clone(&handler);
         tokio::spawn(async move {
             let Ok(stream) = acceptor.accept(tcp).await else { return };
-            let service = hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+            let service = hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
                 let handler = Arc::clone(&handler);
                 async move {
+                    let upgrade =
+                        req.headers().contains_key(http::header::UPGRADE).then(|| hyper::upgrade::on(&mut req));
                     let (parts, mut body) = req.into_parts();
                     let (body, stream) = if handler.streams(parts.uri.path()) {
                         let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
@@ -174,12 +178,13 @@ pub async fn serve(listener: tokio::net::TcpListener, tls: Arc<rustls::ServerCon
                         headers: parts.headers,
                         body,
                         stream,
+                        upgrade,
                     };
                     Ok::<_, Infallible>(handler.handle(request).await)
                 }
             });
             let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service)
+                .serve_connection_with_upgrades(TokioIo::new(stream), service)
                 .await;
         });
     }

@@ -414,9 +414,10 @@ impl PluginProvider {
                 kind(d.max_project_timeout_ms, self.limits.max_project_timeout, self.limits.max_project_timeout)
             }),
             // A module table runs as a project of the judge's table mode, which
-            // every sandbox image images/build.sh makes carries (a remote
-            // backend's template does not).
-            module: (d.projects && self.wall.is_some()).then(|| {
+            // every sandbox image images/build.sh makes carries; a remote
+            // backend's template carries it only where its plugin says so (and
+            // its smoke test proved it).
+            module: (d.projects && (self.wall.is_some() || d.modules)).then(|| {
                 kind(d.max_project_timeout_ms, self.limits.max_project_timeout, self.limits.max_project_timeout)
             }),
             memory_mb: self.limits.memory_mb,

@@ -8,7 +8,7 @@ fn sandboxd() -> Sandboxd<'static> {
     Sandboxd { token_sha256: HASH, port: 8787 }
 }
 
-/// A template's pod spec as an operator writes it (docs/providers/agentsandbox.md).
+/// A template's pod spec as an operator writes it (deploy/kubernetes/sandboxes/template-runsc.yaml).
 fn template() -> Value {
     json!({
         "runtimeClassName": "gvisor",
@@ -53,6 +53,8 @@ fn pod() -> Value {
     c["terminationMessagePath"] = json!("/dev/termination-log");
     c["terminationMessagePolicy"] = json!("File");
     c["imagePullPolicy"] = json!("IfNotPresent");
+    // The API server fills each request from its limit.
+    c["resources"]["requests"] = c["resources"]["limits"].clone();
     c["ports"][0]["protocol"] = json!("TCP");
     for (k, v) in [("timeoutSeconds", 1), ("periodSeconds", 10), ("successThreshold", 1), ("failureThreshold", 3)] {
         c["readinessProbe"][k] = json!(v);
@@ -199,6 +201,46 @@ fn policy(name: &str, selector: Value, egress: Option<Value>) -> Value {
         spec["egress"] = e;
     }
     json!({"metadata": {"name": name}, "spec": spec})
+}
+
+#[test]
+fn resources_are_compared_by_value_with_requests_filled_from_limits() {
+    let mut t = template();
+    t["containers"][0]["resources"] = json!({"limits": {"cpu": 1, "memory": "0.5Gi"}, "requests": {"cpu": 0.5}});
+    let mut p = pod();
+    p["containers"][0]["resources"] =
+        json!({"limits": {"cpu": "1", "memory": "512Mi"}, "requests": {"cpu": "500m", "memory": "512Mi"}});
+    held_to(&p, &t).expect("the same amounts, spelled as the API server spells them");
+    let refused = |edit: fn(&mut Value)| {
+        let mut p = p.clone();
+        edit(&mut p["containers"][0]["resources"]);
+        held_to(&p, &t).expect_err("refused")
+    };
+    assert_eq!(
+        refused(|r| r["limits"]["cpu"] = json!("2")),
+        "its spec.containers[0].resources.limits.cpu is \"2\", the template's 1"
+    );
+    assert_eq!(
+        refused(|r| r["requests"]["memory"] = json!("256Mi")),
+        "its spec.containers[0].resources.requests.memory is \"256Mi\", the template's \"0.5Gi\""
+    );
+    assert_eq!(
+        refused(|r| r["requests"] = json!({"cpu": "500m"})),
+        "its spec.containers[0].resources.requests.memory is missing, the template's is \"0.5Gi\""
+    );
+    assert_eq!(
+        refused(|r| r["limits"]["nvidia.com/gpu"] = json!("1")),
+        "its spec.containers[0].resources.limits.nvidia.com/gpu is \"1\", which the template does not set"
+    );
+    assert_eq!(
+        refused(|r| r["claims"] = json!([{"name": "gpu"}])),
+        "its spec.containers[0].resources.claims is [{\"name\":\"gpu\"}], which the template does not set"
+    );
+    t["containers"][0]["resources"]["limits"]["cpu"] = json!("lots");
+    assert_eq!(
+        held_to(&p, &t).expect_err("unreadable"),
+        "the template's spec.containers[0].resources.limits.cpu: \"lots\" is not a quantity"
+    );
 }
 
 #[test]

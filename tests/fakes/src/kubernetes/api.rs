@@ -102,7 +102,7 @@ fn list_item(resource: Resource, mut v: Value) -> Value {
 
 impl Fake {
     /// Answers an authenticated request.
-    pub(super) async fn dispatch(self: Arc<Self>, req: Request) -> http::Response<Body> {
+    pub(super) async fn dispatch(self: Arc<Self>, mut req: Request) -> http::Response<Body> {
         let Some(route) = route(&req.path) else { return Status::no_route().response() };
         let method = req.method.as_str();
         match route {
@@ -122,6 +122,7 @@ impl Fake {
             Route::Object { resource, namespace, name } => match (method, resource) {
                 ("GET", _) => self.get(&Key::new(resource, &namespace, &name)),
                 ("DELETE", Resource::SandboxClaims) => self.delete_claim(&Key::new(resource, &namespace, &name), &req),
+                ("DELETE", Resource::Pods) => self.delete_pod(&Key::new(resource, &namespace, &name)),
                 ("PUT", Resource::SandboxTemplates) => self.replace(&Key::new(resource, &namespace, &name), &req),
                 ("DELETE", Resource::RuntimeClasses) => {
                     match self.lock_store().remove(&Key::new(resource, "", &name)) {
@@ -132,7 +133,7 @@ impl Fake {
                 _ => Status::method_not_allowed().response(),
             },
             Route::Proxy { namespace, target, rest } => match method {
-                "GET" | "POST" | "PUT" => self.proxy(&namespace, &target, &rest, &req).await,
+                "GET" | "POST" | "PUT" => self.proxy(&namespace, &target, &rest, &mut req).await,
                 _ => Status::method_not_allowed().response(),
             },
         }
@@ -352,8 +353,25 @@ impl Fake {
         }
     }
 
+    /// DELETE of a pod, as an operator's `kubectl delete pod`: marked
+    /// terminating at once, its container removed, then the pod, and its
+    /// Sandbox's status says so. (agent-sandbox's controller would make the
+    /// pod again; the fake leaves it gone, which a session must meet as well.)
+    fn delete_pod(self: &Arc<Self>, key: &Key) -> http::Response<Body> {
+        let marked = match self.lock_store().mark_deleting(key, None, 30) {
+            Ok(marked) => marked,
+            Err(_) => return Status::not_found(key.resource, &key.name).response(),
+        };
+        let (fake, key) = (Arc::clone(self), key.clone());
+        tokio::spawn(async move {
+            fake.collect(&key).await;
+            fake.sync_sandbox(&key.name);
+        });
+        server::json(200, &marked)
+    }
+
     /// The pod proxy: relays to sandboxd in a Running pod on its port.
-    async fn proxy(&self, namespace: &str, target: &str, rest: &str, req: &Request) -> http::Response<Body> {
+    async fn proxy(&self, namespace: &str, target: &str, rest: &str, req: &mut Request) -> http::Response<Body> {
         let t = match proxy::target(target) {
             Ok(t) => t,
             Err(e) => return Status::bad_request(e).response(),
@@ -371,7 +389,14 @@ impl Fake {
             let m = format!("error trying to reach service: dial tcp {ip}:{port}: connect: connection refused");
             return Status::unavailable(m).response();
         }
-        proxy::relay(&self.backing, &Fake::container_id(&t.name), ip, port, rest, req).await
+        let id = Fake::container_id(&t.name);
+        if self.cluster.mode == Some(Mode::UpgradeStripped) && req.upgrade.take().is_some() {
+            req.headers.remove(http::header::UPGRADE);
+        }
+        if req.upgrade.is_some() {
+            return proxy::upgrade(&self.backing, &id, (ip, port), rest, req).await;
+        }
+        proxy::relay(&self.backing, &id, ip, port, rest, req).await
     }
 }
 

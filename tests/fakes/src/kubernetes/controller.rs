@@ -63,7 +63,7 @@ impl Fake {
         claim: Option<&str>,
         start: bool,
     ) -> bool {
-        let Some(template) = store.get(&key(Resource::SandboxTemplates, objects::TEMPLATE)).cloned() else {
+        let Some(template) = store.get(&key(Resource::SandboxTemplates, self.cluster.template_name())).cloned() else {
             return false;
         };
         let Ok(sandbox) =
@@ -71,14 +71,18 @@ impl Fake {
         else {
             return false;
         };
-        if store.get(&Key::new(Resource::RuntimeClasses, "", objects::RUNTIME_CLASS)).is_none() {
-            eprintln!(
-                "plimsoll-fake kubernetes: pod {name} refused: pod rejected: RuntimeClass \"{}\" not found",
-                objects::RUNTIME_CLASS
-            );
+        let class = self.cluster.runtime_class();
+        if store.get(&Key::new(Resource::RuntimeClasses, "", class)).is_none() {
+            eprintln!("plimsoll-fake kubernetes: pod {name} refused: pod rejected: RuntimeClass \"{class}\" not found");
             return true;
         }
-        let pod = pods::pod(&self.cluster, &sandbox, &suffix());
+        let pod = match pods::pod(&self.cluster, &sandbox, &suffix()) {
+            Ok(pod) => pod,
+            Err(e) => {
+                eprintln!("plimsoll-fake kubernetes: pod {name} refused: Pod \"{name}\" is invalid: {e}");
+                return true;
+            }
+        };
         if store.create(&key(Resource::Pods, name), pod).is_ok() {
             let n = self.next_ip.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             lock(&self.pod_ips).insert(name.to_string(), (pods::pod_ip(n), crate::util::now()));
@@ -297,7 +301,7 @@ impl Fake {
 
     /// Removes one object as the garbage collector does: a pod is marked
     /// terminating, its container removed, and only then the pod.
-    async fn collect(&self, k: &Key) {
+    pub(super) async fn collect(&self, k: &Key) {
         if k.resource == Resource::Pods {
             let _ = self.lock_store().mark_deleting(k, None, 30);
             let id = Fake::container_id(&k.name);

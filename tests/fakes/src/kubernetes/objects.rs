@@ -19,8 +19,6 @@ pub const POOL: &str = "plimsoll";
 pub const RUNTIME_CLASS: &str = "plimsoll-sandbox";
 /// The one Node.
 pub const NODE: &str = "fake-node-1";
-/// The NetworkPolicy managed from the template (`<template>-network-policy`).
-pub const NETWORK_POLICY: &str = "plimsoll-network-policy";
 /// Where sandboxd listens in a pod.
 pub const SANDBOXD_PORT: u16 = 8787;
 /// The node's address.
@@ -72,11 +70,34 @@ pub struct Cluster {
     /// SHA-256 (hex) of a token nobody is told: mode `foreign-hash`.
     pub foreign_sha256: String,
     pub mode: Option<Mode>,
+    /// The operator's SandboxTemplate (`--template FILE`, see [`written`]);
+    /// None: the fake's own ([`template_pod_spec`]).
+    pub written: Option<Value>,
 }
 
 impl Cluster {
     pub fn is(&self, m: Mode) -> bool {
         self.mode == Some(m)
+    }
+
+    /// The SandboxTemplate's name: the operator's, or [`TEMPLATE`].
+    pub fn template_name(&self) -> &str {
+        self.written.as_ref().and_then(|t| t.pointer("/metadata/name")).and_then(Value::as_str).unwrap_or(TEMPLATE)
+    }
+
+    /// The RuntimeClass the template names, which the fake makes with the
+    /// handler `--runtime-class` gives.
+    pub fn runtime_class(&self) -> &str {
+        self.written
+            .as_ref()
+            .and_then(|t| t.pointer("/spec/podTemplate/spec/runtimeClassName"))
+            .and_then(Value::as_str)
+            .unwrap_or(RUNTIME_CLASS)
+    }
+
+    /// The NetworkPolicy agent-sandbox manages from the template.
+    pub fn network_policy_name(&self) -> String {
+        format!("{}-network-policy", self.template_name())
     }
 
     /// The template's image: the sandbox image pinned by digest.
@@ -160,36 +181,79 @@ pub fn template_pod_spec(c: &Cluster) -> Value {
     })
 }
 
-/// The SandboxTemplate `plimsoll` (its ref-hash label as agent-sandbox's
-/// template controller stamps it).
+/// The SandboxTemplate: the operator's as written, or the fake's own named
+/// `plimsoll`; either with its ref-hash label as agent-sandbox's template
+/// controller stamps it.
 pub fn template(c: &Cluster) -> Value {
-    json!({
-        "metadata": {"labels": {TEMPLATE_REF_HASH: name_hash(TEMPLATE)}},
-        "spec": {
-            "podTemplate": {"metadata": {"labels": {APP_LABEL.0: APP_LABEL.1}}, "spec": template_pod_spec(c)},
-            "networkPolicy": {"ingress": [], "egress": []},
-        },
-    })
+    let hash = name_hash(c.template_name());
+    match &c.written {
+        Some(w) => {
+            let mut t = json!({"metadata": {}, "spec": w["spec"].clone()});
+            for field in ["labels", "annotations"] {
+                if let Some(v) = w.pointer(&format!("/metadata/{field}")) {
+                    t["metadata"][field] = v.clone();
+                }
+            }
+            t["metadata"]["labels"][TEMPLATE_REF_HASH] = json!(hash);
+            t
+        }
+        None => json!({
+            "metadata": {"labels": {TEMPLATE_REF_HASH: hash}},
+            "spec": {
+                "podTemplate": {"metadata": {"labels": {APP_LABEL.0: APP_LABEL.1}}, "spec": template_pod_spec(c)},
+                "networkPolicy": {"ingress": [], "egress": []},
+            },
+        }),
+    }
 }
 
-/// The NetworkPolicy agent-sandbox manages from the template, owned by it.
-pub fn network_policy(c: &Cluster, template: &Value) -> Value {
-    let egress = if c.is(Mode::PermissivePolicy) { json!([{}]) } else { json!([]) };
-    json!({
+/// The NetworkPolicy agent-sandbox manages from the template, owned by it, as
+/// its template controller (2fd412d5) builds it: none when the template says
+/// `networkPolicyManagement: Unmanaged`; the "secure by default" one (ingress
+/// from the sandbox router, egress to every public address) when it names no
+/// `networkPolicy`; else the template's rules. Mode `permissive-policy` allows
+/// all egress.
+pub fn network_policy(c: &Cluster, template: &Value) -> Option<Value> {
+    let spec = &template["spec"];
+    if spec.get("networkPolicyManagement").and_then(Value::as_str) == Some("Unmanaged") {
+        return None;
+    }
+    let (ingress, egress) = match spec.get("networkPolicy").filter(|p| !p.is_null()) {
+        Some(p) => (p.get("ingress").cloned(), p.get("egress").cloned()),
+        None => {
+            let router = json!([{"from": [{
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "agent-sandbox-system"}},
+                "podSelector": {"matchLabels": {"app": "sandbox-router"}},
+            }]}]);
+            let public = json!([{"to": [
+                {"ipBlock": {"cidr": "0.0.0.0/0",
+                             "except": ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16"]}},
+                {"ipBlock": {"cidr": "::/0", "except": ["fc00::/7", "fe80::/10"]}},
+            ]}]);
+            (Some(router), Some(public))
+        }
+    };
+    let egress = if c.is(Mode::PermissivePolicy) { Some(json!([{}])) } else { egress };
+    let mut policy = json!({
         "metadata": {"ownerReferences": [owner_ref(template)]},
         "spec": {
-            "podSelector": {"matchLabels": {TEMPLATE_REF_HASH: name_hash(TEMPLATE)}},
+            "podSelector": {"matchLabels": {TEMPLATE_REF_HASH: name_hash(c.template_name())}},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [],
-            "egress": egress,
         },
-    })
+    });
+    // An empty list is omitted, as the typed object writes it.
+    for (field, rules) in [("ingress", ingress), ("egress", egress)] {
+        if let Some(r) = rules.filter(|r| r.as_array().is_some_and(|a| !a.is_empty())) {
+            policy["spec"][field] = r;
+        }
+    }
+    Some(policy)
 }
 
 /// The SandboxWarmPool, `replicas` warm sandboxes of the template.
-pub fn warm_pool(replicas: u32) -> Value {
+pub fn warm_pool(c: &Cluster, replicas: u32) -> Value {
     json!({
-        "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": TEMPLATE}},
+        "spec": {"replicas": replicas, "sandboxTemplateRef": {"name": c.template_name()}},
         "status": {"replicas": 0, "readyReplicas": 0, "selector": format!("{WARM_POOL_LABEL}={}", name_hash(POOL))},
     })
 }
@@ -256,9 +320,10 @@ pub fn node(info: &NodeInfo) -> Value {
 /// cold-started for it), named `name` (for the pool: `plimsoll-` and five
 /// random characters, as `generateName` makes).
 pub fn sandbox(template: &Value, owner: &Value, name: &str, claim_uid: Option<&str>) -> Value {
+    let template_name = template.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(TEMPLATE);
     let mut pod_labels = template.pointer("/spec/podTemplate/metadata/labels").cloned().unwrap_or_else(|| json!({}));
-    pod_labels[TEMPLATE_REF_HASH] = json!(name_hash(TEMPLATE));
-    let mut labels = json!({TEMPLATE_REF_HASH: name_hash(TEMPLATE), CREATED_BY: "controller"});
+    pod_labels[TEMPLATE_REF_HASH] = json!(name_hash(template_name));
+    let mut labels = json!({TEMPLATE_REF_HASH: name_hash(template_name), CREATED_BY: "controller"});
     match claim_uid {
         Some(uid) => {
             labels[LAUNCH_TYPE] = json!("cold");
@@ -273,7 +338,7 @@ pub fn sandbox(template: &Value, owner: &Value, name: &str, claim_uid: Option<&s
     }
     let mut metadata = json!({
         "labels": labels,
-        "annotations": {POD_NAME: name, TEMPLATE_REF: TEMPLATE},
+        "annotations": {POD_NAME: name, TEMPLATE_REF: template_name},
         "ownerReferences": [owner_ref(owner)],
     });
     if claim_uid.is_none() {
@@ -316,6 +381,7 @@ pub fn test_cluster(mode: Option<Mode>) -> Cluster {
         token_sha256: "11".repeat(32),
         foreign_sha256: "22".repeat(32),
         mode,
+        written: None,
     }
 }
 
@@ -336,9 +402,11 @@ mod tests {
 
     #[test]
     fn the_managed_policy_denies_all_unless_permissive() {
-        let np = network_policy(&cluster(Some(Mode::PermissivePolicy)), &json!({}));
+        let ours = template(&cluster(None));
+        let np = network_policy(&cluster(Some(Mode::PermissivePolicy)), &ours).expect("managed");
         assert_eq!(np["spec"]["egress"], json!([{}]));
-        assert_eq!(network_policy(&cluster(None), &json!({}))["spec"]["egress"], json!([]));
+        let np = network_policy(&cluster(None), &ours).expect("managed");
+        assert_eq!((np["spec"].get("egress"), &np["spec"]["policyTypes"]), (None, &json!(["Ingress", "Egress"])));
     }
 
     #[test]

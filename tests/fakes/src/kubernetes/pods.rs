@@ -4,11 +4,10 @@
 
 use serde_json::{Value, json};
 
-use super::Mode;
 use super::objects::{
-    APP_LABEL, Cluster, HOST_IP, NODE, POD_NET, SANDBOX_NAME_HASH, TEMPLATE, TEMPLATE_REF_HASH, TOKEN_DIR, name_hash,
-    owner_ref,
+    APP_LABEL, Cluster, HOST_IP, NODE, POD_NET, SANDBOX_NAME_HASH, TEMPLATE_REF_HASH, TOKEN_DIR, name_hash, owner_ref,
 };
+use super::{Mode, quantity};
 use crate::util::{now, rfc3339};
 
 /// A pod IP: the `n`th of the node's pod range.
@@ -150,8 +149,13 @@ pub fn pod_spec(c: &Cluster, template_spec: &Value, suffix: &str) -> Value {
 }
 
 /// A Pod for `sandbox`: named after it, owned by it, labelled with the
-/// template's labels and the two hashes, status Pending.
-pub fn pod(c: &Cluster, sandbox: &Value, suffix: &str) -> Value {
+/// template's labels and the two hashes, status Pending, its spec as the API
+/// server keeps it ([`quantity::pod_defaults`]).
+///
+/// # Errors
+///
+/// What the API server would refuse the pod for (an amount that is no quantity).
+pub fn pod(c: &Cluster, sandbox: &Value, suffix: &str) -> Result<Value, String> {
     let name = sandbox["metadata"]["name"].as_str().unwrap_or_default();
     let mut labels = json!({APP_LABEL.0: APP_LABEL.1});
     if let Some(l) = sandbox.pointer("/spec/podTemplate/metadata/labels").and_then(Value::as_object) {
@@ -160,16 +164,17 @@ pub fn pod(c: &Cluster, sandbox: &Value, suffix: &str) -> Value {
             labels[k] = v.clone();
         }
     }
-    labels[TEMPLATE_REF_HASH] = json!(name_hash(TEMPLATE));
+    labels[TEMPLATE_REF_HASH] = json!(name_hash(c.template_name()));
     labels[SANDBOX_NAME_HASH] = json!(name_hash(name));
     let template_spec = sandbox.pointer("/spec/podTemplate/spec").cloned().unwrap_or(Value::Null);
-    let spec = pod_spec(c, &template_spec, suffix);
+    let mut spec = pod_spec(c, &template_spec, suffix);
+    quantity::pod_defaults(&mut spec)?;
     let status = pod_status(c, &spec, &PodState::Pending, "", now());
-    json!({
+    Ok(json!({
         "metadata": {"labels": labels, "ownerReferences": [owner_ref(sandbox)]},
         "spec": spec,
         "status": status,
-    })
+    }))
 }
 
 /// Where a pod's container is.

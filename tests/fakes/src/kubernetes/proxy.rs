@@ -172,17 +172,136 @@ pub async fn relay(
     let path = if rest.is_empty() { "/" } else { rest };
     let request = encode(&req.method, path, &req.query, &req.headers, &req.body, &host);
     match exchange(backing, id, port, request, RELAY_LIMIT).await {
-        Ok(a) => {
-            let mut r = server::whole(a.status, "", Bytes::from(a.body));
-            for (k, v) in a.headers.iter().filter(|(k, _)| !HOP_BY_HOP.contains(&k.as_str())) {
-                if let (Ok(k), Ok(v)) = (http::HeaderName::from_bytes(k.as_bytes()), http::HeaderValue::from_str(v)) {
-                    r.headers_mut().append(k, v);
-                }
-            }
-            r
-        }
+        Ok(a) => answer(a),
         Err(e) => Status::unavailable(format!("error trying to reach service: dial tcp {host}: {e}")).response(),
     }
+}
+
+/// The head of an upgrade request to relay: as [`encode`], but the
+/// connection is kept (`Connection: Upgrade` and the `Upgrade` asked), and
+/// there is no body.
+pub fn encode_upgrade(method: &str, path: &str, query: &str, headers: &http::HeaderMap, host: &str) -> Vec<u8> {
+    let target = if query.is_empty() { path.to_string() } else { format!("{path}?{query}") };
+    let mut out = format!("{method} {target} HTTP/1.1\r\nHost: {host}\r\n");
+    for (name, value) in headers {
+        let n = name.as_str();
+        if HOP_BY_HOP.contains(&n) || n == "authorization" {
+            continue;
+        }
+        if let Ok(v) = value.to_str() {
+            out.push_str(&format!("{n}: {v}\r\n"));
+        }
+    }
+    let upgrade = headers.get(http::header::UPGRADE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    out.push_str(&format!("Connection: Upgrade\r\nUpgrade: {upgrade}\r\n\r\n"));
+    out.into_bytes()
+}
+
+/// The most bytes an upgrade's answer head may take.
+const MAX_UPGRADE_HEAD: usize = 16 << 10;
+/// How long sandboxd may take to answer an upgrade.
+const UPGRADE_WITHIN: Duration = Duration::from_secs(20);
+
+/// Relays an upgrade request to `port` of the pod whose container is `id`, as
+/// the API server's upgrade-aware proxy does: the head goes through
+/// `plimsoll-agent dial` in the pod; a `101` answer is passed back and the
+/// connection carried both ways until either side ends; any other answer is
+/// passed back whole.
+pub async fn upgrade(
+    backing: &Backing,
+    id: &str,
+    (ip, port): (&str, u16),
+    rest: &str,
+    req: &mut Request,
+) -> http::Response<Body> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let host = format!("{ip}:{port}");
+    let unreachable = |e: String| Status::unavailable(format!("error trying to reach service: dial tcp {host}: {e}"));
+    let Some(on) = req.upgrade.take() else {
+        return Status::bad_request("an upgrade over HTTP/2 is not possible; use HTTP/1.1").response();
+    };
+    let to = format!("127.0.0.1:{port}");
+    let mut child = match backing.attach(id, &[AGENT, "dial", &to]) {
+        Ok(c) => c,
+        Err(e) => return unreachable(e).response(),
+    };
+    let (Some(mut input), Some(mut output)) = (child.stdin.take(), child.stdout.take()) else {
+        return unreachable("no pipes to the dial".into()).response();
+    };
+    let path = if rest.is_empty() { "/" } else { rest };
+    let head = encode_upgrade(&req.method, path, &req.query, &req.headers, &host);
+    if let Err(e) = input.write_all(&head).await {
+        return unreachable(e.to_string()).response();
+    }
+    // Sandboxd's answer head, and whatever came after it.
+    let mut got = Vec::new();
+    let read_head = async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                return Ok(end + 4);
+            }
+            if got.len() > MAX_UPGRADE_HEAD {
+                return Err("the answer's head is too long".to_string());
+            }
+            match output.read(&mut chunk).await {
+                Ok(0) => return Err("the connection closed before an answer".into()),
+                Ok(n) => got.extend_from_slice(&chunk[..n]),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    };
+    let end = match tokio::time::timeout(UPGRADE_WITHIN, read_head).await {
+        Ok(Ok(end)) => end,
+        Ok(Err(e)) => return unreachable(e).response(),
+        Err(_) => return unreachable("no answer in time".into()).response(),
+    };
+    let switched = got.starts_with(b"HTTP/1.1 101 ");
+    if !switched {
+        // Any other answer is read to its end and passed back whole.
+        drop(input);
+        let _ = tokio::time::timeout(UPGRADE_WITHIN, output.read_to_end(&mut got)).await;
+        return match parse(&got) {
+            Ok(a) => answer(a),
+            Err(e) => unreachable(e).response(),
+        };
+    }
+    let Ok(parsed) = parse(&got[..end]) else { return unreachable("a malformed 101".into()).response() };
+    let early = got[end..].to_vec();
+    tokio::spawn(async move {
+        let Ok(upgraded) = on.await else { return };
+        let (mut from_client, mut to_client) = tokio::io::split(hyper_util::rt::TokioIo::new(upgraded));
+        let up = async {
+            let _ = tokio::io::copy(&mut from_client, &mut input).await;
+            drop(input);
+        };
+        let down = async {
+            if to_client.write_all(&early).await.is_ok() {
+                let _ = tokio::io::copy(&mut output, &mut to_client).await;
+            }
+            let _ = to_client.shutdown().await;
+        };
+        tokio::join!(up, down);
+        let _ = child.wait().await;
+    });
+    let mut r = server::whole(101, "", Bytes::new());
+    for (k, v) in parsed.headers.iter().filter(|(k, _)| matches!(k.as_str(), "connection" | "upgrade")) {
+        if let (Ok(k), Ok(v)) = (http::HeaderName::from_bytes(k.as_bytes()), http::HeaderValue::from_str(v)) {
+            r.headers_mut().insert(k, v);
+        }
+    }
+    r
+}
+
+/// Sandboxd's answer as the proxy's, its hop-by-hop headers left behind.
+fn answer(a: Answer) -> http::Response<Body> {
+    let mut r = server::whole(a.status, "", Bytes::from(a.body));
+    for (k, v) in a.headers.iter().filter(|(k, _)| !HOP_BY_HOP.contains(&k.as_str())) {
+        if let (Ok(k), Ok(v)) = (http::HeaderName::from_bytes(k.as_bytes()), http::HeaderValue::from_str(v)) {
+            r.headers_mut().append(k, v);
+        }
+    }
+    r
 }
 
 #[cfg(test)]

@@ -19,6 +19,7 @@ fn call(method: &str, message: &impl prost::Message) -> Request {
     headers.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));
     Request {
         stream: None,
+        upgrade: None,
         method: "POST".into(),
         host: HOST.into(),
         path: format!("{SERVICE}{method}"),
