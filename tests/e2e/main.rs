@@ -9,6 +9,7 @@ mod config;
 mod conformance;
 mod crash;
 mod daemon;
+mod deploy;
 mod docker;
 mod docker_sessions;
 mod dockercloud;

@@ -816,3 +816,39 @@ headers = { authorization = { secret = "client-secret", prefix = "Basic " } }
     .expect("loads");
     assert!(c.broker_plugins.read[0].endpoints.is_empty());
 }
+
+/// deploy/kubernetes/plimsoll.toml, as the daemon in the cluster reads it: every
+/// key known, the agentsandbox settings its manifest declares. Each file it
+/// names is put in a scratch directory, as the Deployment mounts them there.
+#[test]
+fn the_kubernetes_deployments_configuration_loads() {
+    let deploy = format!("{}/../../deploy/kubernetes/plimsoll.toml", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&deploy).expect("deploy/kubernetes/plimsoll.toml");
+    let root = std::env::temp_dir().join(format!("plimsoll-config-deploy-{}", std::process::id()));
+    let mut text = text.replace("\"/opt/plimsoll/plugins/agentsandbox\"", &format!("{:?}", plugin_dir("agentsandbox")));
+    for path in ["/etc/plimsoll/", "/var/run/secrets/plimsoll/", "/var/cache/plimsoll", "/opt/plimsoll/plugins/keys/"] {
+        text = text.replace(&format!("\"{path}"), &format!("\"{}{path}", root.display()));
+    }
+    for file in ["etc/plimsoll/callers/token", "etc/plimsoll/sandboxd/token", "var/run/secrets/plimsoll/api/token"] {
+        let p = root.join(file);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("dir");
+        std::fs::write(&p, "0123456789abcdef0123456789abcdef\n").expect("write");
+    }
+    for file in ["etc/plimsoll/tls/tls.crt", "etc/plimsoll/tls/tls.key", "var/run/secrets/plimsoll/api/ca.crt"] {
+        let p = root.join(file);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("dir");
+        std::fs::write(&p, "-----BEGIN CERTIFICATE-----\n").expect("write");
+    }
+    let config = root.join("plimsoll.toml");
+    std::fs::write(&config, text).expect("write");
+    let c = Config::load(Some(&config), &env(&[])).expect("the deployment's configuration loads");
+    assert_eq!(c.provider, ProviderKind::Plugin("agentsandbox".into()));
+    let r = c.remote().expect("remote settings");
+    assert_eq!(r.endpoints["api"].url.as_str(), "https://kubernetes.default.svc");
+    let setting = |k: &str| r.settings.get(k).map(String::as_str);
+    assert_eq!(
+        (setting("namespace"), setting("warm-pool"), setting("instance")),
+        (Some("plimsoll"), Some("plimsoll-runsc"), Some("plimsoll-daemon"))
+    );
+    let _ = std::fs::remove_dir_all(&root);
+}
