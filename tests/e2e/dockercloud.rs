@@ -45,6 +45,26 @@ fn the_conformance_suite_passes_against_the_dockercloud_fake_at_tier_vm() {
     assert!(log.iter().any(|l| l.contains(r#""msg":"plugin http call""#) && l.contains(r#""endpoint":"endpoint""#)));
 }
 
+/// The session suite against the dockercloud fake: the agent, reached one
+/// exec per call with each request staged in a file (Docker's exec takes no
+/// input), keeps the interpreters, sweeps between calls and walks the storage;
+/// the sandbox and its policy are read back before every call and deleted
+/// with the session.
+#[test]
+fn the_session_suite_passes_against_the_dockercloud_fake_at_tier_vm() {
+    let Some(fake) = Fake::start("dockercloud", None) else { return };
+    let dir = scratch("dockercloud-sessions");
+    let Some(env) = env(&fake, &dir, &[]) else { return };
+    let (env, tokens) = super::fakes::for_sessions(env, &dir);
+    let d = Daemon::start(&pairs(&env));
+    let target = super::session_suite::Target::full(d.url(), tokens, "dockercloud", "vm");
+    if let Err(failed) = std::panic::catch_unwind(|| super::session_suite::run(&target)) {
+        eprintln!("the daemon's log:\n{}", d.log().join("\n"));
+        std::panic::resume_unwind(failed);
+    }
+    assert_eq!(super::fakes::settle(&fake, 0), 0, "sandboxes left behind");
+}
+
 /// Starts a daemon against the fake misbehaving as `mode`; returns why it refused to start.
 fn refused(mode: &str) -> Option<String> {
     let fake = Fake::start("dockercloud", Some(mode))?;
@@ -166,6 +186,47 @@ assert r.stdout == b"1\n" and r.isolation == "vm", r
     );
     assert!(g.api.seen().iter().all(|s| !s.1.starts_with("/items")), "the API was reached");
     assert_eq!(super::fakes::settle(&g.fake, 0), 0, "sandboxes left behind");
+}
+
+/// A session opened with a grant on dockercloud: its sandbox is created with
+/// the guard its one way out, and every cell and snippet reaches the broker
+/// (the shared session grant suite).
+#[test]
+fn a_dockercloud_session_opened_with_a_grant_reaches_the_broker_from_every_cell() {
+    let sessions = [("SANDBOX_MAX_SESSIONS", "2")];
+    let guard = (Some("SANDBOX_DOCKERCLOUD_GUARD_URL"), None);
+    let Some(g) = super::fakes::guarded("dockercloud", guard, TOKEN, &sessions) else { return };
+    super::grants::session_grants_on(g.daemon, &g.api, &g.alice, super::grants::Reach::Guard);
+    assert_eq!(super::fakes::settle(&g.fake, 0), 0, "the sessions' sandboxes were deleted");
+}
+
+/// Docker binds a sandbox's network policy at its create: a call of a session
+/// opened without a grant cannot open the guard for itself, and is refused by
+/// name with nothing run; the session goes on.
+#[test]
+fn a_dockercloud_session_call_naming_its_own_grant_is_refused_by_name() {
+    let sessions = [("SANDBOX_MAX_SESSIONS", "2")];
+    let guard = (Some("SANDBOX_DOCKERCLOUD_GUARD_URL"), None);
+    let Some(g) = super::fakes::guarded("dockercloud", guard, TOKEN, &sessions) else { return };
+    let out = g.as_alice(
+        r#"
+with alice.open_session() as s:
+    for call in (lambda: s.run_javascript("console.log(1)", grant_profile="inventory-per-call"),
+                 lambda: s.run_project({"a.py": "print(1)"}, ["python3 a.py"], [], grant_profile="inventory-per-call")):
+        try:
+            call()
+            raise AssertionError("ran")
+        except PlimsollError as e:
+            print(e.not_dispatched, e)
+    print(s.run_javascript("console.log(2)").stdout.decode().strip())
+"#,
+    );
+    let why = "Docker binds a dockercloud sandbox's network policy at its create, so a session's call cannot open the guard for itself; open the session with the grant";
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert!(lines[..2].iter().all(|l| l.starts_with("unsupported ") && l.contains(why)), "{out}");
+    assert_eq!(lines[2], "2");
+    assert!(g.api.seen().iter().all(|s| !s.1.starts_with("/items")), "the API was reached");
 }
 
 #[test]

@@ -83,22 +83,28 @@ impl<S: Execs> ExecChannel<S> {
     }
 
     /// The command and input of the exec that carries `request`. A request over
-    /// the sandbox's input cap is written to a file first, which the exec opens
-    /// as its input and unlinks before the relay starts.
+    /// the sandbox's input cap (any, where its exec takes no input) is written to
+    /// a file first, which the exec opens as its input and unlinks before the
+    /// agent reads it.
     fn exec_for(&self, request: &[u8]) -> Result<(Vec<String>, Vec<u8>), String> {
-        if !self.started.get() {
+        let (stage, staged, stdin) = if request.len() <= self.sandbox.max_stdin() {
+            ("", String::new(), request.to_vec())
+        } else {
+            let staged = format!("{AGENT_DIR}/request-{}", random_hex(8));
+            self.sandbox.upload(&staged, request)?;
+            (r#"exec 0<"$4" && rm -f -- "$4" && "#, staged, Vec::new())
+        };
+        let script = if self.started.get() {
+            format!(r#"{stage}exec "$2" relay "$3""#)
+        } else {
             // A granted session's client settings, which the agent passes on to every process.
-            let script =
-                format!(r#"{}mkdir -p -- "$1" && cd -- "$1" && exec "$2" listen "$3""#, self.sandbox.exports());
-            return Ok((words(&["sh", "-c", &script, "sh", self.work, AGENT, &self.socket]), request.to_vec()));
+            format!(r#"{}{stage}mkdir -p -- "$1" && cd -- "$1" && exec "$2" listen "$3""#, self.sandbox.exports())
+        };
+        let mut argv = words(&["sh", "-c", &script, "sh", self.work, AGENT, &self.socket]);
+        if !staged.is_empty() {
+            argv.push(staged);
         }
-        if request.len() <= self.sandbox.max_stdin() {
-            return Ok((words(&[AGENT, "relay", &self.socket]), request.to_vec()));
-        }
-        let staged = format!("{AGENT_DIR}/request-{}", random_hex(8));
-        self.sandbox.upload(&staged, request)?;
-        let script = r#"exec 0<"$1" && rm -f -- "$1" && exec "$2" relay "$3""#;
-        Ok((words(&["sh", "-c", script, "sh", &staged, AGENT, &self.socket]), Vec::new()))
+        Ok((argv, stdin))
     }
 }
 
@@ -140,6 +146,7 @@ mod tests {
         execs: RefCell<Vec<(Vec<String>, Vec<u8>)>>,
         uploads: RefCell<Vec<String>>,
         answers: RefCell<Vec<Done>>,
+        max: usize,
     }
 
     impl Execs for Scripted {
@@ -154,7 +161,7 @@ mod tests {
         }
 
         fn max_stdin(&self) -> usize {
-            8
+            self.max
         }
 
         fn exports(&self) -> &str {
@@ -171,7 +178,8 @@ mod tests {
     #[test]
     fn the_first_call_starts_the_agent_and_later_ones_relay_or_stage() {
         let answers = vec![said(b"ready"), said(b"one"), Done { exit_code: None, ..Done::default() }];
-        let sandbox = Scripted { execs: RefCell::default(), uploads: RefCell::default(), answers: answers.into() };
+        let sandbox =
+            Scripted { execs: RefCell::default(), uploads: RefCell::default(), answers: answers.into(), max: 8 };
         let channel = ExecChannel::new(sandbox, "/tmp/plimsoll/work");
         let first = channel.converse(b"hello", b"<END>", 1000, 100).expect("first");
         assert_eq!((first.end, first.stdout.as_slice()), (ReplyEnd::Said, &b"ready"[..]));
@@ -181,21 +189,42 @@ mod tests {
         assert_eq!(third.end, ReplyEnd::TimedOut);
         let execs = channel.sandbox().execs.borrow();
         assert_eq!(execs[0].0[..2], words(&["sh", "-c"]));
-        assert!(execs[0].0[2].starts_with("export A=1; mkdir -p"), "{:?}", execs[0].0);
-        assert_eq!(execs[0].0[3..5], words(&["sh", "/tmp/plimsoll/work"]));
+        assert_eq!(execs[0].0[2], r#"export A=1; mkdir -p -- "$1" && cd -- "$1" && exec "$2" listen "$3""#);
+        assert_eq!(execs[0].0[3..6], words(&["sh", "/tmp/plimsoll/work", AGENT]));
         assert_eq!(execs[0].1, b"hello");
-        assert_eq!(execs[1].0[..2], words(&[AGENT, "relay"]));
+        assert_eq!(execs[1].0[2], r#"exec "$2" relay "$3""#);
         assert_eq!(execs[1].1, b"small");
         let staged = &channel.sandbox().uploads.borrow()[0];
         assert!(staged.starts_with("/tmp/plimsoll/request-"), "{staged}");
-        assert_eq!(execs[2].0[4], *staged);
+        assert_eq!(execs[2].0[2], r#"exec 0<"$4" && rm -f -- "$4" && exec "$2" relay "$3""#);
+        assert_eq!(execs[2].0.last(), Some(staged));
         assert!(execs[2].1.is_empty());
+    }
+
+    #[test]
+    fn where_an_exec_takes_no_input_even_the_first_request_is_staged() {
+        let sandbox = Scripted {
+            execs: RefCell::default(),
+            uploads: RefCell::default(),
+            answers: vec![said(b"r")].into(),
+            max: 0,
+        };
+        let channel = ExecChannel::new(sandbox, "/w");
+        channel.converse(b"k", b"<END>", 1000, 100).expect("first");
+        let execs = channel.sandbox().execs.borrow();
+        assert_eq!(
+            execs[0].0[2],
+            r#"export A=1; exec 0<"$4" && rm -f -- "$4" && mkdir -p -- "$1" && cd -- "$1" && exec "$2" listen "$3""#
+        );
+        assert!(execs[0].1.is_empty());
+        assert_eq!(channel.sandbox().uploads.borrow().len(), 1);
     }
 
     #[test]
     fn an_agent_that_never_answered_is_started_again_and_one_that_ended_says_so() {
         let answers = vec![Done { exit_code: Some(1), stdout: b"no".to_vec(), ..Done::default() }, said(b"ready")];
-        let sandbox = Scripted { execs: RefCell::default(), uploads: RefCell::default(), answers: answers.into() };
+        let sandbox =
+            Scripted { execs: RefCell::default(), uploads: RefCell::default(), answers: answers.into(), max: 8 };
         let channel = ExecChannel::new(sandbox, "/w");
         assert_eq!(channel.converse(b"k", b"<END>", 1000, 100).expect("first").end, ReplyEnd::Ended);
         channel.converse(b"k", b"<END>", 1000, 100).expect("second");

@@ -17,6 +17,7 @@
 
 mod api;
 mod endpoint;
+mod session;
 
 wit_bindgen::generate!({
     world: "plimsoll:provider/provider-plugin",
@@ -27,9 +28,7 @@ wit_bindgen::generate!({
 use std::time::{Duration, Instant};
 
 use endpoint::Failed;
-use exports::plimsoll::provider::provider::{
-    Answer, CallError, Description, Grant, GrantWay, GuardGrant, Guest, GuestSession, RelayGrant, RunError, Session,
-};
+use exports::plimsoll::provider::provider::{Description, Grant, GrantWay, GuardGrant, Guest, RelayGrant, RunError};
 use plimsoll::host::{config, log};
 use plimsoll::types::types::{
     Evidence, File, Limits, ModuleRequest, ModuleResult, Output, ProjectOutcome, ProjectResult, Refusal, RefusalReason,
@@ -67,6 +66,7 @@ fn refused(reason: RefusalReason, message: impl Into<String>) -> Refusal {
 }
 
 /// The operator's and the host's settings this plugin reads.
+#[derive(Clone)]
 struct Settings {
     image: String,
     instance: String,
@@ -121,10 +121,17 @@ fn size(cpus_milli: u32, memory_mb: u32) -> Result<(u32, u32), String> {
 struct Sandbox {
     uid: String,
     image: String,
+    /// What it was created as, which every read-back holds it to.
+    display_name: String,
+    settings: Settings,
+    /// The one host its network policy lets it reach (a granted run's guard).
+    allow: Option<String>,
     /// When the credential the host holds for it was minted.
     minted: std::cell::Cell<Instant>,
     /// What every command of a granted run exports first (its client's settings).
     exports: String,
+    /// The same settings as `NAME=VALUE`, for a session project's steps.
+    client_env: Vec<String>,
 }
 
 impl Drop for Sandbox {
@@ -161,8 +168,12 @@ impl Sandbox {
         let mut sandbox = Sandbox {
             uid,
             image: s.image.clone(),
+            display_name: display_name.clone(),
+            allow: wanted.allow.map(str::to_string),
+            settings: s.clone(),
             minted: std::cell::Cell::new(Instant::now()),
             exports: String::new(),
+            client_env: Vec::new(),
         };
         let until = Instant::now() + START_WITHIN;
         let read = loop {
@@ -182,29 +193,52 @@ impl Sandbox {
                 Err(e) => return Err(refused(RefusalReason::Environment, e)),
             }
         };
+        let isolation = |e: String| {
+            refused(RefusalReason::Isolation, format!("the dockercloud sandbox is not what was asked: {e}"))
+        };
+        sandbox.verify(&read).map_err(isolation)?;
+        let policy = api::policy(&sandbox.uid).map_err(|e| env("reading the sandbox's network policy", e))?;
+        api::denies_all(&policy, wanted.allow).map_err(isolation)?;
+        sandbox.mint().map_err(|e| env("minting the sandbox's endpoint credential", e))?;
+        if let Some(g) = grant {
+            let client = g.client.iter().map(|f| (f.path.as_str(), f.content.as_slice()));
+            let vars: Vec<(String, String)> =
+                g.env.iter().cloned().chain([(GUARD_TOKEN_VAR.to_string(), g.credential.clone())]).collect();
+            sandbox.client_env = vars.iter().map(|(k, v)| format!("{k}={}", v.replace("{dir}", CLIENT_DIR))).collect();
+            sandbox.exports =
+                sandbox.install_client(CLIENT_DIR, client, vars).map_err(|e| refused(RefusalReason::Environment, e))?;
+        }
+        Ok(sandbox)
+    }
+
+    /// Holds a read-back of this sandbox to what was asked at its create.
+    fn verify(&self, read: &serde_json::Value) -> Result<(), String> {
+        let s = &self.settings;
         let expected = api::Expected {
-            uid: &sandbox.uid,
-            display_name: &display_name,
+            uid: &self.uid,
+            display_name: &self.display_name,
             image: &s.image,
             cpus: s.cpus,
             memory_mib: s.memory_mib,
             instance: &s.instance,
             endpoint_url: &s.endpoint_url,
         };
-        let isolation = |e: String| {
-            refused(RefusalReason::Isolation, format!("the dockercloud sandbox is not what was asked: {e}"))
-        };
-        api::verify(&read, &expected).map_err(isolation)?;
-        let policy = api::policy(&sandbox.uid).map_err(|e| env("reading the sandbox's network policy", e))?;
-        api::denies_all(&policy, wanted.allow).map_err(isolation)?;
-        sandbox.mint().map_err(|e| env("minting the sandbox's endpoint credential", e))?;
-        if let Some(g) = grant {
-            let client = g.client.iter().map(|f| (f.path.as_str(), f.content.as_slice()));
-            let vars = g.env.iter().cloned().chain([(GUARD_TOKEN_VAR.to_string(), g.credential.clone())]);
-            sandbox.exports =
-                sandbox.install_client(CLIENT_DIR, client, vars).map_err(|e| refused(RefusalReason::Environment, e))?;
+        api::verify(read, &expected)
+    }
+
+    /// Runs `script` as [`Remote::run`] does, without the grant's exports.
+    fn run_bare(&self, script: &str, cwd: &str, deadline: Instant, max_output: usize) -> Result<remote::Ran, String> {
+        self.fresh_for(deadline.saturating_duration_since(Instant::now()))?;
+        match endpoint::run(&self.uid, script, cwd, deadline, max_output) {
+            Ok(ran) => Ok(ran),
+            Err(Failed::Door(_)) => {
+                self.mint()?;
+                endpoint::run(&self.uid, script, cwd, deadline, max_output).map_err(|f| match f {
+                    Failed::Door(e) | Failed::Other(e) => e,
+                })
+            }
+            Err(Failed::Other(e)) => Err(e),
         }
-        Ok(sandbox)
     }
 
     fn mint(&self) -> Result<(), String> {
@@ -236,18 +270,7 @@ impl Remote for Sandbox {
     /// With a fresh credential, and once more when the endpoint turned the first
     /// away at the door.
     fn run(&self, script: &str, cwd: &str, deadline: Instant, max_output: usize) -> Result<remote::Ran, String> {
-        self.fresh_for(deadline.saturating_duration_since(Instant::now()))?;
-        let script = &remote::exported(&self.exports, script);
-        match endpoint::run(&self.uid, script, cwd, deadline, max_output) {
-            Ok(ran) => Ok(ran),
-            Err(Failed::Door(_)) => {
-                self.mint()?;
-                endpoint::run(&self.uid, script, cwd, deadline, max_output).map_err(|f| match f {
-                    Failed::Door(e) | Failed::Other(e) => e,
-                })
-            }
-            Err(Failed::Other(e)) => Err(e),
-        }
+        self.run_bare(&remote::exported(&self.exports, script), cwd, deadline, max_output)
     }
 
     fn upload(&self, path: &str, bytes: &[u8]) -> Result<(), String> {
@@ -314,11 +337,11 @@ fn smoke() -> Result<Evidence, Refusal> {
 }
 
 plimsoll_plugin_remote::wit_glue!("dockercloud");
-plimsoll_plugin_remote::no_sessions!("dockercloud");
+plimsoll_plugin_agent::session_glue!();
 plimsoll_plugin_remote::grant_ways!("dockercloud");
 
 impl Guest for Plugin {
-    type Session = NoSession;
+    type Session = session::DockercloudSession;
 
     fn describe() -> Description {
         Description {
@@ -326,7 +349,7 @@ impl Guest for Plugin {
             languages: vec!["javascript".into(), "python".into()],
             projects: true,
             modules: false,
-            sessions: false,
+            sessions: true,
             grants: GrantWay::Guard,
             max_timeout_ms: MAX_TIMEOUT_MS,
             max_project_timeout_ms: MAX_TIMEOUT_MS,
