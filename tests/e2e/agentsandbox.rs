@@ -355,9 +355,17 @@ fn claimed_pod(fake: &Fake) -> Option<String> {
 /// the run's broker socket. The guest holds the run's broker token and nothing
 /// of the API's.
 #[test]
-fn a_granted_agentsandbox_run_reaches_the_api_through_the_pod_proxy() {
+fn a_granted_agentsandbox_run_reaches_the_api_through_the_pod_proxy_under_runc() {
     let carried = super::fakes::Carried::Relay("/v1/relay");
     super::fakes::a_granted_run_reaches_the_api("agentsandbox", "container", carried, TOKEN);
+}
+
+/// As under runc, with the pods under gVisor: sandboxd joins the upgraded
+/// connection to the relay on the sandbox kernel's loopback.
+#[test]
+fn a_granted_agentsandbox_run_reaches_the_api_through_the_pod_proxy_under_runsc() {
+    let carried = super::fakes::Carried::Relay("/v1/relay");
+    super::fakes::a_granted_run_reaches_the_api("agentsandbox@runsc", "kernel", carried, TOKEN);
 }
 
 /// A pod proxy that drops upgrades (a load balancer in front of the API

@@ -237,13 +237,14 @@ pub(super) fn guarded(
     let guard = format!("guard.{vendor}.test");
     let route = format!("{guard}=127.0.0.1:{port}");
     let mut flags = if url_var.is_some() { vec!["--route", route.as_str()] } else { vec![] };
-    // The agentsandbox plugin's vendor is a Kubernetes cluster, its pods under runc.
-    let (fake_name, plugin) = match vendor {
-        "agentsandbox" => {
-            flags.extend(["--runtime-class", "runc"]);
-            ("kubernetes", vendor)
+    // The agentsandbox plugin's vendor is a Kubernetes cluster, its pods under
+    // runc, or under the handler `agentsandbox@HANDLER` names.
+    let (fake_name, plugin) = match vendor.split_once('@').unwrap_or((vendor, "runc")) {
+        ("agentsandbox", handler) => {
+            flags.extend(["--runtime-class", handler]);
+            ("kubernetes", "agentsandbox")
         }
-        other => (other, other),
+        _ => (vendor, vendor),
     };
     let fake = Fake::start_with(fake_name, mode, &flags)?;
     // Tests of one vendor and mode run at once: each daemon gets a directory of its own.

@@ -127,6 +127,9 @@ pub struct PodContainer {
     pub binds: Vec<(std::path::PathBuf, String)>,
     /// The command and its arguments.
     pub argv: Vec<String>,
+    /// Its processes' (and threads') limit: the pod's, as a kubelet's
+    /// `--pod-max-pids` sets it.
+    pub pids: u32,
 }
 
 impl PodContainer {
@@ -161,7 +164,7 @@ impl PodContainer {
         if let Some(cpus) = &self.cpus {
             a.extend(["--cpus".into(), cpus.clone()]);
         }
-        a.extend(["--pids-limit".into(), PIDS.to_string()]);
+        a.extend(["--pids-limit".into(), self.pids.to_string()]);
         for (host, inside) in &self.binds {
             a.extend(["--volume".into(), format!("{}:{inside}:ro", host.display())]);
         }
@@ -654,6 +657,7 @@ mod tests {
             }],
             binds: vec![],
             argv: vec!["/opt/plimsoll/plimsoll-agent".into(), "sandboxd".into()],
+            pids: 256,
         };
         let args = pod.args("plimsoll-fake-k8s-1-p", "dev.plimsoll.fake=1", "sha256:ab");
         let expected = "run -d --name plimsoll-fake-k8s-1-p --label dev.plimsoll.fake=1 --network none --runtime runsc \

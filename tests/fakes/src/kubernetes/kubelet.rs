@@ -17,6 +17,13 @@ use crate::util::{now, random};
 
 /// How often a starting pod is probed.
 const PROBE_EVERY: Duration = Duration::from_millis(250);
+/// The pods' process and thread limit, as a kubelet's `--pod-max-pids` sets
+/// it (clusters commonly choose 1024 to 4096; unset, there is none). Under
+/// gVisor the sandbox's own threads and its ptrace stubs count against it, as
+/// on a real node: at 256, a granted run's relays and node's threads ran the
+/// sentry out of threads and the sandbox ended.
+pub const POD_MAX_PIDS: u32 = 1024;
+
 /// How long one probe may take: a `docker exec` on a loaded machine is slow.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often a Ready pod's container is checked.
@@ -108,6 +115,7 @@ pub fn container_for(spec: &Value, runtime: &str, tokens: Option<&std::path::Pat
         tmpfs,
         binds,
         argv,
+        pids: POD_MAX_PIDS,
     })
 }
 
@@ -295,6 +303,7 @@ mod tests {
                     .into_iter()
                     .chain(["11".repeat(32)])
                     .collect(),
+                pids: POD_MAX_PIDS,
             }
         );
     }

@@ -63,6 +63,19 @@ pub fn target(segment: &str) -> Result<Target, String> {
 /// Content-Length, and `Connection: close` (sandboxd answers one request
 /// per connection).
 pub fn encode(method: &str, path: &str, query: &str, headers: &http::HeaderMap, body: &[u8], host: &str) -> Vec<u8> {
+    let mut out = head(method, path, query, headers, host);
+    if !body.is_empty() || matches!(method, "POST" | "PUT" | "PATCH") {
+        out.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    out.push_str("Connection: close\r\n\r\n");
+    let mut out = out.into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// A relayed request's request line, `Host` and the client's headers but for
+/// the hop-by-hop ones and its credentials; the caller ends the head.
+fn head(method: &str, path: &str, query: &str, headers: &http::HeaderMap, host: &str) -> String {
     let target = if query.is_empty() { path.to_string() } else { format!("{path}?{query}") };
     let mut out = format!("{method} {target} HTTP/1.1\r\nHost: {host}\r\n");
     for (name, value) in headers {
@@ -74,12 +87,6 @@ pub fn encode(method: &str, path: &str, query: &str, headers: &http::HeaderMap, 
             out.push_str(&format!("{n}: {v}\r\n"));
         }
     }
-    if !body.is_empty() || matches!(method, "POST" | "PUT" | "PATCH") {
-        out.push_str(&format!("Content-Length: {}\r\n", body.len()));
-    }
-    out.push_str("Connection: close\r\n\r\n");
-    let mut out = out.into_bytes();
-    out.extend_from_slice(body);
     out
 }
 
@@ -181,17 +188,7 @@ pub async fn relay(
 /// connection is kept (`Connection: Upgrade` and the `Upgrade` asked), and
 /// there is no body.
 pub fn encode_upgrade(method: &str, path: &str, query: &str, headers: &http::HeaderMap, host: &str) -> Vec<u8> {
-    let target = if query.is_empty() { path.to_string() } else { format!("{path}?{query}") };
-    let mut out = format!("{method} {target} HTTP/1.1\r\nHost: {host}\r\n");
-    for (name, value) in headers {
-        let n = name.as_str();
-        if HOP_BY_HOP.contains(&n) || n == "authorization" {
-            continue;
-        }
-        if let Ok(v) = value.to_str() {
-            out.push_str(&format!("{n}: {v}\r\n"));
-        }
-    }
+    let mut out = head(method, path, query, headers, host);
     let upgrade = headers.get(http::header::UPGRADE).and_then(|v| v.to_str().ok()).unwrap_or_default();
     out.push_str(&format!("Connection: Upgrade\r\nUpgrade: {upgrade}\r\n\r\n"));
     out.into_bytes()

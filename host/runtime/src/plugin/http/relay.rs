@@ -568,6 +568,27 @@ mod tests {
         }
     }
 
+    /// A gate whose endpoint `gw` is the server `serve` starts over mutual TLS,
+    /// its call log, a scratch directory named for `test`, and a broker socket in it.
+    fn relaying(
+        test: &str,
+        serve: impl FnOnce(Arc<rustls::ServerConfig>) -> u16,
+    ) -> (Arc<HttpGate>, Arc<Mutex<Vec<CallRecord>>>, PathBuf, PathBuf) {
+        let pki = pki();
+        let port = serve(mtls_server(&pki));
+        let tls = EndpointTls {
+            ca_pem: Some(pki.ca.clone().into_bytes()),
+            client_pem: Some((pki.client.0.clone().into_bytes(), pki.client.1.clone().into_bytes())),
+        };
+        let endpoint = Endpoint { base: format!("https://127.0.0.1:{port}"), tls, ..Endpoint::default() };
+        let (gate, log) = logged(BTreeMap::from([("gw".to_string(), endpoint)]));
+        let dir = std::env::temp_dir().join(format!("plimsoll-{test}-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).expect("dir");
+        let socket = broker(&dir);
+        (Arc::new(gate), log, dir, socket)
+    }
+
     fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
         let until = Instant::now() + Duration::from_secs(10);
         while !done() {
@@ -582,20 +603,9 @@ mod tests {
 
     #[test]
     fn each_stream_is_joined_to_a_fresh_broker_connection_reopened_and_logged_as_it_ends() {
-        let pki = pki();
         let seen = Seen::default();
-        let port = gateway(mtls_server(&pki), Arc::clone(&seen));
-        let tls = EndpointTls {
-            ca_pem: Some(pki.ca.clone().into_bytes()),
-            client_pem: Some((pki.client.0.clone().into_bytes(), pki.client.1.clone().into_bytes())),
-        };
-        let endpoint = Endpoint { base: format!("https://127.0.0.1:{port}"), tls, ..Endpoint::default() };
-        let (gate, log) = logged(BTreeMap::from([("gw".to_string(), endpoint)]));
-        let gate = Arc::new(gate);
-        let dir = std::env::temp_dir().join(format!("plimsoll-relay-test-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
-        let socket = broker(&dir);
+        let seen_by = Arc::clone(&seen);
+        let (gate, log, dir, socket) = relaying("relay", move |tls| gateway(tls, seen_by));
         let mut relays = Relays::default();
         let way = (Way::Grpc(2), 2);
         gate.relay(&mut relays, &allowed(&["gw"]), relay_ask("/svc/Forward"), way, socket).expect("relayed");
@@ -724,20 +734,9 @@ mod tests {
 
     #[test]
     fn an_upgraded_relay_speaks_http1_and_carries_raw_bytes_to_the_broker() {
-        let pki = pki();
         let seen: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
-        let port = pod_proxy(mtls_server(&pki), Arc::clone(&seen));
-        let tls = EndpointTls {
-            ca_pem: Some(pki.ca.clone().into_bytes()),
-            client_pem: Some((pki.client.0.clone().into_bytes(), pki.client.1.clone().into_bytes())),
-        };
-        let endpoint = Endpoint { base: format!("https://127.0.0.1:{port}"), tls, ..Endpoint::default() };
-        let (gate, log) = logged(BTreeMap::from([("gw".to_string(), endpoint)]));
-        let gate = Arc::new(gate);
-        let dir = std::env::temp_dir().join(format!("plimsoll-upgrade-test-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).expect("dir");
-        let socket = broker(&dir);
+        let seen_by = Arc::clone(&seen);
+        let (gate, log, dir, socket) = relaying("upgrade", move |tls| pod_proxy(tls, seen_by));
         let ask = |path: &str| Ask { headers: vec![], body: vec![], ..relay_ask(path) };
         let way = || (Way::Upgrade("plimsoll-relay".into()), 2);
         let mut relays = Relays::default();
