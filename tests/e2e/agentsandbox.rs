@@ -481,3 +481,44 @@ fn base64_decode(text: &str) -> Vec<u8> {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.decode(text.trim()).expect("base64 in the kubeconfig")
 }
+
+/// A session needs to size itself from the template: one without a memory
+/// limit, or whose `/tmp` holds less than a session needs, is refused
+/// `environment` at the open, by name, and its claim deleted; runs go on.
+#[test]
+fn a_session_on_a_template_it_cannot_size_is_refused_by_name() {
+    let written = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../deploy/kubernetes/sandboxes/template-runsc.yaml"
+    ))
+    .expect("the deploy template");
+    let cases = [
+        (
+            written.replace("              memory: 512Mi\n", ""),
+            "template plimsoll-runsc sets no memory limit on its container, which a session's project runner needs",
+        ),
+        (
+            written.replace("sizeLimit: 128Mi", "sizeLimit: 16Mi"),
+            "template plimsoll-runsc's /tmp holds 16 MiB; a session needs at least 24 MiB",
+        ),
+    ];
+    for (i, (template, why)) in cases.into_iter().enumerate() {
+        let dir = scratch(&format!("agentsandbox-unsized-{i}"));
+        let path = dir.join("template.yaml");
+        std::fs::write(&path, template).expect("write");
+        let path = path.display().to_string();
+        let Some(fake) = Fake::start_with("kubernetes", None, &["--runtime-class", "runc", "--template", &path]) else {
+            return;
+        };
+        let Some(env) = env(&fake, &dir, &[("SANDBOX_MAX_SESSIONS", "2")]) else { return };
+        let d = Daemon::start(&pairs(&env));
+        let client = Client::new(&d.url(), Some(TOKEN.into())).expect("client");
+        let rt = rt();
+        let err = rt.block_on(client.open_session(&SessionOptions::default())).expect_err("refused");
+        assert_eq!(err.not_dispatched(), Some(Reason::Environment), "{err}");
+        assert!(err.to_string().contains(why), "{err}");
+        assert_eq!(claims(&fake), 0, "the claim was deleted");
+        let r = rt.block_on(client.run_javascript("console.log(1)", &Options::default())).expect("a run goes on");
+        assert_eq!(r.javascript.expect("js").stdout, b"1\n");
+    }
+}

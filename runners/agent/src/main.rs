@@ -309,22 +309,36 @@ fn broker_relay(socket: &Path) -> Result<(), String> {
     guard(procs::Seat::Hosted)?;
     let listeners = broker::Listeners::bind(socket).map_err(|e| format!("listening on {}: {e}", socket.display()))?;
     let port = listeners.port().map_err(|e| format!("the relay's port: {e}"))?;
+    let (ready_r, ready_w) = pipes::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let (ready_r, ready_w) = (File::from(ready_r), File::from(ready_w));
     // SAFETY: the relay has started no thread, so the child is a whole copy of
     // a single-threaded process and may go on running Rust.
     match unsafe { libc::fork() } {
         -1 => Err(format!("fork: {}", std::io::Error::last_os_error())),
         0 => {
+            drop(ready_r);
             // SAFETY: setsid has no preconditions; the child leads no group yet.
             if unsafe { libc::setsid() } < 0 {
                 return Err(format!("setsid: {}", std::io::Error::last_os_error()));
             }
             // The starting exec's streams must end with the parent.
             let_go_of_streams()?;
+            // Out of the exec's process group now: a vendor that kills the
+            // group once the exec's process ends (sandboxd does) no longer
+            // reaches it, so the parent may say the port.
+            (&ready_w).write_all(b".").map_err(|e| e.to_string())?;
+            drop(ready_w);
             listeners.serve();
             Ok(())
         }
         _ => {
+            drop(ready_w);
             drop(listeners);
+            let mut said = Vec::new();
+            let _ = (&ready_r).read_to_end(&mut said);
+            if said.is_empty() {
+                return Err("the relay ended before it left the exec's process group".into());
+            }
             println!("{port}");
             Ok(())
         }
