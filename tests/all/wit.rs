@@ -30,7 +30,7 @@ fn every_package_parses_at_its_version() {
         [
             "plimsoll:broker@0.1.0",
             "plimsoll:engine@0.1.0",
-            "plimsoll:host@0.1.0",
+            "plimsoll:host@0.1.1",
             "plimsoll:provider@0.2.0",
             "plimsoll:signer@0.1.0",
             "plimsoll:sim@0.1.0",
