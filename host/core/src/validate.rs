@@ -349,7 +349,7 @@ mod tests {
         for good in ["a", "a/b.txt", ".hidden", "a..b", "dir/sub/file"] {
             assert!(path("file", good).is_ok(), "{good:?} refused");
         }
-        assert!(path("file", &"a".repeat(1025)).is_err());
+        assert_eq!(refused(path("file", &"a".repeat(1025))), "invalid request: file path exceeds 1024 bytes");
     }
 
     fn file(p: &str, n: usize) -> ProjectFile {
@@ -389,11 +389,19 @@ mod tests {
         };
         assert!(software_rule(&r("", &[])).is_ok());
         assert!(software_rule(&r("exact", &["a:b"])).is_ok());
-        assert!(software_rule(&r("exact", &["a", "b"])).is_err());
-        assert!(software_rule(&r("approved", &[])).is_err());
-        assert!(software_rule(&r("approved", &["a", "a"])).is_err());
-        assert!(software_rule(&r("approved", &["a b"])).is_err());
-        assert!(software_rule(&r("loose", &["a"])).is_err());
+        let shape =
+            "invalid request: software rule needs mode exact with one identity, or approved with 1 to 32 identities";
+        assert_eq!(refused(software_rule(&r("exact", &["a", "b"]))), shape);
+        assert_eq!(refused(software_rule(&r("approved", &[]))), shape);
+        assert_eq!(
+            refused(software_rule(&r("approved", &["a", "a"]))),
+            "invalid request: software identity 1 repeats an earlier one"
+        );
+        assert_eq!(
+            refused(software_rule(&r("approved", &["a b"]))),
+            "invalid request: software identity 0 has a character outside [A-Za-z0-9._:/@+-]"
+        );
+        assert_eq!(refused(software_rule(&r("loose", &["a"]))), shape);
     }
 
     #[test]
@@ -406,9 +414,15 @@ mod tests {
             step,
         };
         assert!(module(&m(vec![vec![1.0, 2.0]], 1.0, 0.1)).is_ok());
-        assert!(module(&m(vec![vec![1.0], vec![1.0, 2.0]], 1.0, 0.1)).is_err());
-        assert!(module(&m(vec![vec![f64::NAN]], 1.0, 0.1)).is_err());
-        assert!(module(&m(vec![vec![1.0]], 0.0, 0.1)).is_err());
+        assert_eq!(
+            refused(module(&m(vec![vec![1.0], vec![1.0, 2.0]], 1.0, 0.1))),
+            "invalid request: row 1 has 2 values, row 0 has 1"
+        );
+        assert_eq!(refused(module(&m(vec![vec![f64::NAN]], 1.0, 0.1))), "invalid request: row 0 value 0 is not finite");
+        assert_eq!(
+            refused(module(&m(vec![vec![1.0]], 0.0, 0.1))),
+            "invalid request: end_time must be positive and finite"
+        );
         assert!(refused(module(&m(vec![vec![1.0]; 1000], 100.0, 0.01))).contains("send fewer rows"));
     }
 

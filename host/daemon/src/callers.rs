@@ -236,7 +236,8 @@ mod tests {
         assert_eq!(v.verify(Some(format!("Bearer {t1}").as_bytes())).expect("ci").id, "ci");
         let t3 = rotate(&path, "ci").expect("rotate");
         let v = Verifier::clients(&ClientsFile::read(&path).expect("valid"));
-        assert!(v.verify(Some(format!("Bearer {t1}").as_bytes())).is_err());
+        let rotated = v.verify(Some(format!("Bearer {t1}").as_bytes()));
+        assert_eq!(rotated.map(|c| c.id), Err(crate::auth::AuthError::Invalid), "the rotated token");
         assert!(v.verify(Some(format!("Bearer {t3}").as_bytes())).is_ok());
         revoke(&path, "bot").expect("revoke");
         assert!(matches!(revoke(&path, "bot"), Err(CallersError::NoSuchCaller(_))));

@@ -156,9 +156,19 @@ mod tests {
         let public = public_pem(&key.verifying_key()).expect("pem");
         assert_eq!(private_key(&private).expect("private").to_bytes(), key.to_bytes());
         assert_eq!(public_key(&public).expect("public"), key.verifying_key());
-        assert!(public_key(&private).is_err());
-        assert!(private_key(&public).is_err());
-        assert!(public_key("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n").is_err());
+        assert_eq!(
+            public_key(&private).expect_err("a private key").to_string(),
+            "not an Ed25519 public key in SPKI PEM: ASN.1 error: PEM error: unexpected PEM type label: expecting \"PUBLIC KEY\""
+        );
+        assert_eq!(
+            private_key(&public).expect_err("a public key").to_string(),
+            "not an Ed25519 private key in PKCS#8 PEM: PKCS#8 ASN.1 error: PEM error: unexpected PEM type label: expecting \"PRIVATE KEY\""
+        );
+        let truncated = "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n";
+        assert_eq!(
+            public_key(truncated).expect_err("no key").to_string(),
+            "not an Ed25519 public key in SPKI PEM: ASN.1 error: unknown/unsupported ASN.1 DER tag: 0x00"
+        );
     }
 
     #[test]

@@ -252,7 +252,8 @@ fn the_file_is_strict_and_the_environment_wins() {
 fn total_memory_clamps_concurrency() {
     let c = load(&[("SANDBOX_TOTAL_MEMORY_MB", "1024"), ("SANDBOX_MEMORY_MB", "256")]).expect("fits");
     assert_eq!(c.admission.max_concurrent, 4);
-    assert!(load(&[("SANDBOX_TOTAL_MEMORY_MB", "100")]).is_err());
+    let err = load(&[("SANDBOX_TOTAL_MEMORY_MB", "100")]).expect_err("too small");
+    assert_eq!(err.to_string(), "SANDBOX_TOTAL_MEMORY_MB=100 does not fit one run of 256 MiB");
 }
 
 #[test]
