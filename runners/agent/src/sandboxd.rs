@@ -394,10 +394,13 @@ mod tests {
     #[test]
     fn the_configured_hash_must_be_64_lowercase_hex_digits() {
         assert!(TokenHash::parse(HASH).is_ok());
-        assert!(TokenHash::parse(&HASH.to_uppercase()).is_err());
-        assert!(TokenHash::parse(&HASH[1..]).is_err());
-        assert!(TokenHash::parse(&format!("{HASH}0")).is_err());
-        assert!(TokenHash::parse(&HASH.replace('c', "g")).is_err());
+        for bad in [HASH.to_uppercase(), HASH[1..].to_string(), format!("{HASH}0"), HASH.replace('c', "g")] {
+            assert_eq!(
+                TokenHash::parse(&bad),
+                Err(format!("--token-sha256 {bad:?} is not 64 lowercase hex digits")),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

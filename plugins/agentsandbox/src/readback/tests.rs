@@ -265,7 +265,10 @@ fn the_policies_selecting_a_pod_must_deny_it_all_egress() {
         "no network policy selects the pod for egress, so it may reach anything"
     );
     let ingress_only = json!({"metadata": {"name": "in"}, "spec": {"podSelector": {}, "policyTypes": ["Ingress"]}});
-    assert!(denies_egress(&[ingress_only], labels).is_err());
+    assert_eq!(
+        denies_egress(&[ingress_only], labels).expect_err("ingress only"),
+        "no network policy selects the pod for egress, so it may reach anything"
+    );
     let by_expression = policy(
         "expr",
         json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["x"]}]}),

@@ -311,8 +311,8 @@ mod tests {
         assert_eq!(target("p"), Ok(Target { name: "p".into(), port: None }));
         assert_eq!(target("http:p:8787"), Ok(Target { name: "p".into(), port: Some(8787) }));
         assert_eq!(target("https:p"), Ok(Target { name: "p".into(), port: None }));
-        assert!(target("p:x").is_err());
-        assert!(target("a:b:c:d").is_err());
+        assert_eq!(target("p:x"), Err("invalid port \"x\"".to_string()));
+        assert_eq!(target("a:b:c:d"), Err("invalid pod proxy target \"a:b:c:d\"".to_string()));
     }
 
     #[test]
@@ -348,8 +348,11 @@ mod tests {
         assert_eq!((c.status, c.body.as_slice()), (401, b"abcde".as_slice()));
         let e = parse(b"HTTP/1.0 404 Not Found\r\n\r\nrest of it").expect("eof");
         assert_eq!(e.body, b"rest of it");
-        assert!(parse(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort").is_err());
-        assert!(parse(b"garbage").is_err());
-        assert!(parse(b"SSH-2.0 x\r\n\r\n").is_err());
+        assert_eq!(
+            parse(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nshort"),
+            Err("the body ended at 5 of its 10 bytes".to_string())
+        );
+        assert_eq!(parse(b"garbage"), Err("the answer has no complete head".to_string()));
+        assert_eq!(parse(b"SSH-2.0 x\r\n\r\n"), Err("malformed status line \"SSH-2.0 x\"".to_string()));
     }
 }

@@ -176,6 +176,7 @@ mod tests {
         assert_eq!(Fields::parse("metadata.name!=x").expect("ne").name(), None);
         let e = Fields::parse("spec.nodeName=n").expect_err("unknown field");
         assert!(e.contains("is not a known field selector"), "{e}");
-        assert!(Fields::parse("metadata.name").is_err());
+        let e = Fields::parse("metadata.name").expect_err("no operator");
+        assert_eq!(e, "invalid selector: 'metadata.name'; can't understand 'metadata.name'");
     }
 }
