@@ -277,11 +277,11 @@ mod tests {
 
     #[test]
     fn malformed_bytes_are_refused_not_misread() {
-        assert!(decode_enum_and_string(&[0x08]).is_err());
-        assert!(decode_enum_and_string(&[0x12, 5, b'a']).is_err());
-        assert!(decode_enum_and_string(&[0x0a, 0]).is_err());
-        assert!(decode_record(&[0x00]).is_err());
-        assert!(decode_enum_and_string(&[0x12, 2, 0xff, 0xfe]).is_err());
+        assert_eq!(decode_enum_and_string(&[0x08]), Err(DetailError("truncated varint")));
+        assert_eq!(decode_enum_and_string(&[0x12, 5, b'a']), Err(DetailError("field overruns")));
+        assert_eq!(decode_enum_and_string(&[0x0a, 0]), Err(DetailError("a known field has the wrong wire type")));
+        assert_eq!(decode_record(&[0x00]).map(|_| ()), Err(DetailError("field number 0")));
+        assert_eq!(decode_enum_and_string(&[0x12, 2, 0xff, 0xfe]), Err(DetailError("string is not UTF-8")));
         // Unknown fields are skipped, as protobuf skips them.
         assert_eq!(decode_enum_and_string(&[0x08, 1, 0x18, 9]), Ok((1, String::new())));
     }

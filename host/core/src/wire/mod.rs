@@ -1176,7 +1176,10 @@ mod tests {
         let r: JavaScriptResult = serde_json::from_str(r#"{"stdout":"_3g","stderr":"/3g="}"#).expect("json");
         assert_eq!(r.stdout, vec![0xff, 0x78]);
         assert_eq!(r.stderr, vec![0xff, 0x78]);
-        assert!(serde_json::from_str::<JavaScriptResult>(r#"{"stdout":"!!"}"#).is_err());
+        assert_eq!(
+            serde_json::from_str::<JavaScriptResult>(r#"{"stdout":"!!"}"#).expect_err("w1").to_string(),
+            "invalid base64 in a bytes field at line 1 column 15"
+        );
     }
 
     #[test]
@@ -1185,6 +1188,9 @@ mod tests {
         assert_eq!(p.outcome, ProjectOutcome::TimedOut);
         let q: ProjectResult = serde_json::from_str(r#"{"outcome":2}"#).expect("json");
         assert_eq!(q.outcome, ProjectOutcome::SetupFailed);
-        assert!(serde_json::from_str::<ProjectResult>(r#"{"outcome":"DONE"}"#).is_err());
+        assert_eq!(
+            serde_json::from_str::<ProjectResult>(r#"{"outcome":"DONE"}"#).expect_err("w2").to_string(),
+            "unknown project outcome \"DONE\" at line 1 column 18"
+        );
     }
 }

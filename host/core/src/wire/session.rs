@@ -305,8 +305,11 @@ mod tests {
         }
         assert_eq!(SessionEnd::SandboxChanged.name(), "sandbox_changed");
         assert_eq!(serde_json::to_string(&SessionEnd::Replaced).expect("json"), "\"SESSION_END_REPLACED\"");
-        assert!(serde_json::from_str::<SessionEnd>("11").is_err());
-        assert!(serde_json::from_str::<SessionEnd>("\"SESSION_END_LOST\"").is_err());
+        assert_eq!(serde_json::from_str::<SessionEnd>("11").expect_err("e1").to_string(), "unknown session end 11");
+        assert_eq!(
+            serde_json::from_str::<SessionEnd>("\"SESSION_END_LOST\"").expect_err("e2").to_string(),
+            "unknown session end \"SESSION_END_LOST\""
+        );
     }
 
     #[test]
@@ -341,7 +344,12 @@ mod tests {
             from_json(br#"{"run":{"sandbox":"wasm"},"ended":"SESSION_END_EXPIRED","endDetail":"lifetime"}"#)
                 .expect("run");
         assert_eq!((run.ended, run.end_detail.as_str()), (SessionEnd::Expired, "lifetime"));
-        assert!(from_json::<CloseSessionRequest>(br#"{"protocol":4,"sessionId":"x","extra":1}"#).is_err());
+        let extra = from_json::<CloseSessionRequest>(br#"{"protocol":4,"sessionId":"x","extra":1}"#).expect_err("e3");
+        assert!(
+            format!("{extra:?}")
+                .contains("unknown field `extra`, expected one of `protocol`, `sessionId`, `session_id`"),
+            "{extra:?}"
+        );
     }
 
     #[test]
@@ -359,7 +367,10 @@ mod tests {
         assert_eq!(check_owner(&"a".repeat(64)), Ok(()));
         assert_eq!(check_owner("user:42.x_y-z"), Ok(()));
         assert_eq!(check_owner(""), Err("invalid request: owner must be 1 to 64 characters, not 0".into()));
-        assert!(check_owner(&"a".repeat(65)).is_err());
+        assert_eq!(
+            check_owner(&"a".repeat(65)),
+            Err("invalid request: owner must be 1 to 64 characters, not 65".to_string())
+        );
         assert_eq!(check_owner("a b"), Err("invalid request: owner holds ' '; use letters, digits and . _ : -".into()));
     }
 }
