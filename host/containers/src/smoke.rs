@@ -259,6 +259,9 @@ mod tests {
                 .expect_err("must fail")
                 .contains("\"LD_PRELOAD=/x.so\"")
         );
-        assert!(check_image("i", &facts(vec![], vec!["GLIBC_TUNABLES=x"])).is_err());
+        assert_eq!(
+            check_image("i", &facts(vec![], vec!["GLIBC_TUNABLES=x"])).expect_err("tunables"),
+            "image i (sha256:x) sets \"GLIBC_TUNABLES=x\", which the dynamic loader reads; it is refused"
+        );
     }
 }

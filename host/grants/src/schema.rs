@@ -206,8 +206,11 @@ mod tests {
                 .expect_err("refused")
                 .starts_with("$.a: keyword \"oneOf\"")
         );
-        assert!(Schema::parse(r#"{"additionalProperties": {"type": "string"}}"#).is_err());
-        assert!(Schema::parse("[]").is_err());
+        assert_eq!(
+            Schema::parse(r#"{"additionalProperties": {"type": "string"}}"#).expect_err("s1"),
+            "$.additionalProperties must be true or false"
+        );
+        assert_eq!(Schema::parse("[]").expect_err("s2"), "$: a schema must be a JSON object");
         assert!(Schema::parse(r#"{"title": "documents only", "type": "string"}"#).is_ok());
     }
 }

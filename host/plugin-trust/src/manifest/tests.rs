@@ -181,9 +181,16 @@ fn setting_values_are_checked_by_kind() {
     }
     let label = s("string", "format = \"label-value\"");
     assert!(label.check("plimsoll.ci-1").is_ok());
-    assert!(label.check("plimsoll@ci").is_err() && label.check("-x").is_err() && label.check(&"a".repeat(64)).is_err());
+    let value = "must be a label value: at most 63 letters, digits, - _ ., a letter or digit at each end";
+    for bad in ["plimsoll@ci".to_string(), "-x".to_string(), "a".repeat(64)] {
+        assert_eq!(label.check(&bad), Err(value.into()), "{bad}");
+    }
     let dns = s("string", "format = \"dns-label\"");
-    assert!(dns.check("a-1").is_ok() && dns.check("Plimsoll").is_err() && dns.check("").is_err());
+    assert!(dns.check("a-1").is_ok());
+    let label = "must be a DNS label: 1 to 63 lowercase letters, digits and -, a letter or digit at each end";
+    for bad in ["Plimsoll", ""] {
+        assert_eq!(dns.check(bad), Err(label.into()), "{bad:?}");
+    }
     let envd = s("url", "target = \"anywhere\"\ndefault = \"https://49983-{target}.e2b.app\"");
     assert_eq!(
         envd.check("https://envd.e2b.app"),
@@ -191,7 +198,10 @@ fn setting_values_are_checked_by_kind() {
     );
     let endpoint = s("url", "target = \"in-host\"");
     assert!(endpoint.check("https://{target}.sbx.test:8443").is_ok());
-    assert!(endpoint.check("https://sbx.test/{target}").is_err());
+    assert_eq!(
+        endpoint.check("https://sbx.test/{target}"),
+        Err("must name {target} once, in its host, where the sandbox's ID goes".into())
+    );
     assert_eq!(s("url", "https = true").check("http://127.0.0.1:1"), Err("must be https".into()));
     assert_eq!(s("url", "").check("api.acme.test"), Err("is not an absolute URL".into()));
 }

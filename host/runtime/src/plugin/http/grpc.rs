@@ -251,6 +251,9 @@ mod tests {
         assert!(take_messages(&mut huge, 32).is_err_and(|e| e.contains("over the 32")));
         let mut compressed = framed(b"z");
         compressed[0] = 1;
-        assert!(take_messages(&mut compressed, 32).is_err());
+        assert_eq!(
+            take_messages(&mut compressed, 32).expect_err("compressed"),
+            "a compressed message, which was not asked for"
+        );
     }
 }
