@@ -585,7 +585,12 @@ mod tests {
     #[test]
     fn mount_targets_keep_clear_of_the_gateways_paths() {
         assert_eq!(mount_target("/tmp/").expect("normalised"), "/tmp");
-        assert!(mount_target("tmp").is_err() && mount_target("/a//b").is_err() && mount_target("/a/../b").is_err());
+        let normalised = "mount target must be normalized without empty, '.', or '..' path segments";
+        for (bad, why) in
+            [("tmp", "mount target must be an absolute container path"), ("/a//b", normalised), ("/a/../b", normalised)]
+        {
+            assert_eq!(mount_target(bad).expect_err(bad).message, why);
+        }
         assert!(mount_target("/").expect_err("refused").message.contains("container root"));
         assert!(mount_target("/run/openshell/x").expect_err("refused").message.contains("reserved OpenShell path"));
         assert!(mount_target("/etc").expect_err("refused").message.contains("reserved OpenShell path"));

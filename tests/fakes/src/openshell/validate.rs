@@ -425,11 +425,30 @@ mod tests {
     #[test]
     fn labels_follow_kubernetes_rules() {
         assert!(label_key("app").is_ok() && label_key("example.com/my-label").is_ok());
-        assert!(label_key("").is_err() && label_key("/x").is_err() && label_key("Ex.com/x").is_err());
-        assert!(label_key(&"k".repeat(64)).is_err() && label_key("-k").is_err() && label_key("a..b/k").is_err());
+        let long = "k".repeat(64);
+        for (bad, why) in [
+            ("", "label key cannot be empty".to_string()),
+            ("/x", "label key prefix cannot be empty when '/' is present: '/x'".into()),
+            (
+                "Ex.com/x",
+                "label key prefix must be a DNS subdomain (lowercase alphanumeric, '-', '.'): 'Ex.com/x'".into(),
+            ),
+            (long.as_str(), format!("label key name segment exceeds 63 characters: '{long}'")),
+            ("-k", "label key name segment must start with alphanumeric character: '-k'".into()),
+            ("a..b/k", "label key prefix cannot contain consecutive dots: 'a..b/k'".into()),
+        ] {
+            assert_eq!(label_key(bad).expect_err(bad).message, why);
+        }
         assert!(label_value("").is_ok() && label_value("v1.2_x-y").is_ok());
-        assert!(label_value("-v").is_err() && label_value("v-").is_err() && label_value("a b").is_err());
-        assert!(label_value(&"v".repeat(64)).is_err());
+        let long = "v".repeat(64);
+        for (bad, why) in [
+            ("-v", "label value must start with alphanumeric character: '-v'".to_string()),
+            ("v-", "label value must end with alphanumeric character: 'v-'".into()),
+            ("a b", "label value contains invalid characters (must be alphanumeric, '-', '_', or '.'): 'a b'".into()),
+            (long.as_str(), format!("label value exceeds 63 characters: '{long}'")),
+        ] {
+            assert_eq!(label_value(bad).expect_err(bad).message, why);
+        }
     }
 
     #[test]
