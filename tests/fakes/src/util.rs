@@ -90,7 +90,13 @@ pub fn sandbox_image_or_skip(test: &str) -> Option<String> {
         Some(image) => return Some(image),
     };
     assert!(!required, "{test}: {why}, and docker tests are required here");
-    eprintln!("SKIPPED {test}: {why} (set PLIMSOLL_DOCKER_TESTS=required to fail instead)");
+    // Written to the stream itself: the test harness captures `eprintln!`, and
+    // shows it only for a failing test, so a skip would pass unseen.
+    use std::io::Write as _;
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "\nSKIPPED {test}: {why} (set PLIMSOLL_DOCKER_TESTS=required to fail instead)"
+    );
     None
 }
 
