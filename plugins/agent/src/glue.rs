@@ -184,6 +184,42 @@ macro_rules! session_glue {
                 session_ended_after(answer, ending)
             }
 
+            /// What a session's read-back before a call says of its sandbox,
+            /// `place` naming it ("openshell sandbox"): the vendor did not answer
+            /// (refused; the session goes on), the sandbox is gone, or it
+            /// changed (either ends the session as `sandbox_changed`).
+            #[allow(dead_code, reason = "only where a session reads its sandbox back by a vendor's API")]
+            pub(crate) struct ReadBack<'a> {
+                pub(crate) place: &'a str,
+            }
+
+            #[allow(dead_code, reason = "only where a session reads its sandbox back by a vendor's API")]
+            impl ReadBack<'_> {
+                pub(crate) fn unanswered(&self, what: &str, e: String) -> CallError {
+                    CallError::Refused(Refusal {
+                        reason: RefusalReason::Environment,
+                        message: format!("reading the session's {} back failed ({what}: {e}); nothing ran", self.place),
+                    })
+                }
+
+                pub(crate) fn gone(&self) -> CallError {
+                    CallError::Ended(Ending {
+                        end: SessionEnd::SandboxChanged,
+                        detail: format!("the session's {} is gone; nothing ran", self.place),
+                    })
+                }
+
+                pub(crate) fn changed(&self, why: String) -> CallError {
+                    CallError::Ended(Ending {
+                        end: SessionEnd::SandboxChanged,
+                        detail: format!(
+                            "the session's {} changed since it was opened ({why}); nothing ran",
+                            self.place
+                        ),
+                    })
+                }
+            }
+
             fn session_ending(e: $crate::session::Ending) -> Ending {
                 let end = match e.end {
                     $crate::session::End::DiskExceeded => SessionEnd::DiskExceeded,
@@ -310,8 +346,8 @@ macro_rules! session_glue {
         }
         #[allow(unused_imports, reason = "each plugin uses what its sessions need")]
         use session_glue::{
-            read_report, report_key, report_room, runner_plan, session_cell, session_described, session_ended_after,
-            session_language, session_project, session_runner_project, session_snippet,
+            ReadBack, read_report, report_key, report_room, runner_plan, session_cell, session_described,
+            session_ended_after, session_language, session_project, session_runner_project, session_snippet,
         };
     };
 }

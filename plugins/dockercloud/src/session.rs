@@ -24,13 +24,11 @@ use plimsoll_plugin_agent::runner::MemorySource;
 use plimsoll_plugin_agent::session::{self as agent, Agent};
 use plimsoll_plugin_remote::{Remote, shell_quote};
 
-use crate::exports::plimsoll::provider::provider::{
-    Answer, CallError, Ending, Grant, GuestSession, Session, SessionEnd,
-};
+use crate::exports::plimsoll::provider::provider::{Answer, CallError, Grant, GuestSession, Session};
 use crate::plimsoll::types::types::{Evidence, File, Limits, Refusal, RefusalReason};
 use crate::{
-    LIFETIME_MARGIN_S, Sandbox, api, guard_grant, refused, session_cell, session_language, session_runner_project,
-    session_snippet,
+    LIFETIME_MARGIN_S, ReadBack, Sandbox, api, guard_grant, refused, session_cell, session_language,
+    session_runner_project, session_snippet,
 };
 
 /// The session's work directory, under `/tmp`, writable for any image's user.
@@ -70,10 +68,6 @@ pub struct DockercloudSession {
     memory_mib: u32,
 }
 
-fn ended(end: SessionEnd, detail: String) -> CallError {
-    CallError::Ended(Ending { end, detail })
-}
-
 impl DockercloudSession {
     /// Creates and reads back the session's sandbox for its whole lifetime,
     /// with `grant` its one way out, and starts the agent in it.
@@ -107,29 +101,17 @@ impl DockercloudSession {
     /// sandbox is gone, stopped or changed.
     fn check(&self) -> Result<(), CallError> {
         let sandbox = self.sandbox();
-        let unanswered = |what: &str, e: String| {
-            CallError::Refused(refused(
-                RefusalReason::Environment,
-                format!("reading the session's dockercloud sandbox back failed ({what}: {e}); nothing ran"),
-            ))
-        };
-        let changed = |why: String| {
-            ended(
-                SessionEnd::SandboxChanged,
-                format!("the session's dockercloud sandbox changed since it was opened ({why}); nothing ran"),
-            )
-        };
-        let (read, _) = api::get(&sandbox.uid).map_err(|e| unanswered("the sandbox", e))?.ok_or_else(|| {
-            ended(SessionEnd::SandboxChanged, "the session's dockercloud sandbox is gone; nothing ran".into())
-        })?;
+        let back = ReadBack { place: "dockercloud sandbox" };
+        let (read, _) =
+            api::get(&sandbox.uid).map_err(|e| back.unanswered("the sandbox", e))?.ok_or_else(|| back.gone())?;
         match api::running(&read) {
             Ok(true) => {}
-            Ok(false) => return Err(changed("it is no longer running".into())),
-            Err(e) => return Err(changed(e)),
+            Ok(false) => return Err(back.changed("it is no longer running".into())),
+            Err(e) => return Err(back.changed(e)),
         }
-        sandbox.verify(&read).map_err(changed)?;
-        let policy = api::policy(&sandbox.uid).map_err(|e| unanswered("its network policy", e))?;
-        api::denies_all(&policy, sandbox.allow.as_deref()).map_err(changed)
+        sandbox.verify(&read).map_err(|e| back.changed(e))?;
+        let policy = api::policy(&sandbox.uid).map_err(|e| back.unanswered("its network policy", e))?;
+        api::denies_all(&policy, sandbox.allow.as_deref()).map_err(|e| back.changed(e))
     }
 }
 

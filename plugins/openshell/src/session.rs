@@ -28,7 +28,7 @@ use crate::exports::plimsoll::provider::provider::{
 };
 use crate::plimsoll::types::types::{Evidence, File, Limits, Refusal, RefusalReason};
 use crate::{
-    STDIN_CHUNK, Sandbox, gateway, refused, runner, session_cell, session_described, session_language,
+    ReadBack, STDIN_CHUNK, Sandbox, gateway, refused, runner, session_cell, session_described, session_language,
     session_runner_project, session_snippet,
 };
 
@@ -113,29 +113,17 @@ impl OpenshellSession {
     /// sandbox is gone, no longer ready, or changed.
     fn check(&self) -> Result<(), CallError> {
         let sandbox = self.sandbox();
-        let unanswered = |what: &str, e: String| {
-            CallError::Refused(refused(
-                RefusalReason::Environment,
-                format!("reading the session's openshell sandbox back failed ({what}: {e}); nothing ran"),
-            ))
-        };
-        let changed = |why: String| {
-            ended(
-                SessionEnd::SandboxChanged,
-                format!("the session's openshell sandbox changed since it was opened ({why}); nothing ran"),
-            )
-        };
-        let read = gateway::get(&sandbox.name).map_err(|e| unanswered("the sandbox", e))?.ok_or_else(|| {
-            ended(SessionEnd::SandboxChanged, "the session's openshell sandbox is gone; nothing ran".into())
-        })?;
+        let back = ReadBack { place: "openshell sandbox" };
+        let read =
+            gateway::get(&sandbox.name).map_err(|e| back.unanswered("the sandbox", e))?.ok_or_else(|| back.gone())?;
         if read.phase != gateway::READY {
-            return Err(changed(format!("it is no longer ready: {}", read.why)));
+            return Err(back.changed(format!("it is no longer ready: {}", read.why)));
         }
         if let Some(why) = sandbox.differs(&read) {
-            return Err(changed(why));
+            return Err(back.changed(why));
         }
-        let effective = gateway::effective(&sandbox.id).map_err(|e| unanswered("its effective policy", e))?;
-        sandbox.policy_differs(&effective).map_or(Ok(()), |why| Err(changed(why)))?;
+        let effective = gateway::effective(&sandbox.id).map_err(|e| back.unanswered("its effective policy", e))?;
+        sandbox.policy_differs(&effective).map_or(Ok(()), |why| Err(back.changed(why)))?;
         sandbox.renew_forwards(RENEW_FORWARDS).map_err(|e| {
             ended(
                 SessionEnd::BoundaryFailed,
