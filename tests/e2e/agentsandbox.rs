@@ -154,6 +154,10 @@ fn every_misbehaviour_of_the_kubernetes_fake_is_refused_before_code_runs() {
         ("foreign-hash", "its spec.containers[0].args[4] is"),
         ("capabilities", "its spec.containers[0].securityContext.capabilities.add has 3 entries, the template's 2"),
         ("disk-volume", "its spec.volumes[0].emptyDir.medium is missing, the template's is \\\"Memory\\\""),
+        (
+            "no-judge",
+            "smoke test, the judge: the pod's image has no plimsoll-judge with its components in /opt/plimsoll/sims, which module tables run",
+        ),
     ];
     for (mode, why) in cases {
         let Some(err) = refused("runc", Some(mode)) else { return };

@@ -42,7 +42,7 @@ pub const AGENT: &str = "/opt/plimsoll/plimsoll-agent";
 const STARTUP_LIMIT: Duration = Duration::from_secs(180);
 
 /// Each way this fake can misbehave, and what it does.
-pub const MODES: [(&str, &str); 21] = [
+pub const MODES: [(&str, &str); 22] = [
     ("redirect", "every answer is a 307 to https://elsewhere.agentsandbox.test/..."),
     ("weaker", "pods differ from the template: a service account token mounted, a writable root, a sidecar"),
     ("token-mounted", "pods mount a service account token (automountServiceAccountToken true, and the file is there)"),
@@ -70,6 +70,7 @@ pub const MODES: [(&str, &str); 21] = [
         "upgrade-stripped",
         "the pod proxy drops a request's Upgrade (as a load balancer without upgrades does): sandboxd's relay answers 426",
     ),
+    ("no-judge", "pods' image carries no plimsoll-judge (its /usr/local/bin hidden, in the container only)"),
 ];
 
 /// A misbehaviour.
@@ -96,6 +97,7 @@ pub enum Mode {
     Throttle,
     Flaky,
     UpgradeStripped,
+    NoJudge,
 }
 
 impl Mode {
@@ -123,6 +125,7 @@ impl Mode {
             "throttle" => Mode::Throttle,
             "flaky" => Mode::Flaky,
             "upgrade-stripped" => Mode::UpgradeStripped,
+            "no-judge" => Mode::NoJudge,
             _ => return None,
         })
     }

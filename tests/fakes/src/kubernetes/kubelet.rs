@@ -178,7 +178,15 @@ impl Fake {
         let tokens = if mounts_token { self.write_tokens(&pod).map(Some) } else { Ok(None) };
         let shape = tokens
             .and_then(|t| container_for(&spec, runtime(&self.cluster.handler, remapped), t.as_deref()))
-            .map(|shape| PodContainer { hostname: pod.clone(), ..shape });
+            .map(|shape| PodContainer { hostname: pod.clone(), ..shape })
+            .map(|mut shape| {
+                if self.cluster.mode == Some(Mode::NoJudge) {
+                    // An image without the judge: its directory hidden, in the container only.
+                    let options = vec!["nosuid".into(), "nodev".into()];
+                    shape.tmpfs.push(Tmpfs { target: "/usr/local/bin".into(), size_bytes: None, mode: None, options });
+                }
+                shape
+            });
         let id = Fake::container_id(&pod);
         let made = match shape {
             Ok(shape) => self.backing.create_pod(&id, &shape).await,
